@@ -1,0 +1,119 @@
+"""The Redis backend (single node, or Redis Cluster): it carries the scripts' bytes and nothing else.
+
+Every decision (deadlines, validity, what an answer means) is made in `fencelock._logic`; every redis-py error is
+turned into `BackendError` here, at this one boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .._errors import BackendError
+from .._logic.keys import PREFIX, redis_keys
+from .._logic.outcomes import Attempt, Released
+from .._scripts import ACQUIRE, EXTEND, RELEASE, Lua
+from ._compat import sleep
+
+AnyRedis = Redis | RedisCluster
+
+CLIENT_ERRORS = (RedisError, RedisClusterException)
+"""Everything redis-py raises for a server or network fault (cluster errors do not derive from RedisError)."""
+
+_RELEASE_ANSWERS = {1: Released.RELEASED, 0: Released.EXPIRED, -1: Released.TAKEN}
+
+MIN_BLOCK = 0.002
+"""Seconds. BLPOP rounds its timeout down to milliseconds, and 0 means "block for ever": never ask for less."""
+
+SERVER_TIMER = 0.1
+"""Seconds. A server ends a blocking command's timeout only on its next timer tick (1/hz; hz is 10 by default),
+so BLPOP(t) returns up to this late. We ask for that much less, and sleep through the last stretch instead."""
+
+
+class AsyncRedisBackend:
+    """Locks kept in one Redis (or one Redis Cluster), with the scripts in `fencelock/_scripts/`."""
+
+    def __init__(self, client: AnyRedis, *, owns_client: bool, prefix: str = PREFIX, shown: str = "") -> None:
+        self._client = client
+        self._owns_client = owns_client
+        self._prefix = prefix
+        self.shown = shown or "redis"
+        # One blocking wait must end before the socket timeout would cut it: BLPOP is a command like any other.
+        timeout = _socket_timeout(client)
+        self.block_cap = 30.0 if timeout is None else max(MIN_BLOCK, timeout * 0.75)
+
+    @property
+    def client(self) -> AnyRedis:
+        return self._client
+
+    async def _run(self, lua: Lua, name: str, keys: list[str], args: list[Any]) -> Any:
+        return await run_script(self._client, lua, keys, args, name=name, where=self.shown)
+
+    def retriable(self, exc: BackendError) -> bool:
+        """A refused or reset connection may succeed at once on a fresh one; a timeout is not retried."""
+        return isinstance(exc.__cause__, RedisConnectionError)
+
+    async def try_acquire(self, name: str, token: str, ttl_ms: int) -> Attempt:
+        keys = redis_keys(name, self._prefix)
+        granted, value = await self._run(ACQUIRE, name, [keys.lock, keys.fence, keys.waiters], [token, ttl_ms])
+        if granted == 1:
+            return Attempt(True, int(value), None)
+        return Attempt(False, 0, value / 1000.0 if value >= 0 else None)
+
+    async def release(self, name: str, token: str, fence: int) -> Released:
+        keys = redis_keys(name, self._prefix)
+        answer = await self._run(RELEASE, name, list(keys), [token, fence])
+        return _RELEASE_ANSWERS[int(answer)]
+
+    async def extend(self, name: str, token: str, ttl_ms: int) -> bool:
+        keys = redis_keys(name, self._prefix)
+        return int(await self._run(EXTEND, name, [keys.lock], [token, ttl_ms])) == 1
+
+    async def wait_for_release(self, name: str, timeout: float) -> None:
+        """Block until a release wakes us or `timeout` seconds pass. Errors here only end the wait early."""
+        server_timeout = timeout - SERVER_TIMER
+        if server_timeout < MIN_BLOCK:
+            await sleep(timeout)
+            return
+        client: Any = self._client
+        try:
+            await client.blpop([redis_keys(name, self._prefix).wake], timeout=server_timeout)
+        except CLIENT_ERRORS as exc:
+            # The next attempt meets the same fault and reports it; it is not the wait's to report.
+            if not isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
+                raise _backend_error(exc, f"waiting failed on {self.shown}", name) from exc
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            client: Any = self._client
+            await client.aclose()
+
+
+async def run_script(client: AnyRedis, lua: Lua, keys: list[str], args: list[Any], *, name: str,
+                     where: str) -> Any:
+    """EVALSHA `lua`; on NOSCRIPT (restart, failover, SCRIPT FLUSH) EVAL it, which also caches it again."""
+    redis: Any = client
+    try:
+        try:
+            return await redis.evalsha(lua.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await redis.eval(lua.source, len(keys), *keys, *args)
+    except CLIENT_ERRORS as exc:
+        raise _backend_error(exc, f"{lua.name} failed on {where}", name) from exc
+
+
+def _backend_error(exc: Exception, what: str, name: str) -> BackendError:
+    return BackendError(f"{what}: {type(exc).__name__}: {exc}", name=name)
+
+
+def _socket_timeout(client: AnyRedis) -> float | None:
+    if isinstance(client, RedisCluster):
+        kwargs: dict[str, Any] = client.nodes_manager.connection_kwargs
+    else:
+        kwargs = client.connection_pool.connection_kwargs
+    timeout = kwargs.get("socket_timeout")
+    return None if timeout is None else float(timeout)

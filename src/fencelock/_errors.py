@@ -1,0 +1,69 @@
+"""The one exception tree of fencelock.
+
+    LockError                   every fencelock error; `.name` is the lock name (None before a lock is named)
+    ├── NotAcquired             the lock is held by someone else and `wait` allowed no more tries
+    │   └── AcquireTimeout      ... because the `wait` deadline passed
+    ├── LockLost                the lease is no longer ours: it expired, or another holder has the lock
+    ├── StaleFence              a fencing guard refused a write: a newer holder already wrote
+    └── BackendError            the lock service failed or could not be reached (the cause is chained)
+        └── QuorumUnavailable   Redlock: no majority of nodes could be reached
+
+Bad arguments are not in this tree: they raise the builtin `TypeError` or `ValueError`, with a message that
+names the argument and the lock, before anything is sent to a server.
+
+Errors of the underlying client libraries (redis-py, ...) are turned into `BackendError` at one boundary,
+`_async/_redis.py`, with `raise ... from exc`; no bare redis-py error reaches the caller.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AcquireTimeout",
+    "BackendError",
+    "LockError",
+    "LockLost",
+    "NotAcquired",
+    "QuorumUnavailable",
+    "StaleFence",
+]
+
+
+class LockError(Exception):
+    """Base class of every fencelock error. `name` is the lock the error is about."""
+
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        return message if self.name is None else f"{message} (lock {self.name!r})"
+
+
+class NotAcquired(LockError):
+    """The lock is held by someone else, and `wait` allowed no further attempt."""
+
+
+class AcquireTimeout(NotAcquired):
+    """The `wait` deadline passed before the lock became free."""
+
+
+class LockLost(LockError):
+    """The lease is no longer ours: its validity ran out, or another holder took the lock."""
+
+
+class StaleFence(LockError):
+    """A fencing guard rejected a write whose fence is lower than one the resource already accepted."""
+
+    def __init__(self, message: str, *, name: str | None, fence: int, highest: int) -> None:
+        super().__init__(message, name=name)
+        self.fence = fence
+        self.highest = highest
+
+
+class BackendError(LockError):
+    """The lock service failed or could not be reached in time. The client library's error is `__cause__`."""
+
+
+class QuorumUnavailable(BackendError):
+    """Redlock: fewer than a majority of the nodes answered."""

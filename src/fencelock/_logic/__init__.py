@@ -1,0 +1,11 @@
+"""Pure decisions, no I/O.
+
+Everything here takes its inputs (including "now" from a clock) as arguments and returns a decision, so it can be
+tested with a fake clock and Hypothesis. The backends in `_async/` only carry bytes between these decisions and
+the servers.
+
+- `args`:     validation of every user argument (ttl, wait, name) before anything is sent;
+- `timing`:   the `wait` deadline, retry back-off, lease validity (ttl - elapsed - drift);
+- `fencing`:  the rule a resource applies to fencing tokens;
+- `keys`:     how a lock name maps to Redis keys (one hash slot per name).
+"""

@@ -1,0 +1,22 @@
+"""The fencing rule, as the resource applies it.
+
+A resource keeps, per lock name, the highest fence it has accepted. It accepts a write whose fence is at least
+that high (the same holder may write many times), and rejects a lower one: the writer is a stale holder, a
+newer holder has already written. This function is the specification; the Redis guard (`_scripts/guard_set.lua`)
+and the SQL guard (`_guards.py`) implement the same rule inside the storage, and the tests hold both to it.
+"""
+
+from __future__ import annotations
+
+
+def accepts(fence: int, highest: int | None) -> bool:
+    """True when a write with `fence` may be applied, given the highest fence accepted so far (None: none yet)."""
+    return highest is None or fence >= highest
+
+
+def check_fence(fence: object, name: object = None) -> int:
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise TypeError(f"fence must be an int, got {type(fence).__name__} {fence!r} (lock {name!r})")
+    if fence < 1:
+        raise ValueError(f"fence must be >= 1, got {fence!r} (lock {name!r})")
+    return fence

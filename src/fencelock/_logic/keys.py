@@ -1,0 +1,51 @@
+"""How a lock name maps to Redis keys.
+
+Every key of one name carries the same hash tag, so that one Lua script can touch them all on Redis Cluster:
+
+    fencelock:{<name>}:lock     the lease: value = the holder's token, PX = the TTL
+    fencelock:{<name>}:fence    the fence counter, no TTL: it must never go backwards
+    fencelock:{<name>}:waiters  set by a failed attempt, lives as long as the holder's key: "someone waits"
+    fencelock:{<name>}:wake     a list a release pushes to when someone waits; waiters BLPOP it
+
+`<name>` is the name as the user gave it, with `%`, `{` and `}` percent-encoded, so that a brace in a name can
+never move the hash tag (an empty or shifted tag would scatter the keys over several slots).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import NamedTuple
+
+PREFIX = "fencelock"
+
+_ENCODE = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
+
+
+class RedisKeys(NamedTuple):
+    lock: str
+    fence: str
+    waiters: str
+    wake: str
+
+
+def encode_name(name: str) -> str:
+    return name.translate(_ENCODE)
+
+
+_DECODE = {"%25": "%", "%7B": "{", "%7D": "}"}
+
+
+def decode_name(encoded: str) -> str:
+    return re.sub("%25|%7B|%7D", lambda match: _DECODE[match.group()], encoded)
+
+
+def tag(name: str, prefix: str = PREFIX) -> str:
+    """The common start of every key of `name`: `fencelock:{<encoded name>}`."""
+    return f"{prefix}:{{{encode_name(name)}}}"
+
+
+@lru_cache(maxsize=4096)
+def redis_keys(name: str, prefix: str = PREFIX) -> RedisKeys:
+    base = tag(name, prefix)
+    return RedisKeys(f"{base}:lock", f"{base}:fence", f"{base}:waiters", f"{base}:wake")

@@ -1,0 +1,43 @@
+"""What a server's answer means for a lease: the small state machine every backend shares."""
+
+from __future__ import annotations
+
+import enum
+from typing import NamedTuple
+
+
+class Attempt(NamedTuple):
+    """One acquire attempt, as a backend reports it."""
+
+    granted: bool
+    fence: int                  # the fence when granted, else 0
+    holder_ttl: float | None    # when refused: seconds until the holder's key expires by itself (None: unknown)
+
+
+class Released(enum.Enum):
+    """The server's answer to a compare-and-delete."""
+
+    RELEASED = "released"       # the key held our token and is gone
+    EXPIRED = "expired"         # the key is gone, and nobody was granted the lock after us
+    TAKEN = "taken"             # another holder has the lock, or had it after us
+
+
+class State(enum.Enum):
+    HELD = "held"
+    RELEASED = "released"
+    LOST = "lost"
+
+
+def after_release(answer: Released, uncertain_at: float | None, valid_until: float) -> State:
+    """The lease's state after the server answered a release.
+
+    `uncertain_at` is when an earlier release of this lease was sent but its reply never came (a network error or
+    a cancellation), else None. Then EXPIRED is ambiguous: our earlier release may have deleted the key. If that
+    earlier release was sent while the lease was still valid and nobody took the lock since, the lease is released;
+    otherwise it was lost.
+    """
+    if answer is Released.RELEASED:
+        return State.RELEASED
+    if answer is Released.EXPIRED and uncertain_at is not None and uncertain_at < valid_until:
+        return State.RELEASED
+    return State.LOST

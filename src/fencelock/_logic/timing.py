@@ -1,0 +1,67 @@
+"""Time decisions: the `wait` deadline, how long a waiter may block, back-off, and lease validity.
+
+All times are seconds on a monotonic clock that the caller passes in (`now`), so every rule here is tested
+with a fake clock.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+Clock = Callable[[], float]
+
+DRIFT_FACTOR = 0.01
+DRIFT_FLOOR = 0.002
+
+
+class Deadline:
+    """One deadline for a whole acquisition: every retry and wake-up counts against it, none re-arms it."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, at: float) -> None:
+        self.at = at  # math.inf: no deadline
+
+    @classmethod
+    def after(cls, wait: float | None, now: float) -> Deadline:
+        return cls(math.inf if wait is None else now + wait)
+
+    def remaining(self, now: float) -> float:
+        return max(0.0, self.at - now)
+
+    def expired(self, now: float) -> bool:
+        return now >= self.at
+
+
+def drift(ttl: float) -> float:
+    """Allowance for clock rate differences between client and server: 1 % of the TTL plus 2 ms."""
+    return ttl * DRIFT_FACTOR + DRIFT_FLOOR
+
+
+def validity_end(ttl: float, sent_at: float) -> float:
+    """Monotonic instant after which a lease granted for `ttl` may already have expired on the server.
+
+    Counted from `sent_at`, the moment *before* the request went out: the server started the TTL later than
+    that, so the lease is valid at least until `sent_at + ttl - drift`.
+    """
+    return sent_at + ttl - drift(ttl)
+
+
+def block_for(deadline: Deadline, now: float, holder_ttl: float | None, cap: float) -> float:
+    """How long a waiter may block for a wake-up before it must try again.
+
+    It never blocks past the caller's deadline, nor past the moment the current holder's key expires by itself
+    (`holder_ttl`, seconds, from the failed attempt; None when unknown), nor longer than `cap` (one blocking
+    call must end before the socket timeout does).
+    """
+    limit = min(deadline.remaining(now), cap)
+    if holder_ttl is not None:
+        limit = min(limit, max(holder_ttl, 0.0))
+    return limit
+
+
+def backoff(attempt: int, rng: random.Random, base: float = 0.005, cap: float = 0.2) -> float:
+    """Full-jitter exponential back-off after `attempt` failed attempts (0, 1, 2, ...)."""
+    return rng.uniform(0.0, min(cap, base * (2 ** min(attempt, 16))))

@@ -1,0 +1,29 @@
+"""The Lua scripts, one file each, with a header naming KEYS, ARGV and the return value.
+
+Scripts never build Lua from strings: data comes in only through KEYS and ARGV. Every script touches only the
+keys of one lock name, which share one hash slot (see `fencelock._logic.keys`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+
+
+@dataclass(frozen=True)
+class Lua:
+    name: str
+    source: str
+    sha: str
+
+
+def _load(name: str) -> Lua:
+    source = resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    return Lua(name, source, hashlib.sha1(source.encode("utf-8")).hexdigest())
+
+
+ACQUIRE = _load("acquire")
+RELEASE = _load("release")
+EXTEND = _load("extend")
+GUARD_SET = _load("guard_set")

@@ -1,0 +1,236 @@
+# Generated from _async/client.py by scripts/unasync.py: do not edit, edit that file instead.
+"""The front end every backend shares: argument checks, the acquire loop, leases and the `lock()` context.
+
+A lease is the ownership of one acquisition: its token lives in the lease and nowhere else, so two tasks or
+threads sharing one client can never release each other's locks.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from types import TracebackType
+from typing import Protocol
+
+from .._errors import AcquireTimeout, BackendError, LockError, LockLost, NotAcquired
+from .._logic.args import DEFAULT_TTL, DEFAULT_WAIT, check_name, check_ttl, check_wait, ttl_ms
+from .._logic.outcomes import Attempt, Released, State, after_release
+from .._logic.timing import Clock, Deadline, block_for, validity_end
+from ._compat import shielded
+
+TOKEN_BYTES = 16
+"""128 bits from `secrets`, one token per acquisition."""
+
+
+class Backend(Protocol):
+    """What a lock service must do for the front end. Each method is one request; none makes a decision."""
+
+    shown: str
+    block_cap: float
+
+    def retriable(self, exc: BackendError) -> bool: ...
+    def try_acquire(self, name: str, token: str, ttl_ms: int) -> Attempt: ...
+    def release(self, name: str, token: str, fence: int) -> Released: ...
+    def extend(self, name: str, token: str, ttl_ms: int) -> bool: ...
+    def wait_for_release(self, name: str, timeout: float) -> None: ...
+    def close(self) -> None: ...
+
+
+class Lease:
+    """One granted acquisition of a lock: its name, token and fence, and the right to extend or release it."""
+
+    __slots__ = ("_backend", "_clock", "_pid", "_state", "_uncertain_at", "_valid_until", "fence", "name",
+                 "token", "ttl")
+
+    def __init__(self, backend: Backend, clock: Clock, name: str, token: str, fence: int, ttl: float,
+                 valid_until: float) -> None:
+        self._backend = backend
+        self._clock = clock
+        self._pid = os.getpid()
+        self._state = State.HELD
+        self._uncertain_at: float | None = None
+        self._valid_until = valid_until
+        self.name = name
+        self.token = token
+        self.fence = fence
+        self.ttl = ttl
+
+    def __repr__(self) -> str:
+        # The token is a capability (it releases the lock): it is never printed.
+        return (f"<Lease {self.name!r} fence={self.fence} {self._state.value} "
+                f"remaining={self.remaining():.3f}s>")
+
+    def remaining(self) -> float:
+        """Seconds of validity left, by the local monotonic clock (0 once released or lost)."""
+        if self._state is not State.HELD:
+            return 0.0
+        return max(0.0, self._valid_until - self._clock())
+
+    @property
+    def held(self) -> bool:
+        """True while the lease is neither released nor known to be lost, and its validity has not run out."""
+        return self.remaining() > 0.0
+
+    def _check_owner(self, action: str) -> None:
+        if os.getpid() != self._pid:
+            raise LockError(f"cannot {action} a lease acquired by process {self._pid} from its forked child "
+                            f"{os.getpid()}", name=self.name)
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Reset the lease to `ttl` seconds (default: its TTL) from now. Raises `LockLost` if no longer ours."""
+        self._check_owner("extend")
+        new_ttl = self.ttl if ttl is None else check_ttl(ttl, self.name)
+        if self._state is not State.HELD:
+            raise LockLost(f"cannot extend a lease that is {self._state.value}", name=self.name)
+        sent_at = self._clock()
+        if not self._backend.extend(self.name, self.token, ttl_ms(new_ttl)):
+            self._state = State.LOST
+            raise LockLost("the lock expired or was taken by another holder before it could be extended",
+                           name=self.name)
+        self.ttl = new_ttl
+        self._valid_until = validity_end(new_ttl, sent_at)
+
+    def release(self) -> None:
+        """Give the lock back. Raises `LockLost` if it had expired or been taken; a second release does nothing.
+
+        On a network error or a cancellation the lease keeps its token and stays releasable: call it again.
+        """
+        self._check_owner("release")
+        if self._state is State.RELEASED:
+            return
+        if self._state is State.LOST:
+            raise LockLost("the lease was already lost", name=self.name)
+        sent_at = self._clock()
+        try:
+            answer = self._backend.release(self.name, self.token, self.fence)
+        except BaseException:
+            # The server may or may not have deleted the key; only a confirmed answer changes the state.
+            if self._uncertain_at is None:
+                self._uncertain_at = sent_at
+            raise
+        self._state = after_release(answer, self._uncertain_at, self._valid_until)
+        if self._state is State.LOST:
+            why = "expired" if answer is Released.EXPIRED else "was taken by another holder"
+            raise LockLost(f"the lease {why} before it was released", name=self.name)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if os.getpid() == self._pid:
+            self.release()
+
+
+class Locks:
+    """A client for one lock service. Thread- and task-safe; holds no per-lock state of its own."""
+
+    def __init__(self, backend: Backend, *, clock: Clock = time.monotonic) -> None:
+        self._backend = backend
+        self._clock = clock
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    def __repr__(self) -> str:
+        return f"<Locks {self._backend.shown}>"
+
+    def acquire(self, name: str, *, ttl: float = DEFAULT_TTL,
+                      wait: float | None = DEFAULT_WAIT) -> Lease:
+        """Acquire `name` for `ttl` seconds, waiting at most `wait` seconds (None: for ever; 0: one attempt).
+
+        Raises `NotAcquired` (`AcquireTimeout` when `wait` > 0) if the lock stayed busy, `BackendError` if the
+        server failed. Never returns a lease that the server did not grant.
+        """
+        name = check_name(name)
+        ttl = check_ttl(ttl, name)
+        wait_s = check_wait(wait, name)
+        deadline = Deadline.after(wait_s, self._clock())
+        token = secrets.token_hex(TOKEN_BYTES)
+        ms = ttl_ms(ttl)
+        backend = self._backend
+        retried = False
+        while True:
+            sent_at = self._clock()
+            try:
+                attempt = backend.try_acquire(name, token, ms)
+            except BackendError as exc:
+                if not retried and backend.retriable(exc) and not deadline.expired(self._clock()):
+                    retried = True  # the script is idempotent for one token: a retry finds its own key
+                    continue
+                shielded(self._forget(name, token))
+                raise
+            except BaseException:
+                # Cancelled (or interrupted) after the request went out: the key may exist with our token.
+                shielded(self._forget(name, token))
+                raise
+            retried = False
+            if attempt.granted:
+                valid_until = validity_end(ttl, sent_at)
+                if valid_until > self._clock():
+                    return Lease(backend, self._clock, name, token, attempt.fence, ttl, valid_until)
+                # Granted too late to be of use (a slow network ate the TTL): give it back, count it as refused.
+                shielded(self._forget(name, token))
+                attempt = Attempt(False, 0, None)
+            now = self._clock()
+            if deadline.expired(now):
+                if wait_s == 0:
+                    raise NotAcquired("the lock is held by another holder", name=name)
+                raise AcquireTimeout(f"the lock stayed busy for the whole wait of {wait_s} s", name=name)
+            backend.wait_for_release(name, block_for(deadline, now, attempt.holder_ttl, backend.block_cap))
+
+    def _forget(self, name: str, token: str) -> bool:
+        """Best effort: delete a key this acquisition may have created (True if there was one).
+
+        If the server cannot be reached, the key (if any) expires with its TTL.
+        """
+        try:
+            # Fence 0: only RELEASED matters here, meaning our key existed and is gone now.
+            return self._backend.release(name, token, 0) is Released.RELEASED
+        except BackendError:
+            return False
+
+    def lock(self, name: str, *, ttl: float = DEFAULT_TTL, wait: float | None = DEFAULT_WAIT) -> LockContext:
+        """`with locks.lock(name) as lease:` runs the body only with the lock, and releases it on exit."""
+        # Checked now, so that a bad argument fails at the `lock()` call, before anything is sent.
+        check_ttl(ttl, check_name(name))
+        check_wait(wait, name)
+        return LockContext(self, name, ttl, wait)
+
+    def close(self) -> None:
+        self._backend.close()
+
+    def __enter__(self) -> Locks:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.close()
+
+
+class LockContext:
+    """The `lock()` context: acquires on entry (or raises), releases on exit. Not re-entrant."""
+
+    __slots__ = ("_lease", "_locks", "_name", "_ttl", "_wait")
+
+    def __init__(self, locks: Locks, name: str, ttl: float, wait: float | None) -> None:
+        self._locks = locks
+        self._name = name
+        self._ttl = ttl
+        self._wait = wait
+        self._lease: Lease | None = None
+
+    def __enter__(self) -> Lease:
+        if self._lease is not None:
+            raise LockError("this lock() context is already entered; call lock() again for another lease",
+                            name=self._name)
+        self._lease = self._locks.acquire(self._name, ttl=self._ttl, wait=self._wait)
+        return self._lease
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.__exit__(exc_type, exc, tb)

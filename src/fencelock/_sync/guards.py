@@ -1,0 +1,57 @@
+# Generated from _async/guards.py by scripts/unasync.py: do not edit, edit that file instead.
+"""The Redis fencing guard: storage kept in Redis rejects writes from stale holders, atomically.
+
+A fencing token is useless unless the resource checks it. The guard keeps, per lock name, the highest fence it
+has accepted (`fencelock:{name}:guard`) and writes a value only if the writer's fence is not lower, in one Lua
+script (`_scripts/guard_set.lua`), so no stale write can slip in between the check and the write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis import Redis, RedisCluster
+
+from .._errors import BackendError, StaleFence
+from .._logic.args import check_name
+from .._logic.fencing import check_fence
+from .._logic.keys import PREFIX, tag
+from .._scripts import GUARD_SET
+from .redis import CLIENT_ERRORS, run_script
+
+
+class RedisGuard:
+    """Guarded writes to a Redis that holds the protected data (it may be the lock's Redis or another one)."""
+
+    def __init__(self, client: Redis | RedisCluster, *, prefix: str = PREFIX) -> None:
+        self._client = client
+        self._prefix = prefix
+
+    def key(self, name: str, suffix: str) -> str:
+        """A data key in the same hash slot as `name`'s guard key: use it for guarded data on Redis Cluster."""
+        return f"{tag(check_name(name), self._prefix)}:data:{suffix}"
+
+    def _guard_key(self, name: str) -> str:
+        return f"{tag(name, self._prefix)}:guard"
+
+    def set(self, name: str, fence: int, key: str, value: str | bytes | int | float) -> None:
+        """SET `key` to `value` if `fence` is at least the highest fence accepted for `name`; else `StaleFence`."""
+        name = check_name(name)
+        fence = check_fence(fence, name)
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"key must be a non-empty str, got {key!r} (lock {name!r})")
+        accepted, highest = run_script(self._client, GUARD_SET, [self._guard_key(name), key],
+                                             [fence, value], name=name, where="the guarded Redis")
+        if accepted != 1:
+            raise StaleFence(f"write with fence {fence} rejected: fence {highest} was already accepted",
+                             name=name, fence=fence, highest=int(highest))
+
+    def highest(self, name: str) -> int | None:
+        """The highest fence accepted so far for `name`, or None."""
+        name = check_name(name)
+        client: Any = self._client
+        try:
+            value = client.get(self._guard_key(name))
+        except CLIENT_ERRORS as exc:
+            raise BackendError(f"reading the guard failed: {type(exc).__name__}: {exc}", name=name) from exc
+        return None if value is None else int(value)
