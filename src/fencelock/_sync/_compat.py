@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -11,6 +12,21 @@ T = TypeVar("T")
 def shielded(value: T) -> T:
     """A synchronous call has already run to completion when its value is passed here: nothing to shield."""
     return value
+
+
+def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object]) -> T:
+    """Send `request`; if it is interrupted (KeyboardInterrupt, SystemExit), run `undo` before re-raising.
+
+    Unlike asyncio, a thread cannot let the interrupted request finish first, so `undo` may reach the server
+    before the request does; then the key (if any) lives until its TTL ends.
+    """
+    try:
+        return request()
+    except Exception:
+        raise
+    except BaseException:
+        undo()
+        raise
 
 
 def sleep(seconds: float) -> None:

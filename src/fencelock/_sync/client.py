@@ -17,7 +17,7 @@ from .._errors import AcquireTimeout, BackendError, LockError, LockLost, NotAcqu
 from .._logic.args import DEFAULT_TTL, DEFAULT_WAIT, check_name, check_ttl, check_wait, ttl_ms
 from .._logic.outcomes import Attempt, Released, State, after_release
 from .._logic.timing import Clock, Deadline, block_for, validity_end
-from ._compat import shielded
+from ._compat import shielded, undo_if_interrupted
 
 TOKEN_BYTES = 16
 """128 bits from `secrets`, one token per acquisition."""
@@ -155,15 +155,12 @@ class Locks:
         while True:
             sent_at = self._clock()
             try:
-                attempt = backend.try_acquire(name, token, ms)
+                attempt = undo_if_interrupted(lambda: backend.try_acquire(name, token, ms),
+                                                    lambda: self._forget(name, token))
             except BackendError as exc:
                 if not retried and backend.retriable(exc) and not deadline.expired(self._clock()):
                     retried = True  # the script is idempotent for one token: a retry finds its own key
                     continue
-                shielded(self._forget(name, token))
-                raise
-            except BaseException:
-                # Cancelled (or interrupted) after the request went out: the key may exist with our token.
                 shielded(self._forget(name, token))
                 raise
             retried = False

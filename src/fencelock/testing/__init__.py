@@ -1,0 +1,1 @@
+"""Helpers for testing fencelock against real servers (see :mod:`fencelock.testing.servers`)."""
