@@ -24,6 +24,11 @@ async def shielded(awaitable: Awaitable[T]) -> T:
     return await asyncio.shield(task)
 
 
+def in_background(work: Callable[[], Awaitable[object]]) -> None:
+    """Start `work` and return at once; it runs to its end as a task of the running loop."""
+    _keep(asyncio.ensure_future(work()))
+
+
 async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callable[[], Awaitable[object]]) -> T:
     """Send `request`; if the caller is cancelled before the answer, let the request finish, then run `undo`.
 

@@ -16,7 +16,7 @@ from .._errors import AcquireTimeout, BackendError, LockError, LockLost, NotAcqu
 from .._logic.args import DEFAULT_TTL, DEFAULT_WAIT, check_name, check_ttl, check_wait, ttl_ms
 from .._logic.outcomes import Attempt, Released, State, after_release
 from .._logic.timing import Clock, Deadline, block_for, validity_end
-from ._compat import shielded, undo_if_interrupted
+from ._compat import in_background, shielded, undo_if_interrupted
 
 TOKEN_BYTES = 16
 """128 bits from `secrets`, one token per acquisition."""
@@ -160,7 +160,9 @@ class AsyncLocks:
                 if not retried and backend.retriable(exc) and not deadline.expired(self._clock()):
                     retried = True  # the script is idempotent for one token: a retry finds its own key
                     continue
-                await shielded(self._forget(name, token))
+                # The script may have run. Delete our key if it did, but do not make the caller wait for a
+                # server that just failed to answer: the error is due now, and the TTL bounds the key anyway.
+                in_background(lambda: self._forget(name, token))
                 raise
             retried = False
             if attempt.granted:

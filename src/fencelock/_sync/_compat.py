@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -12,6 +13,11 @@ T = TypeVar("T")
 def shielded(value: T) -> T:
     """A synchronous call has already run to completion when its value is passed here: nothing to shield."""
     return value
+
+
+def in_background(work: Callable[[], object]) -> None:
+    """Start `work` and return at once; it runs to its end in a daemon thread."""
+    threading.Thread(target=work, name="fencelock-cleanup", daemon=True).start()
 
 
 def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object]) -> T:

@@ -1,0 +1,248 @@
+"""Faults injected into real servers (SIGSTOP, SIGKILL, script cache loss), bad input, and credentials."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from typing import Any
+
+import pytest
+
+import fencelock
+from fencelock._logic.keys import redis_keys
+from fencelock.testing.servers import RedisServer, free_port
+
+from .conftest import Deployment, lock_value
+
+
+def test_a_stopped_server_gives_a_backend_error_in_bounded_time(own_deployment: Deployment, name: str) -> None:
+    locks = fencelock.connect(own_deployment.url)  # default socket timeout: 2 s
+    locks.acquire(name + ":warm", ttl=5.0, wait=0)  # a pooled connection exists and goes silent below
+    own_deployment.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(fencelock.BackendError) as info:
+            locks.acquire(name, ttl=5.0, wait=1.0)
+        took = time.monotonic() - started
+        # redis-py's cluster client re-reads the layout from every node after a timeout: one more socket
+        # timeout per node. Bounded either way, and documented in the README.
+        timeouts = 1 if own_deployment.kind == "redis" else 1 + 3
+        assert took < 1.0 + 2.0 * timeouts + 0.5, took
+        assert info.value.name == name
+        assert isinstance(info.value.__cause__, Exception)
+    finally:
+        own_deployment.resume()
+    locks.close()
+
+
+def test_a_dead_server_gives_a_backend_error_at_once(name: str) -> None:
+    locks = fencelock.connect(f"redis://127.0.0.1:{free_port()}/0")
+    started = time.monotonic()
+    for wait in (0, 1.0, None):
+        with pytest.raises(fencelock.BackendError, match="ConnectionError"):
+            locks.acquire(name, wait=wait)
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_failed_release_keeps_the_token_and_can_be_retried(own_server: RedisServer, name: str) -> None:
+    """redis-py's sync Lock dropped the token before the server confirmed: the lock could never be released."""
+    locks = fencelock.connect(own_server.url + "?socket_timeout=0.3")
+    lease = locks.acquire(name, ttl=10.0, wait=0)
+    own_server.pause()
+    try:
+        with pytest.raises(fencelock.BackendError):
+            lease.release()
+        with pytest.raises(fencelock.BackendError):
+            lease.extend()
+    finally:
+        own_server.resume()
+    assert lease.remaining() > 9.0
+    lease.extend()
+    lease.release()
+    assert lock_value(own_server.client(), name) is None
+    locks.close()
+
+
+def test_a_release_that_got_no_reply_is_not_reported_as_a_loss_if_the_key_went(own_server: RedisServer,
+                                                                              name: str) -> None:
+    """A release timed out; by the retry the key is gone and nobody took the lock: our release did its job
+    (or the key expired after it was sent in time); either way no other holder was ever granted."""
+    locks = fencelock.connect(own_server.url + "?socket_timeout=0.3")
+    lease = locks.acquire(name, ttl=10.0, wait=0)
+    own_server.pause()
+    try:
+        with pytest.raises(fencelock.BackendError):
+            lease.release()
+    finally:
+        own_server.resume()
+    own_server.client().delete(redis_keys(name).lock)  # as if the timed-out release had run
+    lease.release()
+    lease.release()
+    locks.close()
+
+
+def test_a_release_that_got_no_reply_still_reports_a_new_holder(own_server: RedisServer, name: str) -> None:
+    locks = fencelock.connect(own_server.url + "?socket_timeout=0.3")
+    lease = locks.acquire(name, ttl=10.0, wait=0)
+    own_server.pause()
+    try:
+        with pytest.raises(fencelock.BackendError):
+            lease.release()
+    finally:
+        own_server.resume()
+    own_server.client().delete(redis_keys(name).lock)
+    other = locks.acquire(name, ttl=10.0, wait=0)
+    with pytest.raises(fencelock.LockLost, match="taken"):
+        lease.release()
+    assert lock_value(own_server.client(), name) == other.token
+    other.release()
+    locks.close()
+
+
+def test_acquire_survives_a_server_restart_between_calls(own_server: RedisServer, name: str) -> None:
+    locks = fencelock.connect(own_server.url)
+    locks.acquire(name + ":before", ttl=5.0, wait=0).release()  # leaves a pooled connection
+    own_server.kill()
+    own_server.restart()  # the pooled connection is now dead; one retry on a fresh one is safe
+    lease = locks.acquire(name, ttl=5.0, wait=0)
+    assert lease.fence == 1  # the server came back empty (no persistence)
+    lease.release()
+    locks.close()
+
+
+def test_scripts_are_loaded_again_after_the_server_forgets_them(locks: fencelock.Locks, name: str,
+                                                                deployment: Deployment) -> None:
+    locks.acquire(name, ttl=5.0, wait=0).release()
+    raw: Any = deployment.raw()
+    raw.script_flush()
+    with locks.lock(name, ttl=5.0, wait=0) as lease:
+        assert lease.fence == 2
+
+
+def test_asyncio_cancelling_acquire_after_the_request_went_out_leaves_no_key(own_server: RedisServer,
+                                                                            name: str) -> None:
+    async def main() -> None:
+        locks = fencelock.aio.connect(own_server.url)
+        await (await locks.acquire(name + ":warm", wait=0)).release()
+        own_server.pause()
+        try:
+            task = asyncio.ensure_future(locks.acquire(name, ttl=10.0, wait=None))
+            await asyncio.sleep(0.2)  # the acquire script is on the wire, the server is frozen
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            own_server.resume()
+        # The server now runs the acquire (creating our key); the undo follows it and deletes it.
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if lock_value(own_server.client(), name) is None:
+                break
+        assert lock_value(own_server.client(), name) is None
+        lease = await locks.acquire(name, ttl=5.0, wait=0)
+        assert lease.fence == 2  # the cancelled attempt was granted fence 1 on the server, then undone
+        await lease.release()
+        await locks.aclose()
+
+    asyncio.run(main())
+
+
+def test_asyncio_cancelling_release_leaves_the_lease_releasable(own_server: RedisServer, name: str) -> None:
+    async def main() -> None:
+        locks = fencelock.aio.connect(own_server.url)
+        lease = await locks.acquire(name, ttl=10.0, wait=0)
+        own_server.pause()
+        try:
+            task = asyncio.ensure_future(lease.release())
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            own_server.resume()
+        await lease.release()  # no error: released now, or by the cancelled call, never lost
+        assert lock_value(own_server.client(), name) is None
+        await locks.aclose()
+
+    asyncio.run(main())
+
+
+# -- bad input: rejected before anything is sent ----------------------------------------------------------------
+
+NOWHERE = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens: anything actually sent would be a BackendError
+
+
+@pytest.mark.parametrize(("kwargs", "error", "arg"), [
+    ({"ttl": 0}, ValueError, "ttl"), ({"ttl": -1.0}, ValueError, "ttl"), ({"ttl": math.nan}, ValueError, "ttl"),
+    ({"ttl": math.inf}, ValueError, "ttl"), ({"ttl": True}, TypeError, "ttl"), ({"ttl": "30"}, TypeError, "ttl"),
+    ({"ttl": None}, TypeError, "ttl"), ({"wait": -1}, ValueError, "wait"), ({"wait": math.nan}, ValueError, "wait"),
+    ({"wait": False}, TypeError, "wait"), ({"wait": "5"}, TypeError, "wait"),
+])
+def test_bad_arguments_are_rejected_before_anything_is_sent(kwargs: dict[str, Any], error: type[Exception],
+                                                            arg: str) -> None:
+    locks = fencelock.connect(NOWHERE)
+    with pytest.raises(error, match=rf"{arg} .*lock 'orders:42'"):
+        locks.acquire("orders:42", **kwargs)
+    with pytest.raises(error, match=rf"{arg} .*lock 'orders:42'"):
+        locks.lock("orders:42", **kwargs)
+
+    async def main() -> None:
+        with pytest.raises(error, match=rf"{arg} .*lock 'orders:42'"):
+            await fencelock.aio.connect(NOWHERE).acquire("orders:42", **kwargs)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("bad", "error"), [("", ValueError), (None, TypeError), (42, TypeError),
+                                            (b"orders", TypeError)])
+def test_bad_names_are_rejected_before_anything_is_sent(bad: Any, error: type[Exception]) -> None:
+    locks = fencelock.connect(NOWHERE)
+    with pytest.raises(error, match="name"):
+        locks.acquire(bad)
+    with pytest.raises(error, match="name"):
+        locks.lock(bad)
+
+
+def test_bad_extend_ttl_is_rejected_and_the_lease_is_kept(locks: fencelock.Locks, name: str) -> None:
+    lease = locks.acquire(name, ttl=5.0, wait=0)
+    for bad in (0, -1, math.nan, True):
+        with pytest.raises((ValueError, TypeError), match=rf"ttl .*lock '{re.escape(name)}'"):
+            lease.extend(bad)
+    assert lease.remaining() > 4.5
+    lease.release()
+
+
+@pytest.mark.parametrize("url", ["", "localhost:6379", "http://127.0.0.1", "redis://127.0.0.1:70000",
+                                 "redis://127.0.0.1/x", "redis://127.0.0.1?nonsense=1", 6379])
+def test_malformed_urls_fail_at_connect(url: Any) -> None:
+    with pytest.raises((ValueError, TypeError), match="url"):
+        fencelock.connect(url)
+    with pytest.raises((ValueError, TypeError), match="url"):
+        fencelock.aio.connect(url)
+
+
+def test_the_wrong_kind_of_redis_client_is_a_type_error(deployment: Deployment) -> None:
+    import redis.asyncio
+
+    with pytest.raises(TypeError, match="fencelock.aio.connect"):
+        fencelock.connect(redis.asyncio.Redis())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="fencelock.connect"):
+        fencelock.aio.connect(deployment.raw())
+
+
+# -- credentials ----------------------------------------------------------------------------------------------
+
+def test_acl_user_and_password_come_in_through_the_url(own_server: RedisServer, name: str) -> None:
+    admin: Any = own_server.client()
+    admin.execute_command("ACL", "SETUSER", "app", "on", ">s3cret-pw", "~fencelock:*", "+@all")
+    locks = fencelock.connect(f"redis://app:s3cret-pw@127.0.0.1:{own_server.port}/0")
+    with locks.lock(name, ttl=5.0, wait=0) as lease:
+        assert lease.fence == 1
+    locks.close()
+    wrong = fencelock.connect(f"redis://app:wrong-pw@127.0.0.1:{own_server.port}/0")
+    with pytest.raises(fencelock.BackendError) as info:
+        wrong.acquire(name, wait=0)
+    assert "wrong-pw" not in str(info.value) and "s3cret" not in str(info.value)
+    wrong.close()
