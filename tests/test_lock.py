@@ -22,7 +22,8 @@ def test_acquire_gives_a_fenced_lease_and_release_frees_the_lock(locks: fenceloc
     assert lease.name == name
     assert isinstance(lease.fence, int)
     assert lease.fence >= 1
-    assert len(lease.token) == 32 and int(lease.token, 16) >= 0  # 128 bits, hex
+    assert len(lease.token) == 32
+    assert int(lease.token, 16) >= 0
     assert 4.9 < lease.remaining() <= 5.0 - 0.052
     assert lock_value(deployment.raw(), name) == lease.token
     lease.release()
@@ -68,9 +69,8 @@ def test_wait_is_one_deadline_for_all_retries(locks: fencelock.Locks, name: str)
 
 def test_the_context_body_never_runs_without_the_lock(locks: fencelock.Locks, name: str) -> None:
     ran = False
-    with locks.lock(name, ttl=5.0):
-        with pytest.raises(fencelock.NotAcquired), locks.lock(name, wait=0):
-            ran = True
+    with locks.lock(name, ttl=5.0), pytest.raises(fencelock.NotAcquired), locks.lock(name, wait=0):
+        ran = True
     assert not ran
 
 
@@ -172,7 +172,8 @@ def test_mutual_exclusion_and_fence_order_under_contention(deployment: Deploymen
         thread.join()
     assert overlaps == 0
     assert len(grants) == 60
-    assert grants == sorted(grants) and len(set(grants)) == 60
+    assert grants == sorted(grants)
+    assert len(set(grants)) == 60
 
 
 def test_a_waiter_is_woken_by_the_release_not_by_polling(locks: fencelock.Locks, name: str,
@@ -284,7 +285,8 @@ def test_asyncio_tasks_sharing_a_client_are_mutually_exclusive(deployment: Deplo
         return fences
 
     fences = asyncio.run(main())
-    assert fences == sorted(fences) and len(set(fences)) == 50
+    assert fences == sorted(fences)
+    assert len(set(fences)) == 50
 
 
 def _calls(deployment: Deployment, command: str) -> int:
