@@ -46,19 +46,26 @@ def test_a_dead_server_gives_a_backend_error_at_once(name: str) -> None:
     assert time.monotonic() - started < 1.0
 
 
-def test_a_failed_release_keeps_the_token_and_can_be_retried(own_server: RedisServer, name: str) -> None:
-    """redis-py's sync Lock dropped the token before the server confirmed: the lock could never be released."""
-    locks = fencelock.connect(own_server.url + "?socket_timeout=0.3")
+def _release_while_stopped(server: RedisServer, name: str) -> tuple[fencelock.Locks, fencelock.Lease]:
+    """Acquire, then try to release while the server is stopped: the release times out without a reply."""
+    locks = fencelock.connect(server.url + "?socket_timeout=0.3")
     lease = locks.acquire(name, ttl=10.0, wait=0)
-    own_server.pause()
+    server.pause()
     try:
         with pytest.raises(fencelock.BackendError):
             lease.release()
         with pytest.raises(fencelock.BackendError):
             lease.extend()
     finally:
-        own_server.resume()
+        server.resume()
+    return locks, lease
+
+
+def test_a_failed_release_keeps_the_token_and_can_be_retried(own_server: RedisServer, name: str) -> None:
+    """redis-py's sync Lock dropped the token before the server confirmed: the lock could never be released."""
+    locks, lease = _release_while_stopped(own_server, name)
     assert lease.remaining() > 9.0
+    assert lock_value(own_server.client(), name) == lease.token
     lease.extend()
     lease.release()
     assert lock_value(own_server.client(), name) is None
@@ -69,14 +76,7 @@ def test_a_release_that_got_no_reply_is_not_reported_as_a_loss_if_the_key_went(o
                                                                               name: str) -> None:
     """A release timed out; by the retry the key is gone and nobody took the lock: our release did its job
     (or the key expired after it was sent in time); either way no other holder was ever granted."""
-    locks = fencelock.connect(own_server.url + "?socket_timeout=0.3")
-    lease = locks.acquire(name, ttl=10.0, wait=0)
-    own_server.pause()
-    try:
-        with pytest.raises(fencelock.BackendError):
-            lease.release()
-    finally:
-        own_server.resume()
+    locks, lease = _release_while_stopped(own_server, name)
     own_server.client().delete(redis_keys(name).lock)  # as if the timed-out release had run
     lease.release()
     lease.release()
@@ -84,14 +84,7 @@ def test_a_release_that_got_no_reply_is_not_reported_as_a_loss_if_the_key_went(o
 
 
 def test_a_release_that_got_no_reply_still_reports_a_new_holder(own_server: RedisServer, name: str) -> None:
-    locks = fencelock.connect(own_server.url + "?socket_timeout=0.3")
-    lease = locks.acquire(name, ttl=10.0, wait=0)
-    own_server.pause()
-    try:
-        with pytest.raises(fencelock.BackendError):
-            lease.release()
-    finally:
-        own_server.resume()
+    locks, lease = _release_while_stopped(own_server, name)
     own_server.client().delete(redis_keys(name).lock)
     other = locks.acquire(name, ttl=10.0, wait=0)
     with pytest.raises(fencelock.LockLost, match="taken"):
