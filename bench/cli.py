@@ -1,0 +1,115 @@
+"""`python -m bench`: start the servers, run every workload for every contender, print the report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+from . import report
+from .contenders import REGISTRY, Contender, Target
+from .placement import placements
+from .services import Services, Unavailable
+from .workload import Contended, ContendedParams, ContendedRun, Uncontended, contended_run, summarise, uncontended
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="smaller counts (under 30 s): a smoke run, noisier")
+    p.add_argument("--json", metavar="PATH", help="also write every result to PATH")
+    p.add_argument("--only", metavar="NAMES",
+                   help=f"comma-separated contenders to run (default: all of {', '.join(REGISTRY)})")
+    p.add_argument("--rounds", type=int, help="uncontended rounds per placement (default 10; quick 4)")
+    p.add_argument("--cycles", type=int, help="uncontended cycles per round (default 1000; quick 400)")
+    p.add_argument("--duration", type=float, help="contended seconds per run (default 5; quick 2)")
+    p.add_argument("--runs", type=int,
+                   help="contended runs per contender, in order A B C, then C B A, ... (default 4; quick 1)")
+    p.add_argument("--workers", type=int, default=8, help="contended worker processes (default 8)")
+    p.add_argument("--skip-contended", action="store_true", help="run the uncontended workload only")
+    p.add_argument("--strict", action="store_true", help="exit with status 1 if a target FAILs")
+    return p
+
+
+def _progress(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _chosen(only: str | None) -> list[Contender]:
+    if not only:
+        return list(REGISTRY.values())
+    keys = [k.strip() for k in only.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in REGISTRY]
+    if unknown:
+        raise SystemExit(f"unknown contender(s) {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
+    return [REGISTRY[k] for k in REGISTRY if k in keys]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    quick: bool = args.quick
+    rounds: int = args.rounds or (4 if quick else 10)
+    cycles: int = args.cycles or (400 if quick else 1000)
+    runs: int = args.runs or (1 if quick else 4)
+    warmup = max(100, cycles // 4)
+    places = placements()
+    params = ContendedParams(workers=args.workers, duration=args.duration or (2.0 if quick else 5.0))
+    began = time.monotonic()
+
+    skipped: dict[str, str] = {}
+    with Services() as services:
+        rows: list[tuple[Contender, Target]] = []
+        for contender in _chosen(args.only):
+            try:
+                rows.append((contender, services.target(contender.need)))
+            except Unavailable as exc:
+                skipped[contender.key] = str(exc)
+                _progress(f"skipping {contender.label}: {exc}")
+        _progress(f"server(s) up: {', '.join(sorted({url for _, t in rows for url in t.urls}))}")
+
+        unc: dict[str, dict[str, Uncontended]] = uncontended(
+            [(c, t) for c, t in rows if c.uncontended], places=places, server_pids=services.server_pids(),
+            rounds=rounds, cycles=cycles, warmup=warmup, progress=_progress)
+        con: dict[str, Contended] = {}
+        if not args.skip_contended:
+            order = [(c, t) for c, t in rows if c.contended]
+            done: dict[str, list[ContendedRun]] = {c.key: [] for c, _ in order}
+            for index in range(runs):
+                # A B C, then C B A: a drift of the machine during the run hits every row alike.
+                for c, t in order if index % 2 == 0 else reversed(order):
+                    done[c.key].append(contended_run(c, t, params, progress=_progress))
+            con = {key: summarise(key, params, found) for key, found in done.items()}
+        machine = report.machine(services.describe())
+    wall = time.monotonic() - began
+
+    items = report.checks(unc, [p.name for p in places], con)
+    print()
+    print("fencelock benchmark" + (" (--quick: smaller counts, noisier)" if quick else ""))
+    print()
+    for key, value in machine.items():
+        print(f"  {key + ':':<19} {value}")
+    print()
+    print(report.uncontended_table(unc, places, rounds, cycles))
+    print()
+    if con:
+        print(report.contended_table(con))
+        print()
+    print(report.checks_table(items))
+    for key, why in skipped.items():
+        print(f"\nskipped {key}: {why}")
+    errors = [(key, e) for key, result in con.items() for e in result.errors]
+    for key, error in errors:
+        print(f"\nerror in {key}: {error}")
+    print(f"\nwall time {wall:.1f} s; the 'anchors.md' columns are another run (redis-py 5.3), for reference only")
+
+    if args.json:
+        config = {"quick": quick,
+                  "uncontended": {"rounds": rounds, "cycles": cycles, "warmup": warmup,
+                                  "placements": {p.name: p.description for p in places}},
+                  "contended": {"runs": runs, "workers": params.workers, "duration": params.duration,
+                                "hold": params.hold, "pause": params.pause, "wait": params.wait}}
+        report.write_json(args.json, machine_info=machine, config=config, unc=unc, con=con, items=items,
+                          skipped=skipped, wall_s=wall)
+        print(f"results written to {args.json}")
+    failed = any(c.ok is False for c in items) or bool(errors)
+    return 1 if (args.strict and failed) else 0

@@ -1,0 +1,270 @@
+"""The registry of contenders: name -> a factory that connects to a `Target` and gives acquire/release callables.
+
+To add a row (Redlock over five nodes, etcd, ZooKeeper, ...): write a factory `(Target) -> Locker` (or an async
+one giving an `AsyncLocker`), and `register()` it with the `Need` it has (which service, how many nodes).
+`services.py` starts what the needs ask for; `workload.py` runs every registered contender the same way.
+
+The contract every factory keeps, so that the rows compare like with like:
+
+- `acquire(name, wait)` makes one acquisition with a 30 s TTL and returns a handle, or None if the lock stayed
+  busy: `wait == 0` is one attempt, `wait > 0` blocks at most that many seconds in the library's own way.
+- `release(handle)` gives that acquisition back (compare-and-delete on the server).
+- Each acquisition builds whatever a user would build for it (a new `Lock` object, a new token): the cost of
+  the library's normal use is measured, not a hand-tuned reuse of its internals.
+- Each factory makes its own client (connection pool) with the library's default settings.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal, cast
+
+import redis
+import redis.asyncio
+
+import fencelock
+import fencelock.aio
+
+TTL = 30.0
+"""Seconds: the TTL of every acquisition in every row."""
+
+Role = Literal["floor", "subject", "anchor", "info"]
+"""floor: the least work a correct lock can do; subject: fencelock; anchor: a library users pick today;
+info: measured and shown, no target depends on it."""
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a contender needs running: `nodes` servers of one `service` ("redis"; later "etcd", "zookeeper")."""
+
+    service: str
+    nodes: int = 1
+
+    def __str__(self) -> str:
+        return self.service if self.nodes == 1 else f"{self.nodes} x {self.service}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the servers of one `Need` listen (picklable: it is handed to worker processes)."""
+
+    service: str
+    urls: tuple[str, ...]
+
+    @property
+    def url(self) -> str:
+        return self.urls[0]
+
+
+@dataclass(frozen=True)
+class Locker:
+    """acquire/release callables bound to one client. `close` frees the client."""
+
+    acquire: Callable[[str, float], object | None]
+    release: Callable[[object], None]
+    close: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class AsyncLocker:
+    acquire: Callable[[str, float], Awaitable[object | None]]
+    release: Callable[[object], Awaitable[None]]
+    close: Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The figures `/work/shared/anchors.md` gives for this contender (another run, redis-py 5.3), for comparison."""
+
+    uncontended_us: float | None = None
+    per_s: float | None = None
+    wait_p99_ms: float | None = None
+    longest_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Contender:
+    key: str
+    label: str
+    role: Role
+    need: Need
+    make: Callable[[Target], Locker] | None = None
+    make_async: Callable[[Target], AsyncLocker] | None = None
+    uncontended: bool = True
+    contended: bool = True
+    reference: Reference = field(default_factory=Reference)
+    note: str = ""
+
+
+REGISTRY: dict[str, Contender] = {}
+
+
+def register(contender: Contender) -> Contender:
+    if contender.key in REGISTRY:
+        raise ValueError(f"contender {contender.key!r} registered twice")
+    if (contender.make is None) == (contender.make_async is None):
+        raise ValueError(f"contender {contender.key!r} needs exactly one of make / make_async")
+    if contender.contended and contender.make is None:
+        raise ValueError(f"contender {contender.key!r}: the contended workload runs sync lockers in processes")
+    REGISTRY[contender.key] = contender
+    return contender
+
+
+# ----------------------------------------------------------------------------------------------------- one node
+
+def _redis_client(target: Target) -> redis.Redis:
+    """A plain redis-py client with its default settings, as a user of the anchors would make it."""
+    return redis.Redis.from_url(target.url)
+
+
+_FLOOR_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+def floor(target: Target) -> Locker:
+    """By hand: `SET name token NX PX 30000`, release by EVALSHA compare-and-delete. No waiting, no fence."""
+    client = _redis_client(target)
+    sha: str = client.script_load(_FLOOR_RELEASE)
+    ttl_ms = int(TTL * 1000)
+
+    def acquire(name: str, wait: float) -> object | None:
+        if wait != 0:
+            raise NotImplementedError("the floor makes one attempt only")
+        token = secrets.token_hex(16)
+        return (name, token) if client.set(name, token, nx=True, px=ttl_ms) else None
+
+    def release(handle: object) -> None:
+        name, token = cast("tuple[str, str]", handle)
+        client.evalsha(sha, 1, name, token)
+
+    return Locker(acquire, release, client.close)
+
+
+def floor_async(target: Target) -> AsyncLocker:
+    """The floor with redis-py's asyncio client: what any asyncio lock on redis-py pays at least."""
+    client = redis.asyncio.Redis.from_url(target.url)
+    ttl_ms = int(TTL * 1000)
+    sha: str | None = None
+
+    async def acquire(name: str, wait: float) -> object | None:
+        nonlocal sha
+        if wait != 0:
+            raise NotImplementedError("the floor makes one attempt only")
+        if sha is None:
+            sha = await client.script_load(_FLOOR_RELEASE)
+        token = secrets.token_hex(16)
+        return (name, token) if await client.set(name, token, nx=True, px=ttl_ms) else None
+
+    async def release(handle: object) -> None:
+        name, token = cast("tuple[str, str]", handle)
+        await client.evalsha(sha, 1, name, token)  # type: ignore[arg-type]
+
+    return AsyncLocker(acquire, release, client.aclose)
+
+
+def fencelock_sync(target: Target) -> Locker:
+    locks = fencelock.connect(target.url)
+
+    def acquire(name: str, wait: float) -> object | None:
+        try:
+            return locks.acquire(name, ttl=TTL, wait=wait)
+        except fencelock.NotAcquired:
+            return None
+
+    def release(handle: object) -> None:
+        cast(fencelock.Lease, handle).release()
+
+    return Locker(acquire, release, locks.close)
+
+
+def fencelock_async(target: Target) -> AsyncLocker:
+    locks = fencelock.aio.connect(target.url)
+
+    async def acquire(name: str, wait: float) -> object | None:
+        try:
+            return await locks.acquire(name, ttl=TTL, wait=wait)
+        except fencelock.NotAcquired:
+            return None
+
+    async def release(handle: object) -> None:
+        await cast(fencelock.aio.Lease, handle).release()
+
+    return AsyncLocker(acquire, release, locks.aclose)
+
+
+def redis_py_lock(target: Target) -> Locker:
+    """redis-py's `Lock` with its defaults: a blocking acquire polls every 0.1 s."""
+    client = _redis_client(target)
+
+    def acquire(name: str, wait: float) -> object | None:
+        lock = client.lock(name, timeout=TTL)
+        got = lock.acquire(blocking=wait > 0, blocking_timeout=wait if wait > 0 else None)
+        return lock if got else None
+
+    def release(handle: object) -> None:
+        handle.release()  # type: ignore[attr-defined]
+
+    return Locker(acquire, release, client.close)
+
+
+def python_redis_lock(target: Target) -> Locker:
+    """python-redis-lock: `SET NX EX`, a blocking acquire BLPOPs a signal list its release pushes to.
+
+    Its `acquire()` first GETs the key to check that this `Lock` object does not already hold it: three round
+    trips per cycle where the others make two. That is its normal use, so it is measured as it is.
+    """
+    import redis_lock  # optional dependency (`.[bench]`): imported only when this row runs
+
+    client = _redis_client(target)
+    expire = int(TTL)
+
+    def acquire(name: str, wait: float) -> object | None:
+        lock = redis_lock.Lock(client, name, expire=expire)
+        if wait > 0:
+            # Its timeout is whole seconds (it truncates fractions), and may not exceed `expire`.
+            got = lock.acquire(blocking=True, timeout=max(1, min(expire, round(wait))))
+        else:
+            got = lock.acquire(blocking=False)
+        return lock if got else None
+
+    def release(handle: object) -> None:
+        handle.release()  # type: ignore[attr-defined]
+
+    return Locker(acquire, release, client.close)
+
+
+ONE_REDIS = Need("redis")
+
+register(Contender(
+    "floor", "floor: SET NX PX + EVALSHA", "floor", ONE_REDIS, make=floor, contended=False,
+    reference=Reference(uncontended_us=272),
+    note="hand-written with redis-py: the least a correct single-node lock can do",
+))
+register(Contender(
+    "fencelock", "fencelock", "subject", ONE_REDIS, make=fencelock_sync,
+    note="fencelock.connect(url): acquire(ttl=30) / lease.release()",
+))
+register(Contender(
+    "redis-py", "redis-py Lock", "anchor", ONE_REDIS, make=redis_py_lock,
+    reference=Reference(uncontended_us=324, per_s=401, wait_p99_ms=408, longest_ms=2325),
+    note="r.lock(name, timeout=30): defaults, polls every 0.1 s",
+))
+register(Contender(
+    "python-redis-lock", "python-redis-lock", "anchor", ONE_REDIS, make=python_redis_lock,
+    reference=Reference(uncontended_us=297, per_s=508, wait_p99_ms=29, longest_ms=41),
+    note="redis_lock.Lock(r, name, expire=30): BLPOP on a signal list",
+))
+register(Contender(
+    "floor-aio", "floor, asyncio", "info", ONE_REDIS, make_async=floor_async, contended=False,
+    note="the floor with redis.asyncio: the bar for fencelock.aio",
+))
+register(Contender(
+    "fencelock-aio", "fencelock.aio", "info", ONE_REDIS, make_async=fencelock_async, contended=False,
+    note="fencelock.aio.connect(url), one task, for information",
+))

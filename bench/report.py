@@ -1,0 +1,265 @@
+"""What gets printed and written: the machine, the two tables, the ratios with their targets, the JSON file."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from typing import Any
+
+from .contenders import REGISTRY, Contender
+from .placement import Placement
+from .workload import Contended, Uncontended
+
+FLOOR_TARGET = 1.15
+"""Uncontended fencelock / floor must stay at or below this."""
+
+
+# ----------------------------------------------------------------------------------------------------- machine
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def machine(server: Mapping[str, str]) -> dict[str, str]:
+    import redis
+
+    import fencelock
+
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "cores": f"{os.cpu_count()} ({usable} usable), {_cpu_model()}",
+        "os": platform.platform(),
+        "python": f"{platform.python_implementation()} {platform.python_version()} ({sys.executable})",
+        "fencelock": fencelock.__version__,
+        "redis-py": redis.__version__,
+        "python-redis-lock": _version("python-redis-lock"),
+        **server,
+    }
+
+
+# ------------------------------------------------------------------------------------------------------ tables
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
+    """A plain-text table; `align` has one 'l' or 'r' per column."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(w) if a == "l" else cell.rjust(w)
+                         for cell, w, a in zip(cells, widths, align, strict=True)).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), rule, *(line(row) for row in rows)])
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _ratio(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}x"
+
+
+def uncontended_table(results: Mapping[str, Mapping[str, Uncontended]], places: Sequence[Placement], rounds: int,
+                      cycles: int) -> str:
+    """One row per contender; the first placement is the headline (min, max, reference), the others follow."""
+    if not places or not results.get(places[0].name):
+        return "Uncontended: nothing measured"
+    head, *others = places
+    ref_floor = REGISTRY["floor"].reference.uncontended_us if "floor" in REGISTRY else None
+
+    def floor_us(place: Placement) -> float:
+        floor = results[place.name].get("floor")
+        return floor.median_us if floor else math.nan
+
+    rows = []
+    for key, result in results[head.name].items():
+        contender = REGISTRY[key]
+        ref = contender.reference.uncontended_us
+        ref_text = "-" if ref is None else f"{ref:.0f}" + (f" ({ref / ref_floor:.2f}x)" if ref_floor else "")
+        row = [
+            contender.label + (" (info)" if contender.role == "info" else ""),
+            _num(result.median_us, 1),
+            _num(min(result.rounds_us, default=math.nan), 1),
+            _num(max(result.rounds_us, default=math.nan), 1),
+            _ratio(result.median_us / floor_us(head)),
+        ]
+        for place in others:
+            other = results[place.name][key]
+            row += [_num(other.median_us, 1), _ratio(other.median_us / floor_us(place))]
+        rows.append([*row, ref_text])
+    header = ["contender", f"{head.name} us", "min", "max", "vs floor"]
+    for place in others:
+        header += [f"{place.name} us", "vs floor"]
+    header.append("anchors.md us (vs floor)")
+    lines = [f"Uncontended acquire + release, microseconds per cycle (median of {rounds} interleaved rounds x "
+             f"{cycles} cycles, after warm-up)", ""]
+    lines.append(_table(header, rows, "l" + "r" * (len(header) - 1)))
+    lines.append("")
+    lines += [f"{place.name}: {place.description}" + (" (targets are judged here)" if place is head else "")
+              for place in places]
+    if others:
+        lines.append("min/max: fastest and slowest round of the first placement")
+    return "\n".join(lines)
+
+
+def contended_table(results: Mapping[str, Contended]) -> str:
+    if not results:
+        return ""
+    params = next(iter(results.values())).params
+    rows = []
+    for key, result in results.items():
+        contender = REGISTRY[key]
+        ref = contender.reference
+        ref_text = "-" if ref.per_s is None else (
+            f"{ref.per_s:.0f}/s, p99 {_num(ref.wait_p99_ms)} ms, max {_num(ref.longest_ms)} ms")
+        workers = f"{min(result.per_worker)}-{max(result.per_worker)}" if result.per_worker else "-"
+        spread = (f"{min(result.runs_per_s):.0f}-{max(result.runs_per_s):.0f}" if len(result.runs_per_s) > 1
+                  else "-")
+        rows.append([
+            contender.label,
+            _num(result.per_s),
+            spread,
+            _num(result.wait_p50_ms, 1),
+            _num(result.wait_p99_ms, 1),
+            _num(result.longest_ms, 1),
+            _num(result.gap_p50_ms, 2),
+            _num(result.busy_fraction * 100),
+            workers,
+            str(result.timeouts),
+            str(result.overlaps),
+            ref_text,
+        ])
+    runs = max(result.runs for result in results.values())
+    title = (f"Contended hand-off: {params.workers} processes, one name, hold {params.hold * 1e3:g} ms, "
+             f"pause {params.pause * 1e3:g} ms, blocking acquire (wait <= {params.wait:g} s); "
+             f"{runs} run{'s' if runs > 1 else ''} of {params.duration:g} s per contender, pooled")
+    legend = ("acq/s per run = slowest-fastest run (the machine's run-to-run noise); wait = time in acquire (ms);\n"
+              "gap = idle time between one holder's exit and the next holder's entry (ms); busy = share of the "
+              "time some worker\nwas inside the critical section; per worker = fewest-most acquisitions of one "
+              "worker in one run")
+    table = _table(["contender", "acq/s", "per run", "wait p50", "wait p99", "longest", "gap p50", "busy %",
+                    "per worker", "timeouts", "overlaps", "anchors.md"], rows, "lrrrrrrrrrrl")
+    return f"{title}\n\n{table}\n\n{legend}"
+
+
+# ------------------------------------------------------------------------------------------------------ checks
+
+@dataclass(frozen=True)
+class Check:
+    what: str
+    value: str
+    target: str
+    ok: bool | None  # None: information, no target
+
+    @property
+    def verdict(self) -> str:
+        return "info" if self.ok is None else ("PASS" if self.ok else "FAIL")
+
+
+def checks(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[str],
+           con: Mapping[str, Contended]) -> list[Check]:
+    out: list[Check] = []
+    for index, place in enumerate(places):
+        found = unc.get(place, {})
+        fence = found.get("fencelock")
+        if fence is None:
+            continue
+        rivals = (("floor", FLOOR_TARGET), ("redis-py", None), ("python-redis-lock", None)) if index == 0 else (
+            ("floor", None),)
+        for key, target in rivals:
+            other = found.get(key)
+            if other is None:
+                continue
+            ratio = fence.median_us / other.median_us
+            what = f"uncontended, {place}: fencelock / {key} (time per cycle)"
+            if target is None:
+                out.append(Check(what, _ratio(ratio, 3), "- (< 1: faster)", None))
+            else:
+                out.append(Check(what, _ratio(ratio, 3), f"<= {target:.2f}x", ratio <= target))
+        aio = found.get("fencelock-aio")
+        aio_floor = found.get("floor-aio")
+        if aio is not None and aio_floor is not None:
+            out.append(Check(f"uncontended, {place}: fencelock.aio / floor-aio (time per cycle)",
+                             _ratio(aio.median_us / aio_floor.median_us, 3), "-", None))
+    cf = con.get("fencelock")
+    if cf is not None:
+        for key, targeted in (("python-redis-lock", True), ("redis-py", False)):
+            rival = con.get(key)
+            if rival is None:
+                continue
+            per_s = cf.per_s / rival.per_s if rival.per_s else math.nan
+            p99 = cf.wait_p99_ms / rival.wait_p99_ms if rival.wait_p99_ms else math.nan
+            out.append(Check(f"contended: fencelock / {key} acquisitions/s", _ratio(per_s, 3),
+                             ">= 1.00x" if targeted else "-", (per_s >= 1.0) if targeted else None))
+            out.append(Check(f"contended: fencelock / {key} wait p99", _ratio(p99, 3),
+                             "<= 1.00x (no worse)" if targeted else "-", (p99 <= 1.0) if targeted else None))
+    if con:
+        overlaps = sum(result.overlaps for result in con.values())
+        out.append(Check("contended: overlapping critical sections, all rows (see the table)", str(overlaps),
+                         "0", overlaps == 0))
+        broken = sum(len(result.errors) + result.timeouts for result in con.values())
+        out.append(Check("contended: errors + timed-out acquires, all rows", str(broken), "-", None))
+    return out
+
+
+def checks_table(items: Sequence[Check]) -> str:
+    rows = [[c.what, c.value, c.target, c.verdict] for c in items]
+    return "Ratios and targets\n\n" + _table(["", "value", "target", ""], rows, "lrll")
+
+
+# -------------------------------------------------------------------------------------------------------- JSON
+
+def _clean(value: Any) -> Any:
+    """NaN -> null, recursively (JSON has no NaN)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_json(path: str, *, machine_info: Mapping[str, str], config: Mapping[str, Any],
+               unc: Mapping[str, Mapping[str, Uncontended]], con: Mapping[str, Contended], items: Sequence[Check],
+               skipped: Mapping[str, str], wall_s: float) -> None:
+    def contender(key: str) -> dict[str, Any]:
+        c: Contender = REGISTRY[key]
+        return {"label": c.label, "role": c.role, "need": str(c.need), "note": c.note,
+                "anchors_md": asdict(c.reference)}
+
+    doc = {
+        "machine": dict(machine_info),
+        "config": dict(config),
+        "contenders": {key: contender(key) for key in REGISTRY if key in con or any(key in u for u in unc.values())},
+        "uncontended": {place: {key: r.as_json() for key, r in found.items()} for place, found in unc.items()},
+        "contended": {key: r.as_json() for key, r in con.items()},
+        "checks": [{**asdict(c), "verdict": c.verdict} for c in items],
+        "skipped": dict(skipped),
+        "wall_s": wall_s,
+    }
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(_clean(doc), f, indent=2, sort_keys=False)
+        f.write("\n")

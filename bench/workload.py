@@ -1,0 +1,333 @@
+"""The workloads. Every contender runs the same code; only its `Locker` differs.
+
+uncontended   one client, one name nobody else wants: acquire (one attempt) + release, in a tight loop. Rounds
+              of all contenders are interleaved (round 1 of each, then round 2 of each, ...), so a slow spell of the
+              machine hits every row alike; the result is the median round.
+contended     N worker processes (spawn: each imports the library and makes its own client), one shared name.
+              Each loops: acquire (blocking, at most `wait` s), hold the critical section `hold` s, release,
+              pause `pause` s, for `duration` s after a common start instant. Each acquisition records when it was
+              requested, granted, and when its critical section ended, on CLOCK_MONOTONIC (one clock for all
+              processes on Linux), so that overlapping critical sections can be counted across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import multiprocessing
+import os
+import queue
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.process import BaseProcess
+from multiprocessing.queues import Queue
+from typing import Any, TypeVar
+
+from . import stats
+from .contenders import REGISTRY, AsyncLocker, Contender, Locker, Target
+from .placement import Placement, placed
+
+Progress = Callable[[str], None]
+T = TypeVar("T")
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+# ------------------------------------------------------------------------------------------------- uncontended
+
+@dataclass
+class Uncontended:
+    key: str
+    cycles: int
+    rounds_us: list[float] = field(default_factory=list)
+
+    @property
+    def median_us(self) -> float:
+        return stats.median(self.rounds_us)
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "median_us": self.median_us, "min_us": min(self.rounds_us, default=math.nan),
+                "max_us": max(self.rounds_us, default=math.nan)}
+
+
+class _SyncRunner:
+    def __init__(self, locker: Locker, name: str) -> None:
+        self._locker = locker
+        self._name = name
+
+    def run(self, cycles: int) -> float:
+        """Seconds for `cycles` acquire+release cycles."""
+        acquire, release, name = self._locker.acquire, self._locker.release, self._name
+        started = time.perf_counter()
+        for _ in range(cycles):
+            handle = acquire(name, 0.0)
+            if handle is None:
+                raise RuntimeError(f"{name!r} was busy in the uncontended workload")
+            release(handle)
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self._locker.close()
+
+
+class _AsyncRunner:
+    """An async locker on its own event loop, kept for the whole run (its connections live in that loop)."""
+
+    def __init__(self, make: Callable[[Target], AsyncLocker], target: Target, name: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._name = name
+
+        async def create() -> AsyncLocker:
+            return make(target)  # inside the loop, in case the client binds to the running loop
+
+        self._locker = self._loop.run_until_complete(create())
+
+    async def _cycles(self, cycles: int) -> float:
+        acquire, release, name = self._locker.acquire, self._locker.release, self._name
+        started = time.perf_counter()
+        for _ in range(cycles):
+            handle = await acquire(name, 0.0)
+            if handle is None:
+                raise RuntimeError(f"{name!r} was busy in the uncontended workload")
+            await release(handle)
+        return time.perf_counter() - started
+
+    def run(self, cycles: int) -> float:
+        return self._loop.run_until_complete(self._cycles(cycles))
+
+    def close(self) -> None:
+        try:
+            self._loop.run_until_complete(self._locker.close())
+        finally:
+            self._loop.close()
+
+
+def uncontended(rows: Sequence[tuple[Contender, Target]], *, places: Sequence[Placement],
+                server_pids: Sequence[int], rounds: int, cycles: int, warmup: int,
+                progress: Progress = _quiet) -> dict[str, dict[str, Uncontended]]:
+    """placement name -> contender key -> result. Every contender runs in every placement, with the same clients."""
+    runners: dict[str, _SyncRunner | _AsyncRunner] = {}
+    results: dict[str, dict[str, Uncontended]] = {}
+    try:
+        for contender, target in rows:
+            name = f"bench:uncontended:{contender.key}"
+            if contender.make is not None:
+                runners[contender.key] = _SyncRunner(contender.make(target), name)
+            elif contender.make_async is not None:
+                runners[contender.key] = _AsyncRunner(contender.make_async, target, name)
+        for place in places:
+            found = results[place.name] = {key: Uncontended(key, cycles) for key in runners}
+            with placed(place, server_pids):
+                for runner in runners.values():
+                    runner.run(warmup)  # connect, load scripts, warm caches, settle on the new cores
+                for index in range(rounds):
+                    progress(f"uncontended, {place.name}: round {index + 1}/{rounds} "
+                             f"({len(runners)} contenders x {cycles} cycles)")
+                    for key, runner in runners.items():
+                        gc.collect()
+                        found[key].rounds_us.append(runner.run(cycles) / cycles * 1e6)
+    finally:
+        for runner in runners.values():
+            runner.close()
+    return results
+
+
+# --------------------------------------------------------------------------------------------------- contended
+
+@dataclass(frozen=True)
+class ContendedParams:
+    workers: int = 8
+    duration: float = 5.0
+    hold: float = 0.001
+    pause: float = 0.0005
+    wait: float = 10.0
+
+
+@dataclass(frozen=True)
+class _WorkerReport:
+    index: int
+    records: list[tuple[float, float, float]]  # (requested, granted, critical section ended)
+    timeouts: int
+    error: str | None
+
+
+@dataclass
+class Contended:
+    """One contender's contended result, pooled over its runs (each run: fresh processes, same parameters)."""
+
+    key: str
+    params: ContendedParams
+    runs: int = 0
+    acquisitions: int = 0
+    per_s: float = math.nan
+    runs_per_s: list[float] = field(default_factory=list)
+    wait_p50_ms: float = math.nan
+    wait_p99_ms: float = math.nan
+    longest_ms: float = math.nan
+    gap_p50_ms: float = math.nan
+    busy_fraction: float = math.nan
+    timeouts: int = 0
+    overlaps: int = 0
+    per_worker: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ContendedRun:
+    """The raw outcome of one run: every worker's records, and the common window they ran in."""
+
+    key: str
+    window: tuple[float, float]
+    reports: list[_WorkerReport] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _worker(key: str, target: Target, index: int, name: str, params: ContendedParams,
+            ready: Queue[tuple[int, str | None]], go: Queue[tuple[float, float]],
+            results: Queue[_WorkerReport]) -> None:
+    """One worker process: connect, warm up, report ready, wait for the common start, loop until the end."""
+    try:
+        make = REGISTRY[key].make
+        assert make is not None
+        locker = make(target)
+        warm = locker.acquire(f"{name}:warm:{index}", 0.0)
+        if warm is None:
+            raise RuntimeError("warm-up acquire refused")
+        locker.release(warm)
+    except BaseException as exc:
+        ready.put((index, f"worker {index} (pid {os.getpid()}): {type(exc).__name__}: {exc}"))
+        return
+    ready.put((index, None))
+    records: list[tuple[float, float, float]] = []
+    timeouts = 0
+    error: str | None = None
+    try:
+        start, end = go.get(timeout=120)
+        acquire, release, hold, pause, wait = locker.acquire, locker.release, params.hold, params.pause, params.wait
+        clock, sleep = time.monotonic, time.sleep
+        sleep(max(0.0, start - clock()))
+        while True:
+            requested = clock()
+            if requested >= end:
+                break
+            handle = acquire(name, wait)
+            granted = clock()
+            if handle is None:
+                timeouts += 1
+                continue
+            sleep(hold)
+            ended = clock()
+            release(handle)
+            records.append((requested, granted, ended))
+            sleep(pause)
+    except Exception as exc:
+        error = f"worker {index} (pid {os.getpid()}): {type(exc).__name__}: {exc}"
+    finally:
+        locker.close()
+    results.put(_WorkerReport(index, records, timeouts, error))
+
+
+class _NoAnswer(RuntimeError):
+    pass
+
+
+def _get(source: Queue[T], procs: Sequence[BaseProcess], deadline: float) -> T:
+    """The next item, unless every worker died or the deadline passed first (then `_NoAnswer`)."""
+    while True:
+        try:
+            return source.get(timeout=0.5)
+        except queue.Empty:
+            if not any(proc.is_alive() for proc in procs):
+                try:  # the last one may have put its answer just before it exited
+                    return source.get(timeout=1.0)
+                except queue.Empty:
+                    pass
+                codes = sorted({proc.exitcode for proc in procs}, key=str)
+                raise _NoAnswer(f"every worker exited without answering (exit codes {codes})") from None
+            if time.monotonic() > deadline:
+                raise _NoAnswer("the workers did not answer in time") from None
+
+
+def contended_run(contender: Contender, target: Target, params: ContendedParams,
+                  progress: Progress = _quiet) -> ContendedRun:
+    """One run: start the workers, let them warm up, start them together, collect what they measured."""
+    ctx = multiprocessing.get_context("spawn")
+    ready: Queue[tuple[int, str | None]] = ctx.Queue()
+    go: Queue[tuple[float, float]] = ctx.Queue()
+    results: Queue[_WorkerReport] = ctx.Queue()
+    name = f"bench:contended:{contender.key}"
+    out = ContendedRun(contender.key, (0.0, 0.0))
+    procs = [ctx.Process(target=_worker, args=(contender.key, target, i, name, params, ready, go, results),
+                         name=f"bench-{contender.key}-{i}", daemon=True) for i in range(params.workers)]
+    progress(f"contended: {contender.label}: starting {params.workers} processes")
+    for proc in procs:
+        proc.start()
+    reports = out.reports
+    try:
+        for _ in procs:
+            _, problem = _get(ready, procs, time.monotonic() + 120)
+            if problem is not None:
+                out.errors.append(problem)
+        if not out.errors:  # else the window stays empty: everyone who is ready stops at once
+            start = time.monotonic() + 0.1
+            out.window = (start, start + params.duration)
+            progress(f"contended: {contender.label}: running {params.duration:g} s")
+        for _ in procs:
+            go.put(out.window)
+        running = params.workers - len(out.errors)
+        deadline = time.monotonic() + params.duration + params.wait + 60
+        while len(reports) < running:
+            reports.append(_get(results, procs, deadline))
+    except _NoAnswer as exc:
+        out.errors.append(str(exc))
+    finally:
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+    return out
+
+
+def summarise(key: str, params: ContendedParams, runs: Sequence[ContendedRun]) -> Contended:
+    """Pool the runs of one contender: counts and durations add up, percentiles are over every sample."""
+    out = Contended(key, params, runs=len(runs))
+    waits_ms: list[float] = []
+    gaps_s: list[float] = []
+    busy = duration = 0.0
+    for run in runs:
+        start, end = run.window
+        out.errors.extend(run.errors)
+        out.errors.extend(report.error for report in run.reports if report.error is not None)
+        out.timeouts += sum(report.timeouts for report in run.reports)
+        counts = [sum(start <= granted < end for _, granted, _ in report.records) for report in run.reports]
+        out.per_worker.extend(counts)
+        out.acquisitions += sum(counts)
+        if end <= start:
+            continue
+        duration += end - start
+        out.runs_per_s.append(sum(counts) / (end - start))
+        records = [record for report in run.reports for record in report.records]
+        waits_ms.extend((granted - requested) * 1e3 for requested, granted, _ in records)
+        sections = [(granted, ended) for _, granted, ended in records]
+        out.overlaps += stats.overlaps(sections)
+        gaps_s.extend(stats.gaps(sections))
+        busy += sum(max(0.0, min(b, end) - max(a, start)) for a, b in sections)
+    out.per_worker.sort()
+    if duration > 0:
+        out.per_s = out.acquisitions / duration
+        out.busy_fraction = busy / duration
+    if waits_ms:
+        out.wait_p50_ms = stats.percentile(waits_ms, 50)
+        out.wait_p99_ms = stats.percentile(waits_ms, 99)
+        out.longest_ms = max(waits_ms)
+    if gaps_s:
+        out.gap_p50_ms = stats.percentile(gaps_s, 50) * 1e3
+    return out
