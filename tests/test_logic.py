@@ -14,7 +14,7 @@ from fencelock._logic import fencing
 from fencelock._logic.args import MIN_TTL, check_name, check_ttl, check_wait, ttl_ms
 from fencelock._logic.keys import decode_name, encode_name, redis_keys
 from fencelock._logic.outcomes import Released, State, after_release
-from fencelock._logic.timing import Deadline, backoff, block_for, drift, validity_end
+from fencelock._logic.timing import MAX_BLOCK_SHARE, Deadline, backoff, block_for, drift, validity_end
 from fencelock._logic.urls import parse_redis_url, redact
 
 
@@ -88,12 +88,14 @@ def test_validity_is_ttl_minus_elapsed_minus_drift_counted_from_before_the_send(
     assert validity_end(30.0, sent_at=100.0) == pytest.approx(100.0 + 30.0 - 0.302)
 
 
-@given(st.floats(0.0, 100.0), st.floats(0.0, 100.0), st.none() | st.floats(-1.0, 100.0), st.floats(0.01, 5.0))
-def test_a_waiter_never_blocks_past_deadline_holder_expiry_or_cap(
-        wait: float, elapsed: float, holder_ttl: float | None, cap: float) -> None:
+@given(st.floats(0.0, 100.0), st.floats(0.0, 100.0), st.none() | st.floats(-1.0, 100.0), st.floats(0.01, 5.0),
+       st.floats(0.01, 100.0))
+def test_a_waiter_never_blocks_past_deadline_holder_expiry_cap_or_a_share_of_its_ttl(
+        wait: float, elapsed: float, holder_ttl: float | None, cap: float, ttl: float) -> None:
     deadline = Deadline.after(wait, 0.0)
-    limit = block_for(deadline, elapsed, holder_ttl, cap)
+    limit = block_for(deadline, elapsed, holder_ttl, cap, ttl)
     assert 0.0 <= limit <= cap
+    assert limit <= ttl * MAX_BLOCK_SHARE
     assert limit <= deadline.remaining(elapsed)
     if holder_ttl is not None:
         assert limit <= max(holder_ttl, 0.0)

@@ -25,8 +25,18 @@ async def shielded(awaitable: Awaitable[T]) -> T:
 
 
 def in_background(work: Callable[[], Awaitable[object]]) -> None:
-    """Start `work` and return at once; it runs to its end as a task of the running loop."""
-    _keep(asyncio.ensure_future(work()))
+    """Start best-effort `work` and return at once; it runs to its end as a task of the running loop.
+
+    Its failure is nobody's to report (the caller has moved on, the client may be closed): it is dropped.
+    """
+
+    async def run() -> None:
+        try:
+            await work()
+        except Exception:
+            return
+
+    _keep(asyncio.ensure_future(run()))
 
 
 async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callable[[], Awaitable[object]]) -> T:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from functools import partial
 from types import TracebackType
 from typing import Protocol
 
@@ -17,6 +18,16 @@ from .._logic.args import DEFAULT_TTL, DEFAULT_WAIT, check_name, check_ttl, chec
 from .._logic.outcomes import Attempt, Released, State, after_release
 from .._logic.timing import Clock, Deadline, block_for, validity_end
 from ._compat import in_background, shielded, undo_if_interrupted
+
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 TOKEN_BYTES = 16
 """128 bits from `secrets`, one token per acquisition."""
@@ -29,10 +40,12 @@ class AsyncBackend(Protocol):
     block_cap: float
 
     def retriable(self, exc: BackendError) -> bool: ...
-    async def try_acquire(self, name: str, token: str, ttl_ms: int) -> Attempt: ...
+    async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float) -> Attempt:
+        """One attempt; with `wait` > 0 it first waits up to that long for a release to wake it."""
+        ...
+
     async def release(self, name: str, token: str, fence: int) -> Released: ...
     async def extend(self, name: str, token: str, ttl_ms: int) -> bool: ...
-    async def wait_for_release(self, name: str, timeout: float) -> None: ...
     async def aclose(self) -> None: ...
 
 
@@ -46,7 +59,7 @@ class AsyncLease:
                  valid_until: float) -> None:
         self._backend = backend
         self._clock = clock
-        self._pid = os.getpid()
+        self._pid = _pid
         self._state = State.HELD
         self._uncertain_at: float | None = None
         self._valid_until = valid_until
@@ -72,9 +85,9 @@ class AsyncLease:
         return self.remaining() > 0.0
 
     def _check_owner(self, action: str) -> None:
-        if os.getpid() != self._pid:
+        if _pid != self._pid:
             raise LockError(f"cannot {action} a lease acquired by process {self._pid} from its forked child "
-                            f"{os.getpid()}", name=self.name)
+                            f"{_pid}", name=self.name)
 
     async def extend(self, ttl: float | None = None) -> None:
         """Reset the lease to `ttl` seconds (default: its TTL) from now. Raises `LockLost` if no longer ours."""
@@ -118,7 +131,7 @@ class AsyncLease:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        if os.getpid() == self._pid:
+        if _pid == self._pid:
             await self.release()
 
 
@@ -146,19 +159,23 @@ class AsyncLocks:
         name = check_name(name)
         ttl = check_ttl(ttl, name)
         wait_s = check_wait(wait, name)
-        deadline = Deadline.after(wait_s, self._clock())
         token = secrets.token_hex(TOKEN_BYTES)
         ms = ttl_ms(ttl)
         backend = self._backend
+        clock = self._clock
+        started = clock()
+        deadline = None  # made at the first refusal: most acquisitions never need it
+        block = 0.0      # how long the next attempt first waits for a release to wake it
         retried = False
         while True:
-            sent_at = self._clock()
+            sent_at = clock()  # before any wait: the lease's validity counts from here
             try:
-                attempt = await undo_if_interrupted(lambda: backend.try_acquire(name, token, ms),
+                attempt = await undo_if_interrupted(partial(backend.try_acquire, name, token, ms, block),
                                                     lambda: self._forget(name, token))
             except BackendError as exc:
-                if not retried and backend.retriable(exc) and not deadline.expired(self._clock()):
+                if not retried and backend.retriable(exc):
                     retried = True  # the script is idempotent for one token: a retry finds its own key
+                    block = 0.0
                     continue
                 # The script may have run. Delete our key if it did, but do not make the caller wait for a
                 # server that just failed to answer: the error is due now, and the TTL bounds the key anyway.
@@ -167,17 +184,19 @@ class AsyncLocks:
             retried = False
             if attempt.granted:
                 valid_until = validity_end(ttl, sent_at)
-                if valid_until > self._clock():
-                    return AsyncLease(backend, self._clock, name, token, attempt.fence, ttl, valid_until)
+                if valid_until > clock():
+                    return AsyncLease(backend, clock, name, token, attempt.fence, ttl, valid_until)
                 # Granted too late to be of use (a slow network ate the TTL): give it back, count it as refused.
                 await shielded(self._forget(name, token))
                 attempt = Attempt(False, 0, None)
-            now = self._clock()
+            now = clock()
+            if deadline is None:
+                deadline = Deadline.after(wait_s, started)
             if deadline.expired(now):
                 if wait_s == 0:
                     raise NotAcquired("the lock is held by another holder", name=name)
                 raise AcquireTimeout(f"the lock stayed busy for the whole wait of {wait_s} s", name=name)
-            await backend.wait_for_release(name, block_for(deadline, now, attempt.holder_ttl, backend.block_cap))
+            block = block_for(deadline, now, attempt.holder_ttl, backend.block_cap, ttl)
 
     async def _forget(self, name: str, token: str) -> bool:
         """Best effort: delete a key this acquisition may have created (True if there was one).

@@ -11,7 +11,6 @@ from typing import Any
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._errors import BackendError
 from .._logic.keys import PREFIX, redis_keys
@@ -45,6 +44,7 @@ class AsyncRedisBackend:
         # One blocking wait must end before the socket timeout would cut it: BLPOP is a command like any other.
         timeout = _socket_timeout(client)
         self.block_cap = 30.0 if timeout is None else max(MIN_BLOCK, timeout * 0.75)
+        self._cluster = isinstance(client, RedisCluster)
 
     @property
     def client(self) -> AnyRedis:
@@ -57,9 +57,42 @@ class AsyncRedisBackend:
         """A refused or reset connection may succeed at once on a fresh one; a timeout is not retried."""
         return isinstance(exc.__cause__, RedisConnectionError)
 
-    async def try_acquire(self, name: str, token: str, ttl_ms: int) -> Attempt:
+    async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0) -> Attempt:
+        """One attempt; with `wait` > 0, first block up to `wait` seconds until a release wakes us.
+
+        The wait and the attempt travel in one pipeline: BLPOP on the wake list, then the acquire script, which
+        the server runs the moment BLPOP returns. A woken waiter needs no second round trip, so the lock passes
+        from holder to waiter in about one server hop.
+        """
         keys = redis_keys(name, self._prefix)
-        granted, value = await self._run(ACQUIRE, name, [keys.lock, keys.fence, keys.waiters], [token, ttl_ms])
+        acquire_keys = [keys.lock, keys.fence, keys.waiters]
+        server_wait = wait - SERVER_TIMER
+        client: Any = self._client
+        if server_wait >= MIN_BLOCK and self._cluster:
+            # redis-py refuses scripts in cluster pipelines: wait, then attempt, in two round trips.
+            try:
+                await client.blpop([keys.wake], timeout=server_wait)
+            except CLIENT_ERRORS:
+                pass  # a fault ends the wait early; the attempt below meets it and reports it
+            reply = await self._run(ACQUIRE, name, acquire_keys, [token, ttl_ms])
+        elif server_wait >= MIN_BLOCK:
+            pipe = client.pipeline(transaction=False)
+            pipe.blpop([keys.wake], timeout=server_wait)
+            pipe.evalsha(ACQUIRE.sha, 3, *acquire_keys, token, ttl_ms)
+            try:
+                _, reply = await pipe.execute(raise_on_error=False)
+            except CLIENT_ERRORS as exc:
+                raise _backend_error(exc, f"acquire failed on {self.shown}", name) from exc
+            if isinstance(reply, NoScriptError):
+                reply = await self._run(ACQUIRE, name, acquire_keys, [token, ttl_ms])
+            elif isinstance(reply, Exception):
+                raise _backend_error(reply, f"acquire failed on {self.shown}", name) from reply
+        else:
+            if wait > 0.0:
+                # Too short for the server's timer to end a BLPOP on time: sleep through it here.
+                await sleep(wait)
+            reply = await self._run(ACQUIRE, name, acquire_keys, [token, ttl_ms])
+        granted, value = reply
         if granted == 1:
             return Attempt(True, int(value), None)
         return Attempt(False, 0, value / 1000.0 if value >= 0 else None)
@@ -72,20 +105,6 @@ class AsyncRedisBackend:
     async def extend(self, name: str, token: str, ttl_ms: int) -> bool:
         keys = redis_keys(name, self._prefix)
         return int(await self._run(EXTEND, name, [keys.lock], [token, ttl_ms])) == 1
-
-    async def wait_for_release(self, name: str, timeout: float) -> None:
-        """Block until a release wakes us or `timeout` seconds pass. Errors here only end the wait early."""
-        server_timeout = timeout - SERVER_TIMER
-        if server_timeout < MIN_BLOCK:
-            await sleep(timeout)
-            return
-        client: Any = self._client
-        try:
-            await client.blpop([redis_keys(name, self._prefix).wake], timeout=server_timeout)
-        except CLIENT_ERRORS as exc:
-            # The next attempt meets the same fault and reports it; it is not the wait's to report.
-            if not isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
-                raise _backend_error(exc, f"waiting failed on {self.shown}", name) from exc
 
     async def aclose(self) -> None:
         if self._owns_client:

@@ -49,14 +49,19 @@ def validity_end(ttl: float, sent_at: float) -> float:
     return sent_at + ttl - drift(ttl)
 
 
-def block_for(deadline: Deadline, now: float, holder_ttl: float | None, cap: float) -> float:
+MAX_BLOCK_SHARE = 0.25
+"""A waiter's retry travels with its wait (one pipeline), so its lease counts from before the wait began:
+one wait never takes more than this share of the waiter's own TTL from the lease it may win."""
+
+
+def block_for(deadline: Deadline, now: float, holder_ttl: float | None, cap: float, ttl: float) -> float:
     """How long a waiter may block for a wake-up before it must try again.
 
     It never blocks past the caller's deadline, nor past the moment the current holder's key expires by itself
     (`holder_ttl`, seconds, from the failed attempt; None when unknown), nor longer than `cap` (one blocking
-    call must end before the socket timeout does).
+    call must end before the socket timeout does), nor longer than `MAX_BLOCK_SHARE` of its own `ttl`.
     """
-    limit = min(deadline.remaining(now), cap)
+    limit = min(deadline.remaining(now), cap, ttl * MAX_BLOCK_SHARE)
     if holder_ttl is not None:
         limit = min(limit, max(holder_ttl, 0.0))
     return limit

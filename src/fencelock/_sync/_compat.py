@@ -16,8 +16,18 @@ def shielded(value: T) -> T:
 
 
 def in_background(work: Callable[[], object]) -> None:
-    """Start `work` and return at once; it runs to its end in a daemon thread."""
-    threading.Thread(target=work, name="fencelock-cleanup", daemon=True).start()
+    """Start best-effort `work` and return at once; it runs to its end in a daemon thread.
+
+    Its failure is nobody's to report (the caller has moved on, the client may be closed): it is dropped.
+    """
+
+    def run() -> None:
+        try:
+            work()
+        except Exception:
+            return
+
+    threading.Thread(target=run, name="fencelock-cleanup", daemon=True).start()
 
 
 def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object]) -> T:
