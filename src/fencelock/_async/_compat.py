@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+Handle = asyncio.Future
+"""A call started by `fan_out` that may still be running."""
+
+Call = Callable[[], Awaitable[T]]
+"""A request to one server, ready to start (for `fan_out`)."""
 
 _background: set[asyncio.Future[Any]] = set()
 
@@ -60,6 +66,46 @@ async def _undo_after(task: asyncio.Future[Any], undo: Callable[[], Awaitable[ob
     except BaseException:
         pass
     await undo()
+
+
+async def fan_out(calls: Sequence[Call[T]], timeout: float,
+                  enough: Callable[[dict[int, T]], bool]) -> tuple[dict[int, T], list[Handle[T]]]:
+    """Start every call at once; return as soon as `enough(results)` holds, or when `timeout` passes.
+
+    Returns the results of the calls that finished, by their index, and every call's handle: calls still
+    running go on in the background, and cleanup can be chained after each one (`then`). Calls must not raise.
+    """
+    tasks: list[asyncio.Future[T]] = [asyncio.ensure_future(call()) for call in calls]
+    for task in tasks:
+        _keep(task)
+    results: dict[int, T] = {}
+    index = {task: i for i, task in enumerate(tasks)}
+    pending: set[asyncio.Future[T]] = set(tasks)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while pending:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        done, pending = await asyncio.wait(pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            results[index[task]] = task.result()
+        if enough(results):
+            break
+    return results, tasks
+
+
+def then(handle: Handle[Any], work: Callable[[], Awaitable[object]]) -> None:
+    """Run best-effort `work` in the background once `handle` (from `fan_out`) has finished."""
+
+    async def after() -> None:
+        try:
+            await handle
+        except BaseException:
+            pass
+        await work()
+
+    in_background(after)
 
 
 async def sleep(seconds: float) -> None:

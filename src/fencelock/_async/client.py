@@ -45,7 +45,7 @@ class AsyncBackend(Protocol):
         ...
 
     async def release(self, name: str, token: str, fence: int) -> Released: ...
-    async def extend(self, name: str, token: str, ttl_ms: int) -> bool: ...
+    async def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool: ...
     async def aclose(self) -> None: ...
 
 
@@ -96,7 +96,7 @@ class AsyncLease:
         if self._state is not State.HELD:
             raise LockLost(f"cannot extend a lease that is {self._state.value}", name=self.name)
         sent_at = self._clock()
-        if not await self._backend.extend(self.name, self.token, ttl_ms(new_ttl)):
+        if not await self._backend.extend(self.name, self.token, self.fence, ttl_ms(new_ttl)):
             self._state = State.LOST
             raise LockLost("the lock expired or was taken by another holder before it could be extended",
                            name=self.name)

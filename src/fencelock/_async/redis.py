@@ -70,10 +70,7 @@ class AsyncRedisBackend:
         client: Any = self._client
         if server_wait >= MIN_BLOCK and self._cluster:
             # redis-py refuses scripts in cluster pipelines: wait, then attempt, in two round trips.
-            try:
-                await client.blpop([keys.wake], timeout=server_wait)
-            except CLIENT_ERRORS:
-                pass  # a fault ends the wait early; the attempt below meets it and reports it
+            await wait_for_wake(client, keys.wake, wait)
             reply = await self._run(ACQUIRE, name, acquire_keys, [token, ttl_ms])
         elif server_wait >= MIN_BLOCK:
             pipe = client.pipeline(transaction=False)
@@ -102,7 +99,7 @@ class AsyncRedisBackend:
         answer = await self._run(RELEASE, name, list(keys), [token, fence])
         return _RELEASE_ANSWERS[int(answer)]
 
-    async def extend(self, name: str, token: str, ttl_ms: int) -> bool:
+    async def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         keys = redis_keys(name, self._prefix)
         return int(await self._run(EXTEND, name, [keys.lock], [token, ttl_ms])) == 1
 
@@ -110,6 +107,24 @@ class AsyncRedisBackend:
         if self._owns_client:
             client: Any = self._client
             await client.aclose()
+
+
+async def wait_for_wake(client: AnyRedis, wake_key: str, wait: float) -> bool:
+    """Block until a release pushes to `wake_key` or about `wait` seconds pass. False if the server failed.
+
+    The server ends BLPOP only on a timer tick, so it is asked for `SERVER_TIMER` less and the rest is slept.
+    A fault ends the wait early: the next attempt meets it and reports it.
+    """
+    server_wait = wait - SERVER_TIMER
+    if server_wait < MIN_BLOCK:
+        await sleep(wait)
+        return True
+    redis: Any = client
+    try:
+        await redis.blpop([wake_key], timeout=server_wait)
+    except CLIENT_ERRORS:
+        return False
+    return True
 
 
 async def run_script(client: AnyRedis, lua: Lua, keys: list[str], args: list[Any], *, name: str,

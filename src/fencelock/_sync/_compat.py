@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -43,6 +44,48 @@ def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object]) ->
     except BaseException:
         undo()
         raise
+
+
+_POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="fencelock")
+"""Threads that talk to several servers at once (Redlock). Created lazily, shared by every client."""
+
+Handle = Future
+
+Call = Callable[[], T]
+"""A request to one server, ready to start (for `fan_out`)."""
+
+
+def fan_out(calls: Sequence[Call[T]], timeout: float,
+            enough: Callable[[dict[int, T]], bool]) -> tuple[dict[int, T], list[Handle[T]]]:
+    """Start every call at once; return as soon as `enough(results)` holds, or when `timeout` passes.
+
+    Returns the results of the calls that finished, by their index, and every call's handle: calls still
+    running go on in the background, and cleanup can be chained after each one (`then`). Calls must not raise.
+    """
+    futures = [_POOL.submit(call) for call in calls]
+    results: dict[int, T] = {}
+    index = {future: i for i, future in enumerate(futures)}
+    pending = set(futures)
+    deadline = time.monotonic() + timeout
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        done, pending = wait(pending, timeout=remaining, return_when=FIRST_COMPLETED)
+        for future in done:
+            results[index[future]] = future.result()
+        if enough(results):
+            break
+    return results, futures
+
+
+def then(handle: Handle[Any], work: Callable[[], object]) -> None:
+    """Run best-effort `work` in the background once `handle` (from `fan_out`) has finished."""
+
+    def after(_: Future[Any]) -> None:
+        in_background(work)
+
+    handle.add_done_callback(after)
 
 
 def sleep(seconds: float) -> None:

@@ -46,7 +46,7 @@ class Backend(Protocol):
         ...
 
     def release(self, name: str, token: str, fence: int) -> Released: ...
-    def extend(self, name: str, token: str, ttl_ms: int) -> bool: ...
+    def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool: ...
     def close(self) -> None: ...
 
 
@@ -97,7 +97,7 @@ class Lease:
         if self._state is not State.HELD:
             raise LockLost(f"cannot extend a lease that is {self._state.value}", name=self.name)
         sent_at = self._clock()
-        if not self._backend.extend(self.name, self.token, ttl_ms(new_ttl)):
+        if not self._backend.extend(self.name, self.token, self.fence, ttl_ms(new_ttl)):
             self._state = State.LOST
             raise LockLost("the lock expired or was taken by another holder before it could be extended",
                            name=self.name)

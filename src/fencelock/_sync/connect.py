@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis, RedisCluster
@@ -10,14 +11,23 @@ from redis.retry import Retry
 from redis.backoff import NoBackoff
 
 from .._errors import BackendError
+from .._logic.args import check_ttl
 from .._logic.keys import PREFIX
+from .._logic.redlock import DEFAULT_REPAIR_DELAY, check_node_count
 from .._logic.urls import DEFAULT_SOCKET_TIMEOUT, parse_redis_url
 from .client import Locks
 from .redis import CLIENT_ERRORS, RedisBackend
+from .redlock import RedlockBackend
 
 
-def connect(target: str | Redis | RedisCluster, *, prefix: str = PREFIX) -> Locks:
+def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefix: str = PREFIX,
+            node_timeout: float | None = None, repair: bool = True,
+            repair_delay: float = DEFAULT_REPAIR_DELAY) -> Locks:
     """A lock client for `target`: a URL (see the README) or a redis-py client you configured yourself.
+
+    A list of three or more URLs (or clients) of independent Redis masters runs Redlock over them, with fencing
+    tokens. `node_timeout` (default: 5 ms + 1 % of the TTL) bounds each node's answer; `repair` and
+    `repair_delay` govern nodes that come back without their data (see `fencelock._logic.redlock`).
 
     No connection is made until the first request (except that the synchronous Redis Cluster client asks for
     the cluster's layout at once). A client you pass in keeps its own timeouts and retries, and
@@ -33,14 +43,10 @@ def connect(target: str | Redis | RedisCluster, *, prefix: str = PREFIX) -> Lock
                         "client here: fencelock.connect() takes redis.Redis, fencelock.aio.connect() takes "
                         "redis.Redis")
     if isinstance(target, (list, tuple)):
-        raise TypeError("url: a list of URLs (Redlock over several nodes) is not supported yet; pass one URL")
+        return _redlock(list(target), prefix=prefix, node_timeout=node_timeout, repair=repair,
+                        repair_delay=repair_delay)
     parsed = parse_redis_url(target)
-    options: dict[str, Any] = {
-        "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
-        "socket_connect_timeout": DEFAULT_SOCKET_TIMEOUT,
-        "retry": Retry(NoBackoff(), 0),
-    }
-    options.update(parsed.options)
+    options = _client_options(parsed.options)
     client: Redis | RedisCluster
     if parsed.cluster:
         try:  # the synchronous cluster client asks for the cluster's layout at once
@@ -62,3 +68,52 @@ def _describe(client: Redis | RedisCluster) -> str:
     if "path" in kwargs:
         return f"redis at {kwargs['path']}"
     return f"redis at {kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+
+def _client_options(overrides: dict[str, float]) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
+        "socket_connect_timeout": DEFAULT_SOCKET_TIMEOUT,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    options.update(overrides)
+    return options
+
+
+def _redlock(targets: list[str | Redis], *, prefix: str, node_timeout: float | None, repair: bool,
+             repair_delay: float) -> Locks:
+    check_node_count(len(targets))
+    if node_timeout is not None:
+        check_ttl(node_timeout, None, "node_timeout")
+    check_ttl(repair_delay, None, "repair_delay")
+    clients: list[Redis] = []
+    shown: list[str] = []
+    places: set[str] = set()
+    given = [isinstance(target, Redis) for target in targets]
+    if any(given) and not all(given):
+        raise TypeError("url: give Redlock nodes all as URLs or all as redis-py clients, not mixed")
+    for target in targets:
+        if isinstance(target, Redis):
+            client, where = target, _describe(target)
+        else:
+            parsed = parse_redis_url(target)
+            if parsed.cluster:
+                raise ValueError(f"url {parsed.shown!r}: Redlock nodes are independent masters, not a Redis Cluster")
+            client, where = Redis.from_url(parsed.url, **_client_options(parsed.options)), parsed.shown
+        place = _place(client)
+        if place in places:
+            raise ValueError(f"url: {where} is listed twice; Redlock needs independent nodes")
+        places.add(place)
+        clients.append(client)
+        shown.append(where)
+    return Locks(RedlockBackend(clients, owns_clients=not all(given), shown=shown, prefix=prefix,
+                                          node_timeout=node_timeout, repair=repair, repair_delay=repair_delay))
+
+
+def _place(client: Redis) -> str:
+    """Where a node really is (host, port, db), to catch the same node listed twice."""
+    kwargs = client.connection_pool.connection_kwargs
+    host = str(kwargs.get("path") or kwargs.get("host", "localhost")).lower()
+    if host in ("localhost", "::1"):
+        host = "127.0.0.1"
+    return f"{host}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"

@@ -71,10 +71,7 @@ class RedisBackend:
         client: Any = self._client
         if server_wait >= MIN_BLOCK and self._cluster:
             # redis-py refuses scripts in cluster pipelines: wait, then attempt, in two round trips.
-            try:
-                client.blpop([keys.wake], timeout=server_wait)
-            except CLIENT_ERRORS:
-                pass  # a fault ends the wait early; the attempt below meets it and reports it
+            wait_for_wake(client, keys.wake, wait)
             reply = self._run(ACQUIRE, name, acquire_keys, [token, ttl_ms])
         elif server_wait >= MIN_BLOCK:
             pipe = client.pipeline(transaction=False)
@@ -103,7 +100,7 @@ class RedisBackend:
         answer = self._run(RELEASE, name, list(keys), [token, fence])
         return _RELEASE_ANSWERS[int(answer)]
 
-    def extend(self, name: str, token: str, ttl_ms: int) -> bool:
+    def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         keys = redis_keys(name, self._prefix)
         return int(self._run(EXTEND, name, [keys.lock], [token, ttl_ms])) == 1
 
@@ -111,6 +108,24 @@ class RedisBackend:
         if self._owns_client:
             client: Any = self._client
             client.close()
+
+
+def wait_for_wake(client: AnyRedis, wake_key: str, wait: float) -> bool:
+    """Block until a release pushes to `wake_key` or about `wait` seconds pass. False if the server failed.
+
+    The server ends BLPOP only on a timer tick, so it is asked for `SERVER_TIMER` less and the rest is slept.
+    A fault ends the wait early: the next attempt meets it and reports it.
+    """
+    server_wait = wait - SERVER_TIMER
+    if server_wait < MIN_BLOCK:
+        sleep(wait)
+        return True
+    redis: Any = client
+    try:
+        redis.blpop([wake_key], timeout=server_wait)
+    except CLIENT_ERRORS:
+        return False
+    return True
 
 
 def run_script(client: AnyRedis, lua: Lua, keys: list[str], args: list[Any], *, name: str,

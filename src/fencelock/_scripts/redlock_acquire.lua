@@ -1,0 +1,41 @@
+-- redlock_acquire: one Redlock node's acceptor. Grant proposal t only if the key is free and t is above the
+-- node's high-water mark; see fencelock/_logic/redlock.py (NodeModel is the specification of this script).
+--
+-- KEYS[1]  lock key      fencelock:{name}:lock
+-- KEYS[2]  hwm key       fencelock:{name}:fence   (the highest proposal this node granted, no TTL)
+-- KEYS[3]  marker key    fencelock:redlock:node   (absent: the node lost its data and is not repaired)
+-- KEYS[4]  waiters key   fencelock:{name}:waiters (marker: someone waits for a release)
+-- ARGV[1]  token         the acquisition's token
+-- ARGV[2]  ttl           milliseconds
+-- ARGV[3]  t             the proposal, an integer >= 1
+--
+-- returns  {1, t}           granted
+--          {0, hwm, pttl}   refused: the key is held, pttl = its milliseconds left
+--          {0, hwm, -1}     refused: the key is free but t <= hwm (propose again above hwm)
+--          {-1, 0, 0}       the node is not ready (lost its data): it does not count until repaired
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  return {-1, 0, 0}
+end
+local hwm = tonumber(redis.call('GET', KEYS[2]) or '0')
+local t = tonumber(ARGV[3])
+local holder = redis.call('GET', KEYS[1])
+if holder then
+  if holder == ARGV[1] and hwm == t then
+    -- A retried proposal finds its own grant.
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, t}
+  end
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < 0 then
+    pttl = 2147483647 -- a key without a TTL is not ours to judge: treat it as held for long
+  else
+    redis.call('SET', KEYS[4], '1', 'PX', math.max(pttl, 1)) -- the holder's release will wake one waiter
+  end
+  return {0, hwm, pttl}
+end
+if t <= hwm then
+  return {0, hwm, -1}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3])
+return {1, t}

@@ -1,0 +1,15 @@
+-- redlock_extend: reset one node's TTL only if the key is still this grant's (same token and proposal t).
+--
+-- KEYS[1]  lock key      fencelock:{name}:lock
+-- KEYS[2]  hwm key       fencelock:{name}:fence
+-- ARGV[1]  token
+-- ARGV[2]  ttl           milliseconds from now
+-- ARGV[3]  t             the grant's proposal
+--
+-- returns  1             extended
+--          0             not ours any more on this node
+if redis.call('GET', KEYS[1]) == ARGV[1] and tonumber(redis.call('GET', KEYS[2]) or '0') == tonumber(ARGV[3]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0

@@ -1,0 +1,261 @@
+# Generated from _async/redlock.py by scripts/unasync.py: do not edit, edit that file instead.
+"""The Redlock backend: one lock over N independent Redis masters, with fencing tokens.
+
+Every request goes to all nodes at once (`fan_out`), each with a per-node timeout, and an attempt ends as soon as
+its outcome is known: about one round trip to the slowest node of the quorum. The rules (quorum, what a set of
+answers means, the next proposal, repair) are in `fencelock._logic.redlock`; this module only carries them.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import zlib
+from functools import partial
+from typing import Any
+
+from redis import Redis
+
+from .._errors import BackendError, QuorumUnavailable
+from .._logic.args import DEFAULT_TTL
+from .._logic.keys import PREFIX, RedisKeys, redis_keys
+from .._logic.outcomes import Attempt, Released
+from .._logic.redlock import (
+    DEFAULT_REPAIR_DELAY,
+    MAX_ROUNDS,
+    Answer,
+    Gate,
+    Outcome,
+    Reply,
+    decide,
+    decode,
+    default_node_timeout,
+    holder_ttl,
+    next_proposal,
+    quorum,
+    repaired_hwm,
+    worth_another_round,
+)
+from .._scripts import REDLOCK_ACQUIRE, REDLOCK_EXTEND, REDLOCK_GATE, REDLOCK_RAISE, REDLOCK_RELEASE
+from ._compat import fan_out, in_background, sleep, then
+from .redis import CLIENT_ERRORS, run_script, wait_for_wake
+
+_FAILED = Answer(Reply.FAILED)
+NO_ANSWER = -2
+"""What a node's release or extend counts as when it did not answer (its scripts answer 1, 0 or -1)."""
+_REPAIR_BATCH = 200
+
+
+class RedlockBackend:
+    """Locks held by a quorum of independent Redis masters (not replicas, not a Cluster)."""
+
+    def __init__(self, clients: list[Redis], *, owns_clients: bool, shown: list[str], prefix: str = PREFIX,
+                 node_timeout: float | None = None, repair: bool = True,
+                 repair_delay: float = DEFAULT_REPAIR_DELAY) -> None:
+        self._nodes = clients
+        self._owns_clients = owns_clients
+        self._n = len(clients)
+        self._q = quorum(self._n)
+        self._shown = shown
+        self.shown = f"redlock over {self._n} nodes: {', '.join(shown)}"
+        self._prefix = prefix
+        self._node_timeout = node_timeout
+        self._repair = repair
+        self._repair_delay_ms = max(1, round(repair_delay * 1000))
+        self._marker = f"{prefix}:redlock:node"
+        self._gate_keys = [self._marker, f"{prefix}:redlock:seen", f"{prefix}:redlock:quarantine"]
+        self._known: dict[str, int] = {}  # name -> the highest hwm seen: where the next proposal starts
+        self._repairing: set[int] = set()
+        self._rng = random.Random()
+        self.block_cap = 0.25  # a refused attempt retries after a jittered pause of at most this
+
+    def retriable(self, exc: BackendError) -> bool:
+        return False  # node failures are already part of every attempt's tally
+
+    def _timeout(self, ttl: float) -> float:
+        return self._node_timeout if self._node_timeout is not None else default_node_timeout(ttl)
+
+    # -- one node ---------------------------------------------------------------------------------------------
+
+    def _acquire_on(self, i: int, name: str, keys: RedisKeys, token: str, ttl_ms: int, t: int) -> Answer:
+        try:
+            raw = run_script(self._nodes[i], REDLOCK_ACQUIRE,
+                                   [keys.lock, keys.fence, self._marker, keys.waiters],
+                                   [token, ttl_ms, t], name=name, where=self._shown[i])
+        except BackendError:
+            return _FAILED
+        return decode(raw)
+
+    def _release_on(self, i: int, name: str, keys: RedisKeys, token: str, t: int) -> int:
+        try:
+            return int(run_script(self._nodes[i], REDLOCK_RELEASE, list(keys), [token, t],
+                                        name=name, where=self._shown[i]))
+        except BackendError:
+            return NO_ANSWER
+
+    def _extend_on(self, i: int, name: str, keys: RedisKeys, token: str, ttl_ms: int, t: int) -> int:
+        try:
+            return int(run_script(self._nodes[i], REDLOCK_EXTEND, [keys.lock, keys.fence], [token, ttl_ms, t],
+                                        name=name, where=self._shown[i]))
+        except BackendError:
+            return NO_ANSWER
+
+    # -- the protocol -----------------------------------------------------------------------------------------
+
+    def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0) -> Attempt:
+        """One attempt: propose t to every node at once; on a stale t, propose again above what was learnt."""
+        keys = redis_keys(name, self._prefix)
+        if wait > 0.0:
+            # Every release pushes a wake-up on every node; the waiters of one name all block on the same node.
+            home = self._nodes[zlib.crc32(name.encode()) % self._n]
+            if not wait_for_wake(home, keys.wake, wait):
+                sleep(self._rng.uniform(wait / 2, wait))  # that node failed: a jittered pause instead
+        timeout = self._timeout(ttl_ms / 1000.0)
+        n = self._n
+        t = next_proposal(self._known.get(name, 0), ())
+        for _ in range(MAX_ROUNDS):
+            calls = [partial(self._acquire_on, i, name, keys, token, ttl_ms, t) for i in range(n)]
+            done, handles = fan_out(calls, timeout, lambda so_far: decide(so_far.values(), n) is not None)
+            answers = [done.get(i, _FAILED) for i in range(n)]  # no answer in time counts as a failure
+            self._learn(name, answers)
+            outcome = decide(answers, n)
+            if outcome is Outcome.GRANTED:
+                return Attempt(True, t, None)
+            # Give back what this round got, on every node, each after its own request finished (a node that
+            # timed out may still grant it later). Matching t, so no later round's grant is touched.
+            for i, handle in enumerate(handles):
+                then(handle, partial(self._release_on, i, name, keys, token, t))
+            healed = any(a.reply is Reply.UNREADY for a in answers) and self._heal()
+            if outcome is Outcome.UNAVAILABLE:
+                answered = sum(1 for a in answers if a.reply is not Reply.FAILED)
+                raise QuorumUnavailable(f"only {answered} of {n} nodes answered within {timeout:.3f} s; "
+                                        f"{self._q} are needed", name=name)
+            if not (healed or worth_another_round(answers, n)):
+                return Attempt(False, 0, holder_ttl(answers, n))
+            t = next_proposal(t, answers)
+        return Attempt(False, 0, None)
+
+    def _learn(self, name: str, answers: list[Answer]) -> None:
+        if len(self._known) > 10_000:
+            self._known.clear()  # only a hint for the first proposal: forgetting costs one round, never safety
+        highest = next_proposal(self._known.get(name, 0), answers) - 1
+        self._known[name] = highest
+
+    def release(self, name: str, token: str, fence: int) -> Released:
+        keys = redis_keys(name, self._prefix)
+        calls = [partial(self._release_on, i, name, keys, token, fence) for i in range(self._n)]
+        done, _ = fan_out(calls, self._timeout(DEFAULT_TTL), self._settled)
+        results = [done.get(i, NO_ANSWER) for i in range(self._n)]
+        released = results.count(1)
+        if released >= self._q:
+            return Released.RELEASED
+        if released + results.count(NO_ANSWER) >= self._q:
+            raise QuorumUnavailable(f"the release reached {self._n - results.count(NO_ANSWER)} of {self._n} nodes: "
+                                    "whether a majority held the lease is unknown; release again", name=name)
+        return Released.TAKEN if -1 in results else Released.EXPIRED
+
+    def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
+        keys = redis_keys(name, self._prefix)
+        calls = [partial(self._extend_on, i, name, keys, token, ttl_ms, fence) for i in range(self._n)]
+        done, handles = fan_out(calls, self._timeout(ttl_ms / 1000.0), self._settled)
+        results = [done.get(i, NO_ANSWER) for i in range(self._n)]
+        extended = results.count(1)
+        if extended >= self._q:
+            return True
+        if extended + results.count(NO_ANSWER) >= self._q:
+            raise QuorumUnavailable(f"the extend reached {self._n - results.count(NO_ANSWER)} of {self._n} nodes: "
+                                    "whether a majority extended the lease is unknown", name=name)
+        # Lost: a minority still holds keys of ours, which only get in others' way. Give them back.
+        for i, handle in enumerate(handles):
+            then(handle, partial(self._release_on, i, name, keys, token, fence))
+        return False
+
+    def _settled(self, done: dict[int, int]) -> bool:
+        """A release or extend is decided once a quorum did it, or every node answered."""
+        return len(done) == self._n or sum(1 for code in done.values() if code == 1) >= self._q
+
+    # -- nodes that lost their data -------------------------------------------------------------------------
+
+    def _gate(self, i: int) -> Gate:
+        try:
+            raw = run_script(self._nodes[i], REDLOCK_GATE, self._gate_keys, [self._repair_delay_ms],
+                                   name="", where=self._shown[i])
+        except BackendError:
+            return Gate.UNKNOWN
+        return Gate(raw.decode() if isinstance(raw, bytes) else raw)
+
+    def _heal(self) -> bool:
+        """Look at every node's gate: start a fresh deployment, or repair nodes that lost their data.
+
+        True if some node counts again at once (worth another round now); repairs run in the background.
+        """
+        done, _ = fan_out([partial(self._gate, i) for i in range(self._n)], self._timeout(DEFAULT_TTL),
+                                lambda so_far: len(so_far) == self._n)
+        gates = [done.get(i, Gate.UNKNOWN) for i in range(self._n)]
+        ready = [i for i, gate in enumerate(gates) if gate is Gate.READY]
+        fresh = [i for i, gate in enumerate(gates) if gate is Gate.FRESH]
+        if not ready and len(fresh) >= self._q:
+            # Nobody has ever used these nodes: there is nothing to lose, so they count at once.
+            for i in fresh:
+                self._mark(i)
+            return True
+        marked = False
+        for i, gate in enumerate(gates):
+            if gate in (Gate.FRESH, Gate.QUARANTINED, Gate.REPAIRABLE) and not self._repair:
+                self._mark(i)  # plain Redlock: a restarted node counts at once, empty (see the README)
+                marked = True
+            elif gate is Gate.REPAIRABLE and i not in self._repairing:
+                self._repairing.add(i)
+                in_background(partial(self._repair_node, i, ready))
+        return marked
+
+    def _mark(self, i: int) -> None:
+        client: Any = self._nodes[i]
+        try:
+            client.set(self._marker, secrets.token_hex(8))
+            client.delete(self._gate_keys[2])
+        except CLIENT_ERRORS:
+            pass
+
+    def _repair_node(self, i: int, ready: list[int]) -> None:
+        """Raise node i's hwm to the maximum over a quorum of the ready others, then let it count again."""
+        try:
+            others = []
+            for j in ready:
+                values = self._read_fences(j)
+                if values is not None:
+                    others.append(values)
+            merged = repaired_hwm(others, self._n)
+            if merged is None:
+                return  # not enough healthy nodes to repair from: it stays out, and a later attempt tries again
+            items = sorted(merged.items())
+            for start in range(0, len(items), _REPAIR_BATCH):
+                batch = items[start:start + _REPAIR_BATCH]
+                run_script(self._nodes[i], REDLOCK_RAISE, [key for key, _ in batch],
+                                 [value for _, value in batch], name="", where=self._shown[i])
+            self._mark(i)
+        finally:
+            self._repairing.discard(i)
+
+    def _read_fences(self, j: int) -> dict[str, int] | None:
+        client: Any = self._nodes[j]
+        pattern = f"{self._prefix}:{{*}}:fence"
+        try:
+            if not client.exists(self._marker):
+                return None
+            keys = [key for key in client.scan_iter(match=pattern, count=1000)]
+            values: dict[str, int] = {}
+            for start in range(0, len(keys), _REPAIR_BATCH):
+                batch = keys[start:start + _REPAIR_BATCH]
+                for key, value in zip(batch, client.mget(batch), strict=True):
+                    if value is not None:
+                        values[key.decode() if isinstance(key, bytes) else key] = int(value)
+            return values
+        except CLIENT_ERRORS:
+            return None
+
+    def close(self) -> None:
+        if self._owns_clients:
+            for node in self._nodes:
+                client: Any = node
+                client.close()
