@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from fencelock._logic import fencing
+import fencelock._logic.fencing as fencing
 from fencelock._logic.args import MIN_TTL, check_name, check_ttl, check_wait, ttl_ms
 from fencelock._logic.keys import decode_name, encode_name, redis_keys
 from fencelock._logic.outcomes import Released, State, after_release
