@@ -31,27 +31,80 @@ def _require_server_binary() -> str:
         pytest.skip(str(exc))
 
 
+class RedlockNodes:
+    """N independent Redis masters for Redlock, paused and resumed together."""
+
+    def __init__(self, n: int = 5) -> None:
+        self.nodes = [RedisServer(name=f"redlock{i}") for i in range(n)]
+
+    def start(self) -> RedlockNodes:
+        for node in self.nodes:
+            node.start()
+        return self
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def pause(self) -> None:
+        for node in self.nodes:
+            node.pause()
+
+    def resume(self) -> None:
+        for node in self.nodes:
+            node.resume()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+
+
 @dataclass
 class Deployment:
-    """A lock service under test: its URL, a direct client to look at its keys, and its fault switches."""
+    """A lock service under test: where it is, a way to look behind fencelock's back, and its fault switches."""
 
-    kind: str
-    url: str
-    servers: RedisServer | RedisClusterServers
+    kind: str                                   # "redis", "cluster" or "redlock"
+    url: str | list[str]
+    servers: RedisServer | RedisClusterServers | RedlockNodes
+
+    @property
+    def nodes_per_request(self) -> int:
+        return len(self.servers.nodes) if isinstance(self.servers, RedlockNodes) else 1
 
     def raw(self) -> Any:
-        """A plain redis-py client (Redis or RedisCluster) for looking behind fencelock's back."""
+        """A plain redis-py client (Redis or RedisCluster; Redlock: its first node), e.g. as a guarded store."""
+        if isinstance(self.servers, RedlockNodes):
+            return self.servers.nodes[0].client()
         return self.servers.client()
+
+    def raws(self) -> list[Any]:
+        """One plain client per node that holds locks (one for Redis and Cluster, N for Redlock)."""
+        if isinstance(self.servers, RedlockNodes):
+            return [node.client() for node in self.servers.nodes]
+        return [self.servers.client()]
+
+    def holder(self, name: str) -> str | None:
+        """The token holding `name`, read from the servers (Redlock: the token a majority of nodes hold)."""
+        tokens = [lock_value(raw, name) for raw in self.raws()]
+        for token in set(tokens) - {None}:
+            if tokens.count(token) > len(tokens) // 2:
+                return token
+        return None
+
+    def pttl(self, name: str) -> int:
+        """Milliseconds left on `name`'s key (Redlock: the longest, on any node)."""
+        return max(int(raw.pttl(redis_keys(name).lock)) for raw in self.raws())
+
+    def target(self) -> Any:
+        """What to pass to `fencelock.connect` to use your own redis-py client(s)."""
+        raws = self.raws()
+        return raws if isinstance(self.servers, RedlockNodes) else raws[0]
 
     def pause(self) -> None:
         self.servers.pause()
 
     def resume(self) -> None:
         self.servers.resume()
-
-    def url_with(self, query: str) -> str:
-        sep = "&" if "?" in self.url else "?"
-        return f"{self.url}{sep}{query}"
 
 
 @pytest.fixture(scope="session")
@@ -68,26 +121,44 @@ def cluster() -> Iterator[RedisClusterServers]:
         yield servers
 
 
-@pytest.fixture(params=["redis", "cluster"])
+@pytest.fixture(scope="session")
+def redlock_nodes() -> Iterator[RedlockNodes]:
+    _require_server_binary()
+    nodes = RedlockNodes(5).start()
+    yield nodes
+    nodes.close()
+
+
+@pytest.fixture(params=["redis", "cluster", "redlock"])
 def deployment(request: pytest.FixtureRequest) -> Deployment:
-    """Every behavioural test runs on a single Redis and on a Redis Cluster of three masters."""
+    """Every behavioural test runs on a single Redis, on a Redis Cluster of three masters, and on Redlock over
+    five independent nodes."""
     if request.param == "redis":
         server: RedisServer = request.getfixturevalue("standalone")
         return Deployment("redis", server.url, server)
-    servers: RedisClusterServers = request.getfixturevalue("cluster")
-    return Deployment("cluster", servers.url, servers)
+    if request.param == "cluster":
+        servers: RedisClusterServers = request.getfixturevalue("cluster")
+        return Deployment("cluster", servers.url, servers)
+    nodes: RedlockNodes = request.getfixturevalue("redlock_nodes")
+    return Deployment("redlock", nodes.urls, nodes)
 
 
-@pytest.fixture(params=["redis", "cluster"])
+@pytest.fixture(params=["redis", "cluster", "redlock"])
 def own_deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
     """Like `deployment`, but started for this test alone: for tests that pause or kill servers."""
     _require_server_binary()
     if request.param == "redis":
         with RedisServer(name="own") as server:
             yield Deployment("redis", server.url, server)
-    else:
+    elif request.param == "cluster":
         with RedisClusterServers(3) as servers:
             yield Deployment("cluster", servers.url, servers)
+    else:
+        nodes = RedlockNodes(5).start()
+        try:
+            yield Deployment("redlock", nodes.urls, nodes)
+        finally:
+            nodes.close()
 
 
 @pytest.fixture

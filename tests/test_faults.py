@@ -28,10 +28,11 @@ def test_a_stopped_server_gives_a_backend_error_in_bounded_time(own_deployment: 
         took = time.monotonic() - started
         # redis-py's cluster client re-reads the layout from every node after a timeout: one more socket
         # timeout per node. Bounded either way, and documented in the README.
-        timeouts = 1 if own_deployment.kind == "redis" else 1 + 3
+        timeouts = {"redis": 1, "cluster": 1 + 3, "redlock": 1}[own_deployment.kind]
         assert took < 1.0 + 2.0 * timeouts + 0.5, took
         assert info.value.name == name
-        assert isinstance(info.value.__cause__, Exception)
+        # the client library's error is chained; Redlock's names how many nodes answered instead
+        assert isinstance(info.value.__cause__, Exception) or isinstance(info.value, fencelock.QuorumUnavailable)
     finally:
         own_deployment.resume()
     locks.close()
@@ -107,11 +108,12 @@ def test_acquire_survives_a_server_restart_between_calls(own_server: RedisServer
 
 def test_scripts_are_loaded_again_after_the_server_forgets_them(locks: fencelock.Locks, name: str,
                                                                 deployment: Deployment) -> None:
-    locks.acquire(name, ttl=5.0, wait=0).release()
-    raw: Any = deployment.raw()
-    raw.script_flush()
+    first = locks.acquire(name, ttl=5.0, wait=0)
+    first.release()
+    for raw in deployment.raws():
+        raw.script_flush()
     with locks.lock(name, ttl=5.0, wait=0) as lease:
-        assert lease.fence == 2
+        assert lease.fence > first.fence
 
 
 def test_asyncio_cancelling_acquire_after_the_request_went_out_leaves_no_key(own_server: RedisServer,
@@ -222,7 +224,7 @@ def test_the_wrong_kind_of_redis_client_is_a_type_error(deployment: Deployment) 
     with pytest.raises(TypeError, match=r"fencelock\.aio\.connect"):
         fencelock.connect(redis.asyncio.Redis())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"fencelock\.connect"):
-        fencelock.aio.connect(deployment.raw())
+        fencelock.aio.connect(deployment.target())
 
 
 # -- credentials ----------------------------------------------------------------------------------------------

@@ -63,7 +63,8 @@ def test_async_redis_guard(deployment: Deployment, name: str) -> None:
     import redis.asyncio
 
     async def main() -> None:
-        url = deployment.url.replace("redis+cluster://", "redis://")
+        first = deployment.url[0] if isinstance(deployment.url, list) else deployment.url
+        url = first.replace("redis+cluster://", "redis://")
         raw: Any = (redis.asyncio.RedisCluster if deployment.kind == "cluster" else redis.asyncio.Redis).from_url(url)
         guard = fencelock.aio.RedisGuard(raw)
         await guard.set(name, 7, guard.key(name, "x"), "seven")

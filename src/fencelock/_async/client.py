@@ -17,7 +17,7 @@ from .._errors import AcquireTimeout, BackendError, LockError, LockLost, NotAcqu
 from .._logic.args import DEFAULT_TTL, DEFAULT_WAIT, check_name, check_ttl, check_wait, ttl_ms
 from .._logic.outcomes import Attempt, Released, State, after_release
 from .._logic.timing import Clock, Deadline, block_for, validity_end
-from ._compat import in_background, shielded, undo_if_interrupted
+from ._compat import in_background, shielded, sleep, undo_if_interrupted
 
 _pid = os.getpid()
 
@@ -39,7 +39,10 @@ class AsyncBackend(Protocol):
     shown: str
     block_cap: float
 
-    def retriable(self, exc: BackendError) -> bool: ...
+    def retry_after(self, exc: BackendError, failures: int) -> float | None:
+        """Seconds to wait before trying again after `failures` failed requests in a row; None: do not."""
+        ...
+
     async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float) -> Attempt:
         """One attempt; with `wait` > 0 it first waits up to that long for a release to wake it."""
         ...
@@ -166,22 +169,27 @@ class AsyncLocks:
         started = clock()
         deadline = None  # made at the first refusal: most acquisitions never need it
         block = 0.0      # how long the next attempt first waits for a release to wake it
-        retried = False
+        failures = 0
         while True:
             sent_at = clock()  # before any wait: the lease's validity counts from here
             try:
                 attempt = await undo_if_interrupted(partial(backend.try_acquire, name, token, ms, block),
                                                     lambda: self._forget(name, token))
             except BackendError as exc:
-                if not retried and backend.retriable(exc):
-                    retried = True  # the script is idempotent for one token: a retry finds its own key
+                failures += 1
+                delay = backend.retry_after(exc, failures)
+                # The first failure may be retried (the acquire is idempotent for one token: a retry finds its
+                # own grant); more only within a finite wait. Never for ever: a server that is down is an error.
+                if delay is not None and (failures == 1 or (wait_s is not None
+                                                            and clock() + delay < started + wait_s)):
+                    await sleep(delay)
                     block = 0.0
                     continue
                 # The script may have run. Delete our key if it did, but do not make the caller wait for a
                 # server that just failed to answer: the error is due now, and the TTL bounds the key anyway.
                 in_background(lambda: self._forget(name, token))
                 raise
-            retried = False
+            failures = 0
             if attempt.granted:
                 valid_until = validity_end(ttl, sent_at)
                 if valid_until > clock():

@@ -37,10 +37,7 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
         raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
     if isinstance(target, (Redis, RedisCluster)):
         return AsyncLocks(AsyncRedisBackend(target, owns_client=False, prefix=prefix, shown=_describe(target)))
-    if hasattr(target, "execute_command"):
-        raise TypeError(f"url: {type(target).__module__}.{type(target).__name__} is the wrong kind of redis-py "
-                        "client here: fencelock.connect() takes redis.Redis, fencelock.aio.connect() takes "
-                        "redis.asyncio.Redis")
+    _not_another_client(target)
     if isinstance(target, (list, tuple)):
         return _redlock(list(target), prefix=prefix, node_timeout=node_timeout, repair=repair,
                         repair_delay=repair_delay)
@@ -69,6 +66,13 @@ def _describe(client: Redis | RedisCluster) -> str:
     return f"redis at {kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
 
 
+def _not_another_client(target: object) -> None:
+    if hasattr(target, "execute_command") and not isinstance(target, (Redis, RedisCluster)):
+        raise TypeError(f"url: {type(target).__module__}.{type(target).__name__} is the wrong kind of redis-py "
+                        "client here: fencelock.connect() takes redis.Redis, fencelock.aio.connect() takes "
+                        "redis.asyncio.Redis")
+
+
 def _client_options(overrides: dict[str, float]) -> dict[str, Any]:
     options: dict[str, Any] = {
         "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
@@ -92,6 +96,7 @@ def _redlock(targets: list[str | Redis], *, prefix: str, node_timeout: float | N
     if any(given) and not all(given):
         raise TypeError("url: give Redlock nodes all as URLs or all as redis-py clients, not mixed")
     for target in targets:
+        _not_another_client(target)
         if isinstance(target, Redis):
             client, where = target, _describe(target)
         else:

@@ -43,7 +43,7 @@ class RedisBackend:
         self._prefix = prefix
         self.shown = shown or "redis"
         # One blocking wait must end before the socket timeout would cut it: BLPOP is a command like any other.
-        timeout = _socket_timeout(client)
+        timeout = socket_timeout(client)
         self.block_cap = 30.0 if timeout is None else max(MIN_BLOCK, timeout * 0.75)
         self._cluster = isinstance(client, RedisCluster)
 
@@ -54,9 +54,9 @@ class RedisBackend:
     def _run(self, lua: Lua, name: str, keys: list[str], args: list[Any]) -> Any:
         return run_script(self._client, lua, keys, args, name=name, where=self.shown)
 
-    def retriable(self, exc: BackendError) -> bool:
-        """A refused or reset connection may succeed at once on a fresh one; a timeout is not retried."""
-        return isinstance(exc.__cause__, RedisConnectionError)
+    def retry_after(self, exc: BackendError, failures: int) -> float | None:
+        """A refused or reset connection may succeed at once on a fresh one, once; a timeout is not retried."""
+        return 0.0 if failures == 1 and isinstance(exc.__cause__, RedisConnectionError) else None
 
     def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0) -> Attempt:
         """One attempt; with `wait` > 0, first block up to `wait` seconds until a release wakes us.
@@ -145,7 +145,7 @@ def _backend_error(exc: Exception, what: str, name: str) -> BackendError:
     return BackendError(f"{what}: {type(exc).__name__}: {exc}", name=name)
 
 
-def _socket_timeout(client: AnyRedis) -> float | None:
+def socket_timeout(client: AnyRedis) -> float | None:
     if isinstance(client, RedisCluster):
         kwargs: dict[str, Any] = client.nodes_manager.connection_kwargs
     else:

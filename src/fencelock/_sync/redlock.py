@@ -36,14 +36,16 @@ from .._logic.redlock import (
     repaired_hwm,
     worth_another_round,
 )
+from .._logic.timing import backoff
 from .._scripts import REDLOCK_ACQUIRE, REDLOCK_EXTEND, REDLOCK_GATE, REDLOCK_RAISE, REDLOCK_RELEASE
 from ._compat import fan_out, in_background, sleep, then
-from .redis import CLIENT_ERRORS, run_script, wait_for_wake
+from .redis import CLIENT_ERRORS, MIN_BLOCK, run_script, socket_timeout, wait_for_wake
 
 _FAILED = Answer(Reply.FAILED)
 NO_ANSWER = -2
 """What a node's release or extend counts as when it did not answer (its scripts answer 1, 0 or -1)."""
 _REPAIR_BATCH = 200
+_FALLBACK_PAUSE = 0.05  # seconds: the longest retry pause of a waiter whose home node cannot be reached
 
 
 class RedlockBackend:
@@ -67,10 +69,13 @@ class RedlockBackend:
         self._known: dict[str, int] = {}  # name -> the highest hwm seen: where the next proposal starts
         self._repairing: set[int] = set()
         self._rng = random.Random()
-        self.block_cap = 0.25  # a refused attempt retries after a jittered pause of at most this
+        # A waiter blocks on its home node's wake list; one wait must end before that socket's timeout does.
+        timeouts = [socket_timeout(client) for client in clients]
+        self.block_cap = 30.0 if None in timeouts else max(MIN_BLOCK, min(t for t in timeouts if t) * 0.75)
 
-    def retriable(self, exc: BackendError) -> bool:
-        return False  # node failures are already part of every attempt's tally
+    def retry_after(self, exc: BackendError, failures: int) -> float | None:
+        """No quorum answered: try again after a jittered back-off, while the caller's wait allows."""
+        return backoff(failures - 1, self._rng, base=0.01, cap=0.25) if isinstance(exc, QuorumUnavailable) else None
 
     def _timeout(self, ttl: float) -> float:
         return self._node_timeout if self._node_timeout is not None else default_node_timeout(ttl)
@@ -109,7 +114,8 @@ class RedlockBackend:
             # Every release pushes a wake-up on every node; the waiters of one name all block on the same node.
             home = self._nodes[zlib.crc32(name.encode()) % self._n]
             if not wait_for_wake(home, keys.wake, wait):
-                sleep(self._rng.uniform(wait / 2, wait))  # that node failed: a jittered pause instead
+                # That node failed: a short jittered pause instead, so that contenders do not collide again.
+                sleep(self._rng.uniform(0.0, min(wait, _FALLBACK_PAUSE)))
         timeout = self._timeout(ttl_ms / 1000.0)
         n = self._n
         t = next_proposal(self._known.get(name, 0), ())
@@ -121,10 +127,12 @@ class RedlockBackend:
             outcome = decide(answers, n)
             if outcome is Outcome.GRANTED:
                 return Attempt(True, t, None)
-            # Give back what this round got, on every node, each after its own request finished (a node that
-            # timed out may still grant it later). Matching t, so no later round's grant is touched.
+            # Give back what this round got, each after its own request finished: on the nodes that granted it,
+            # and on those that did not answer in time (they may still grant it). Matching t, so no later round's
+            # grant is touched.
             for i, handle in enumerate(handles):
-                then(handle, partial(self._release_on, i, name, keys, token, t))
+                if answers[i].reply in (Reply.GRANTED, Reply.FAILED):
+                    then(handle, partial(self._release_on, i, name, keys, token, t))
             healed = any(a.reply is Reply.UNREADY for a in answers) and self._heal()
             if outcome is Outcome.UNAVAILABLE:
                 answered = sum(1 for a in answers if a.reply is not Reply.FAILED)
