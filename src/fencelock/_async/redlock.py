@@ -67,6 +67,7 @@ class AsyncRedlockBackend:
         self._gate_keys = [self._marker, f"{prefix}:redlock:seen", f"{prefix}:redlock:quarantine"]
         self._known: dict[str, int] = {}  # name -> the highest hwm seen: where the next proposal starts
         self._repairing: set[int] = set()
+        self._healing = False
         self._rng = random.Random()
         # A waiter blocks on its home node's wake list; one wait must end before that socket's timeout does.
         timeouts = [socket_timeout(client) for client in clients]
@@ -124,7 +125,10 @@ class AsyncRedlockBackend:
             answers = [done.get(i, _FAILED) for i in range(n)]  # no answer in time counts as a failure
             self._learn(name, answers)
             outcome = decide(answers, n)
+            unready = any(a.reply is Reply.UNREADY for a in answers)
             if outcome is Outcome.GRANTED:
+                if unready and not self._healing:
+                    in_background(partial(self._heal, timeout))  # bring the node back, but not on our time
                 return Attempt(True, t, None)
             # Give back what this round got, each after its own request finished: on the nodes that granted it,
             # and on those that did not answer in time (they may still grant it). Matching t, so no later round's
@@ -132,7 +136,9 @@ class AsyncRedlockBackend:
             for i, handle in enumerate(handles):
                 if answers[i].reply in (Reply.GRANTED, Reply.FAILED):
                     then(handle, partial(self._release_on, i, name, keys, token, t))
-            healed = any(a.reply is Reply.UNREADY for a in answers) and await self._heal()
+            # Nodes without their data: worth a look only if, ready again, they could make up a quorum.
+            reachable = sum(1 for a in answers if a.reply is not Reply.FAILED)
+            healed = unready and reachable >= self._q and await self._heal(timeout)
             if outcome is Outcome.UNAVAILABLE:
                 answered = sum(1 for a in answers if a.reply is not Reply.FAILED)
                 raise QuorumUnavailable(f"only {answered} of {n} nodes answered within {timeout:.3f} s; "
@@ -191,19 +197,26 @@ class AsyncRedlockBackend:
             return Gate.UNKNOWN
         return Gate(raw.decode() if isinstance(raw, bytes) else raw)
 
-    async def _heal(self) -> bool:
+    async def _heal(self, timeout: float) -> bool:
         """Look at every node's gate: start a fresh deployment, or repair nodes that lost their data.
 
         True if some node counts again at once (worth another round now); repairs run in the background.
         """
-        done, _ = await fan_out([partial(self._gate, i) for i in range(self._n)], self._timeout(DEFAULT_TTL),
+        self._healing = True
+        try:
+            return await self._look_and_heal(timeout)
+        finally:
+            self._healing = False
+
+    async def _look_and_heal(self, timeout: float) -> bool:
+        done, _ = await fan_out([partial(self._gate, i) for i in range(self._n)], timeout,
                                 lambda so_far: len(so_far) == self._n)
         gates = [done.get(i, Gate.UNKNOWN) for i in range(self._n)]
         ready = [i for i, gate in enumerate(gates) if gate is Gate.READY]
-        fresh = [i for i, gate in enumerate(gates) if gate is Gate.FRESH]
-        if not ready and len(fresh) >= self._q:
-            # Nobody has ever used these nodes: there is nothing to lose, so they count at once.
-            for i in fresh:
+        if all(gate is Gate.FRESH for gate in gates):
+            # Every node answered, and none was ever used: a new deployment, nothing to lose; they count at once.
+            # (With a node silent we cannot tell a new deployment from a majority that lost its data: wait.)
+            for i in range(self._n):
                 await self._mark(i)
             return True
         marked = False

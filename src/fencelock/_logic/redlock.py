@@ -19,6 +19,10 @@ without its marker key; it refuses everything until it is repaired:
    quorum shares a node with that quorum, so the repaired `hwm` is at least every fence granted so far;
 3. only then it gets its marker back and counts again.
 
+A brand-new deployment (every node answers "fresh") counts at once. With any node silent, "fresh" nodes are
+treated as nodes that lost their data: a majority that is unreachable while the rest restarted empty must not
+look like a new deployment.
+
 `NodeModel` is the acceptor as plain Python: the specification `_scripts/redlock_acquire.lua` implements, and the
 model the Hypothesis state machine in `tests/test_redlock_model.py` runs against.
 """
@@ -153,7 +157,7 @@ class Gate(enum.Enum):
     """What a node without its marker key needs, as `_scripts/redlock_gate.lua` answers."""
 
     READY = "ready"               # it has its marker: it counts
-    FRESH = "fresh"               # never initialised before: nothing to lose
+    FRESH = "fresh"               # no client saw this data set before: a new node, or one that lost everything
     QUARANTINED = "quarantined"   # lost its data; waiting out the repair delay
     REPAIRABLE = "repairable"     # lost its data, and the delay is over: repair it now
     UNKNOWN = "unknown"           # the node did not answer
@@ -175,12 +179,11 @@ class NodeModel:
             del self.locks[name]
             held = None
         hwm = self.hwm.get(name, 0)
-        if held is not None:
-            if held[0] == token and hwm == t:
-                self.locks[name] = (token, now + ttl)  # a retried proposal finds its own grant
-                return Answer(Reply.GRANTED, t)
+        if held is not None and held[0] != token:
             return Answer(Reply.HELD, hwm, held[1] - now)
-        if t <= hwm:
+        # Free, or held by this same acquisition (an earlier round, or a retry): grant t above the hwm, and the
+        # same t again only to the token that holds it.
+        if t < hwm or (t == hwm and held is None):
             return Answer(Reply.STALE, hwm)
         self.locks[name] = (token, now + ttl)
         self.hwm[name] = t

