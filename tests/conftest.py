@@ -17,7 +17,7 @@ import redis
 
 import fencelock
 from fencelock._logic.keys import redis_keys
-from fencelock.testing.servers import RedisClusterServers, RedisServer, find_server_binary
+from fencelock.testing.servers import RedisClusterServers, RedisNodes, RedisServer, find_server_binary
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -31,55 +31,27 @@ def _require_server_binary() -> str:
         pytest.skip(str(exc))
 
 
-class RedlockNodes:
-    """N independent Redis masters for Redlock, paused and resumed together."""
-
-    def __init__(self, n: int = 5) -> None:
-        self.nodes = [RedisServer(name=f"redlock{i}") for i in range(n)]
-
-    def start(self) -> RedlockNodes:
-        for node in self.nodes:
-            node.start()
-        return self
-
-    @property
-    def urls(self) -> list[str]:
-        return [node.url for node in self.nodes]
-
-    def pause(self) -> None:
-        for node in self.nodes:
-            node.pause()
-
-    def resume(self) -> None:
-        for node in self.nodes:
-            node.resume()
-
-    def close(self) -> None:
-        for node in self.nodes:
-            node.close()
-
-
 @dataclass
 class Deployment:
     """A lock service under test: where it is, a way to look behind fencelock's back, and its fault switches."""
 
     kind: str                                   # "redis", "cluster" or "redlock"
     url: str | list[str]
-    servers: RedisServer | RedisClusterServers | RedlockNodes
+    servers: RedisServer | RedisClusterServers | RedisNodes
 
     @property
     def nodes_per_request(self) -> int:
-        return len(self.servers.nodes) if isinstance(self.servers, RedlockNodes) else 1
+        return len(self.servers.nodes) if isinstance(self.servers, RedisNodes) else 1
 
     def raw(self) -> Any:
         """A plain redis-py client (Redis or RedisCluster; Redlock: its first node), e.g. as a guarded store."""
-        if isinstance(self.servers, RedlockNodes):
+        if isinstance(self.servers, RedisNodes):
             return self.servers.nodes[0].client()
         return self.servers.client()
 
     def raws(self) -> list[Any]:
         """One plain client per node that holds locks (one for Redis and Cluster, N for Redlock)."""
-        if isinstance(self.servers, RedlockNodes):
+        if isinstance(self.servers, RedisNodes):
             return [node.client() for node in self.servers.nodes]
         return [self.servers.client()]
 
@@ -98,7 +70,7 @@ class Deployment:
     def target(self) -> Any:
         """What to pass to `fencelock.connect` to use your own redis-py client(s)."""
         raws = self.raws()
-        return raws if isinstance(self.servers, RedlockNodes) else raws[0]
+        return raws if isinstance(self.servers, RedisNodes) else raws[0]
 
     def pause(self) -> None:
         self.servers.pause()
@@ -122,9 +94,9 @@ def cluster() -> Iterator[RedisClusterServers]:
 
 
 @pytest.fixture(scope="session")
-def redlock_nodes() -> Iterator[RedlockNodes]:
+def redlock_nodes() -> Iterator[RedisNodes]:
     _require_server_binary()
-    nodes = RedlockNodes(5).start()
+    nodes = RedisNodes(5).start()
     yield nodes
     nodes.close()
 
@@ -139,7 +111,7 @@ def deployment(request: pytest.FixtureRequest) -> Deployment:
     if request.param == "cluster":
         servers: RedisClusterServers = request.getfixturevalue("cluster")
         return Deployment("cluster", servers.url, servers)
-    nodes: RedlockNodes = request.getfixturevalue("redlock_nodes")
+    nodes: RedisNodes = request.getfixturevalue("redlock_nodes")
     return Deployment("redlock", nodes.urls, nodes)
 
 
@@ -154,7 +126,7 @@ def own_deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
         with RedisClusterServers(3) as servers:
             yield Deployment("cluster", servers.url, servers)
     else:
-        nodes = RedlockNodes(5).start()
+        nodes = RedisNodes(5).start()
         try:
             yield Deployment("redlock", nodes.urls, nodes)
         finally:

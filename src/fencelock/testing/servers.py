@@ -647,7 +647,69 @@ class _StartError(RuntimeError):
         self.port_in_use = port_in_use
 
 
-class RedisClusterServers:
+class _ServerGroup:
+    """Several :class:`RedisServer` handled together: stop, resume and close them all."""
+
+    nodes: list[RedisServer]
+
+    def pause(self) -> None:
+        """SIGSTOP every node."""
+        for node in self.nodes:
+            node.pause()
+
+    def resume(self) -> None:
+        """SIGCONT every node."""
+        for node in self.nodes:
+            node.resume()
+
+    def _close_nodes(self) -> None:
+        errors: list[BaseException] = []
+        for node in self.nodes:
+            try:
+                node.close()
+            except Exception as exc:  # keep closing the others
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+class RedisNodes(_ServerGroup):
+    """``n`` independent Redis masters (for Redlock): no replication, no cluster, each its own process."""
+
+    def __init__(self, n: int = 5, binary: str | None = None, *, durable: bool = False) -> None:
+        self.nodes = [RedisServer(binary, durable=durable, name=f"node{i}") for i in range(n)]
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def start(self) -> RedisNodes:
+        for node in self.nodes:
+            if not node.running:
+                node.start()
+        return self
+
+    def close(self) -> None:
+        """Close every node (idempotent)."""
+        self._close_nodes()
+
+    def __enter__(self) -> RedisNodes:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class RedisClusterServers(_ServerGroup):
     """A real Redis Cluster of ``n`` masters (no replicas) on loopback ports.
 
     Built without ``redis-cli``: each node gets ``CLUSTER ADDSLOTSRANGE`` for its
@@ -807,16 +869,6 @@ class RedisClusterServers:
         self._clients.append(c)
         return c
 
-    def pause(self) -> None:
-        """SIGSTOP every node."""
-        for node in self.nodes:
-            node.pause()
-
-    def resume(self) -> None:
-        """SIGCONT every node."""
-        for node in self.nodes:
-            node.resume()
-
     def close(self) -> None:
         """Close clients and every node (each node's close is idempotent)."""
         for c in self._clients:
@@ -825,14 +877,7 @@ class RedisClusterServers:
             except Exception:
                 pass
         self._clients.clear()
-        errors: list[BaseException] = []
-        for node in self.nodes:
-            try:
-                node.close()
-            except Exception as exc:  # keep closing the others
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        self._close_nodes()
 
     def __enter__(self) -> RedisClusterServers:
         if not self.nodes:
