@@ -108,5 +108,66 @@ def then(handle: Handle[Any], work: Callable[[], Awaitable[object]]) -> None:
     in_background(after)
 
 
+class Signal:
+    """A flag one side sets and the other waits for, with a timeout (an `asyncio.Event` here)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self, timeout: float | None) -> bool:
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+
+Runner = asyncio.Task[None]
+"""Something running on its own: a task here, a daemon thread in the synchronous twin."""
+
+
+def spawn(work: Callable[[], Awaitable[None]], name: str) -> Runner:
+    """Start `work` on its own (a task of the running loop); it must stop by itself when asked to."""
+    task: Runner = asyncio.ensure_future(work())
+    _keep(task)
+    return task
+
+
+async def join(runner: Runner, timeout: float) -> None:
+    """Wait for a runner to stop, at most `timeout` seconds (then cancel it)."""
+    try:
+        await asyncio.wait_for(asyncio.shield(runner), timeout)
+    except asyncio.TimeoutError:
+        runner.cancel()
+
+
+def current_task() -> Any:
+    """What `cancel` can interrupt: the running task (None in the synchronous twin: threads are never cancelled)."""
+    return asyncio.current_task()
+
+
+def cancel(task: Any) -> None:
+    task.cancel()
+
+
+def is_cancellation(exc: BaseException | None) -> bool:
+    return isinstance(exc, asyncio.CancelledError)
+
+
+def uncancel(task: Any) -> None:
+    """Withdraw a cancellation we caused and turned into another error (Python 3.11+ counts them)."""
+    if hasattr(task, "uncancel"):
+        task.uncancel()
+
+
 async def sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)

@@ -67,3 +67,23 @@ def check_wait(wait: object, name: object = None) -> float | None:
     if seconds < 0:
         raise ValueError(f"wait must be None or a number of seconds >= 0, got {wait!r}{_where(name)}")
     return None if math.isinf(seconds) else seconds
+
+
+RENEW_FRACTION = 1 / 3
+"""`renew=True` extends a lease every third of its TTL."""
+
+
+def check_renew(renew: object, ttl: float, name: object = None) -> float | None:
+    """None (no renewal), or the seconds between renewals: True means `ttl / 3`, a number is taken as given.
+
+    A number must leave time to renew before the lease's validity runs out, so it must be below `ttl / 2`.
+    """
+    if renew is False or renew is None:
+        return None
+    if renew is True:
+        return ttl * RENEW_FRACTION
+    seconds = _number(renew, "renew", name)
+    if not math.isfinite(seconds) or not 0.0 < seconds < ttl / 2:
+        raise ValueError(f"renew must be True, False or a number of seconds between 0 and ttl/2 ({ttl / 2}), "
+                         f"got {renew!r}{_where(name)}")
+    return seconds

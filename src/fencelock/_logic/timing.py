@@ -70,3 +70,8 @@ def block_for(deadline: Deadline, now: float, holder_ttl: float | None, cap: flo
 def backoff(attempt: int, rng: random.Random, base: float = 0.005, cap: float = 0.2) -> float:
     """Full-jitter exponential back-off after `attempt` failed attempts (0, 1, 2, ...)."""
     return rng.uniform(0.0, min(cap, base * (2 ** min(attempt, 16))))
+
+
+def renewal_retry(now: float, valid_until: float, every: float) -> float:
+    """When to try again after a renewal that got no answer: soon, and never after the validity ends."""
+    return min(now + min(max(every / 4, 0.01), 1.0), valid_until)

@@ -88,5 +88,58 @@ def then(handle: Handle[Any], work: Callable[[], object]) -> None:
     handle.add_done_callback(after)
 
 
+class Signal:
+    """A flag one side sets and the other waits for, with a timeout (a `threading.Event` here)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._event.wait(timeout)
+
+
+Runner = threading.Thread
+"""Something running on its own: a daemon thread here, a task in the asyncio twin."""
+
+
+def spawn(work: Callable[[], None], name: str) -> Runner:
+    """Start `work` in a daemon thread (it never keeps the process alive); it must stop by itself when asked to."""
+    thread = threading.Thread(target=work, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def join(runner: Runner, timeout: float) -> None:
+    """Wait for a runner to stop, at most `timeout` seconds."""
+    if runner is not threading.current_thread():
+        runner.join(timeout)
+
+
+def current_task() -> Any:
+    """Threads cannot be interrupted safely: there is nothing to cancel."""
+    return None
+
+
+def cancel(task: Any) -> None:
+    """Nothing to cancel in a thread (see `current_task`)."""
+
+
+def is_cancellation(exc: BaseException | None) -> bool:
+    return False
+
+
+def uncancel(task: Any) -> None:
+    """Nothing was cancelled (see `current_task`)."""
+
+
 def sleep(seconds: float) -> None:
     time.sleep(seconds)

@@ -7,18 +7,36 @@ threads sharing one client can never release each other's locks.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import time
+from collections.abc import Callable
 from functools import partial
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 from .._errors import AcquireTimeout, BackendError, LockError, LockLost, NotAcquired
-from .._logic.args import DEFAULT_TTL, DEFAULT_WAIT, check_name, check_ttl, check_wait, ttl_ms
+from .._logic.args import DEFAULT_TTL, DEFAULT_WAIT, check_name, check_renew, check_ttl, check_wait, ttl_ms
 from .._logic.outcomes import Attempt, Released, State, after_release
 from .._logic.timing import Clock, Deadline, block_for, validity_end
-from ._compat import in_background, shielded, sleep, undo_if_interrupted
+from ._compat import (
+    Signal,
+    cancel,
+    current_task,
+    in_background,
+    is_cancellation,
+    shielded,
+    sleep,
+    uncancel,
+    undo_if_interrupted,
+)
+from .watchdog import Watchdog
+
+log = logging.getLogger("fencelock")
+
+OnLost = Callable[["Lease"], object]
+"""Called once, with the lease, when it is lost (from the watchdog's thread or task, or the caller's)."""
 
 _pid = os.getpid()
 
@@ -50,23 +68,34 @@ class Backend(Protocol):
 
     def release(self, name: str, token: str, fence: int) -> Released: ...
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool: ...
+
+    def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
+        """The watchdog's batch: (name, token, fence, ttl_ms) each; True extended, False not ours, None unknown."""
+        ...
+
     def close(self) -> None: ...
 
 
 class Lease:
     """One granted acquisition of a lock: its name, token and fence, and the right to extend or release it."""
 
-    __slots__ = ("_backend", "_clock", "_pid", "_state", "_uncertain_at", "_valid_until", "fence", "name",
-                 "token", "ttl")
+    __slots__ = ("_backend", "_clock", "_due", "_in_flight", "_lost_reason", "_on_lost", "_pid", "_renew_every",
+                 "_state", "_task", "_uncertain_at", "_valid_until", "fence", "name", "token", "ttl")
 
     def __init__(self, backend: Backend, clock: Clock, name: str, token: str, fence: int, ttl: float,
-                 valid_until: float) -> None:
+                 valid_until: float, *, renew_every: float | None = None, on_lost: OnLost | None = None) -> None:
         self._backend = backend
         self._clock = clock
         self._pid = _pid
         self._state = State.HELD
         self._uncertain_at: float | None = None
         self._valid_until = valid_until
+        self._renew_every = renew_every
+        self._on_lost = on_lost
+        self._lost_reason = ""
+        self._in_flight: Signal | None = None  # a renewal of this lease the watchdog has sent, not yet answered
+        self._task: Any = None                 # the task to cancel when the lease is lost (asyncio lock() only)
+        self._due = valid_until if renew_every is None else valid_until - ttl + renew_every
         self.name = name
         self.token = token
         self.fence = fence
@@ -88,6 +117,35 @@ class Lease:
         """True while the lease is neither released nor known to be lost, and its validity has not run out."""
         return self.remaining() > 0.0
 
+    @property
+    def lost(self) -> bool:
+        """True once the lease is known lost: the server said so, or its validity ran out unrenewed.
+
+        Read by the local monotonic clock: it turns true on time even when the network gives no answer.
+        """
+        return self._state is State.LOST or (self._state is State.HELD and self._clock() >= self._valid_until)
+
+    def ensure(self) -> None:
+        """Raise `LockLost` if the lease is lost. Call it before each critical write, and send the fence along."""
+        if self.lost:
+            raise LockLost(f"the lease was lost: {self._lost_reason or 'its validity ran out'}", name=self.name)
+        if self._state is State.RELEASED:
+            raise LockLost("the lease was released", name=self.name)
+
+    def _lose(self, reason: str) -> None:
+        """Mark the lease lost (once): tell the `on_lost` callback, and cancel the task holding it (asyncio)."""
+        if self._state is not State.HELD:
+            return
+        self._state = State.LOST
+        self._lost_reason = reason
+        if self._task is not None and self._task is not current_task():
+            cancel(self._task)
+        if self._on_lost is not None:
+            try:
+                self._on_lost(self)
+            except Exception:
+                log.exception("the on_lost callback of lock %r failed", self.name)
+
     def _check_owner(self, action: str) -> None:
         if _pid != self._pid:
             raise LockError(f"cannot {action} a lease acquired by process {self._pid} from its forked child "
@@ -101,7 +159,7 @@ class Lease:
             raise LockLost(f"cannot extend a lease that is {self._state.value}", name=self.name)
         sent_at = self._clock()
         if not self._backend.extend(self.name, self.token, self.fence, ttl_ms(new_ttl)):
-            self._state = State.LOST
+            self._lose("the server says it expired or was taken by another holder")
             raise LockLost("the lock expired or was taken by another holder before it could be extended",
                            name=self.name)
         self.ttl = new_ttl
@@ -115,8 +173,17 @@ class Lease:
         self._check_owner("release")
         if self._state is State.RELEASED:
             return
+        flight = self._in_flight
+        if flight is not None:
+            flight.wait(None)  # a renewal on the wire must not land after our release
         if self._state is State.LOST:
-            raise LockLost("the lease was already lost", name=self.name)
+            # Lost by our clock, maybe not on the server (it was slow, not gone): delete our key if it is still
+            # there, so it does not block others for a TTL. The loss is reported either way.
+            try:
+                self._backend.release(self.name, self.token, self.fence)
+            except BackendError:
+                pass
+            raise LockLost(f"the lease was lost: {self._lost_reason}", name=self.name)
         sent_at = self._clock()
         try:
             answer = self._backend.release(self.name, self.token, self.fence)
@@ -125,10 +192,12 @@ class Lease:
             if self._uncertain_at is None:
                 self._uncertain_at = sent_at
             raise
-        self._state = after_release(answer, self._uncertain_at, self._valid_until)
-        if self._state is State.LOST:
-            why = "expired" if answer is Released.EXPIRED else "was taken by another holder"
-            raise LockLost(f"the lease {why} before it was released", name=self.name)
+        if after_release(answer, self._uncertain_at, self._valid_until) is State.RELEASED:
+            self._state = State.RELEASED
+            return
+        why = "expired" if answer is Released.EXPIRED else "was taken by another holder"
+        self._lose(f"it {why}")
+        raise LockLost(f"the lease {why} before it was released", name=self.name)
 
     def __enter__(self) -> Lease:
         return self
@@ -145,24 +214,35 @@ class Locks:
     def __init__(self, backend: Backend, *, clock: Clock = time.monotonic) -> None:
         self._backend = backend
         self._clock = clock
+        self._watchdog = Watchdog(backend, clock)
 
     @property
     def backend(self) -> Backend:
         return self._backend
 
+    @property
+    def watchdog(self) -> Watchdog:
+        """The client's one renewal watchdog (see `fencelock._sync.watchdog`)."""
+        return self._watchdog
+
     def __repr__(self) -> str:
         return f"<Locks {self._backend.shown}>"
 
-    def acquire(self, name: str, *, ttl: float = DEFAULT_TTL,
-                      wait: float | None = DEFAULT_WAIT) -> Lease:
+    def acquire(self, name: str, *, ttl: float = DEFAULT_TTL, wait: float | None = DEFAULT_WAIT,
+                      renew: bool | float = False, on_lost: OnLost | None = None) -> Lease:
         """Acquire `name` for `ttl` seconds, waiting at most `wait` seconds (None: for ever; 0: one attempt).
 
-        Raises `NotAcquired` (`AcquireTimeout` when `wait` > 0) if the lock stayed busy, `BackendError` if the
-        server failed. Never returns a lease that the server did not grant.
+        `renew=True` keeps the lease alive (extended every ttl/3; a number: every that many seconds) until it is
+        released; `on_lost(lease)` is called once if it is lost. Raises `NotAcquired` (`AcquireTimeout` when
+        `wait` > 0) if the lock stayed busy, `BackendError` if the server failed. Never returns a lease that the
+        server did not grant.
         """
         name = check_name(name)
         ttl = check_ttl(ttl, name)
         wait_s = check_wait(wait, name)
+        renew_every = check_renew(renew, ttl, name)
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError(f"on_lost must be callable, got {on_lost!r} (lock {name!r})")
         token = secrets.token_hex(TOKEN_BYTES)
         ms = ttl_ms(ttl)
         backend = self._backend
@@ -194,7 +274,11 @@ class Locks:
             if attempt.granted:
                 valid_until = validity_end(ttl, sent_at)
                 if valid_until > clock():
-                    return Lease(backend, clock, name, token, attempt.fence, ttl, valid_until)
+                    lease = Lease(backend, clock, name, token, attempt.fence, ttl, valid_until,
+                                       renew_every=renew_every, on_lost=on_lost)
+                    if renew_every is not None or on_lost is not None:
+                        self._watchdog.watch(lease)
+                    return lease
                 # Granted too late to be of use (a slow network ate the TTL): give it back, count it as refused.
                 shielded(self._forget(name, token))
                 attempt = Attempt(False, 0, None)
@@ -218,14 +302,24 @@ class Locks:
         except BackendError:
             return False
 
-    def lock(self, name: str, *, ttl: float = DEFAULT_TTL, wait: float | None = DEFAULT_WAIT) -> LockContext:
-        """`with locks.lock(name) as lease:` runs the body only with the lock, and releases it on exit."""
+    def lock(self, name: str, *, ttl: float = DEFAULT_TTL, wait: float | None = DEFAULT_WAIT,
+             renew: bool | float = True, on_lost: OnLost | None = None,
+             cancel_on_lost: bool = True) -> LockContext:
+        """`with locks.lock(name) as lease:` runs the body only with the lock, and releases it on exit.
+
+        The lease is renewed while the body runs (`renew=False` to not). If it is lost meanwhile, the exit raises
+        `LockLost`; with asyncio the body is also cancelled at once, and the cancellation surfaces as `LockLost`
+        (`cancel_on_lost=False` to let the body run on). A thread cannot be interrupted safely: call
+        `lease.ensure()` before each critical write.
+        """
         # Checked now, so that a bad argument fails at the `lock()` call, before anything is sent.
-        check_ttl(ttl, check_name(name))
+        check_renew(renew, check_ttl(ttl, check_name(name)), name)
         check_wait(wait, name)
-        return LockContext(self, name, ttl, wait)
+        return LockContext(self, name, ttl, wait, renew, on_lost, cancel_on_lost)
 
     def close(self) -> None:
+        """Stop the watchdog and close the connections this client made (leases still held expire by TTL)."""
+        self._watchdog.close()
         self._backend.close()
 
     def __enter__(self) -> Locks:
@@ -239,24 +333,41 @@ class Locks:
 class LockContext:
     """The `lock()` context: acquires on entry (or raises), releases on exit. Not re-entrant."""
 
-    __slots__ = ("_lease", "_locks", "_name", "_ttl", "_wait")
+    __slots__ = ("_cancel_on_lost", "_lease", "_locks", "_name", "_on_lost", "_renew", "_ttl", "_wait")
 
-    def __init__(self, locks: Locks, name: str, ttl: float, wait: float | None) -> None:
+    def __init__(self, locks: Locks, name: str, ttl: float, wait: float | None, renew: bool | float,
+                 on_lost: OnLost | None, cancel_on_lost: bool) -> None:
         self._locks = locks
         self._name = name
         self._ttl = ttl
         self._wait = wait
+        self._renew = renew
+        self._on_lost = on_lost
+        self._cancel_on_lost = cancel_on_lost
         self._lease: Lease | None = None
 
     def __enter__(self) -> Lease:
         if self._lease is not None:
             raise LockError("this lock() context is already entered; call lock() again for another lease",
                             name=self._name)
-        self._lease = self._locks.acquire(self._name, ttl=self._ttl, wait=self._wait)
-        return self._lease
+        lease = self._locks.acquire(self._name, ttl=self._ttl, wait=self._wait, renew=self._renew,
+                                          on_lost=self._on_lost)
+        if self._cancel_on_lost:
+            lease._task = current_task()  # asyncio: the body is cancelled the moment the lease is lost
+        self._lease = lease
+        return lease
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         lease, self._lease = self._lease, None
-        if lease is not None:
+        if lease is None:
+            return
+        task, lease._task = lease._task, None
+        cancelled_for_loss = task is not None and lease._state is State.LOST and is_cancellation(exc)
+        try:
             lease.__exit__(exc_type, exc, tb)
+        except LockLost as lost:
+            if cancelled_for_loss:
+                uncancel(task)  # the cancellation was ours: it surfaces as LockLost, not as a cancelled task
+                raise lost from exc
+            raise

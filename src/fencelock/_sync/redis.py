@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from redis import Redis, RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from .._errors import BackendError
 from .._logic.keys import PREFIX, redis_keys
 from .._logic.outcomes import Attempt, Released
-from .._scripts import ACQUIRE, EXTEND, RELEASE, Lua
+from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, RELEASE, Lua
 from ._compat import sleep
 
 AnyRedis = Redis | RedisCluster
@@ -28,6 +29,9 @@ _RELEASE_ANSWERS = {1: Released.RELEASED, 0: Released.EXPIRED, -1: Released.TAKE
 
 MIN_BLOCK = 0.002
 """Seconds. BLPOP rounds its timeout down to milliseconds, and 0 means "block for ever": never ask for less."""
+
+BATCH = 100
+"""Leases per renewal script call (as Redisson batches them)."""
 
 SERVER_TIMER = 0.1
 """Seconds. A server ends a blocking command's timeout only on its next timer tick (1/hz; hz is 10 by default),
@@ -46,6 +50,7 @@ class RedisBackend:
         timeout = socket_timeout(client)
         self.block_cap = 30.0 if timeout is None else max(MIN_BLOCK, timeout * 0.75)
         self._cluster = isinstance(client, RedisCluster)
+        self.renewal_requests = 0  # script calls the watchdog made (for benchmarks)
 
     @property
     def client(self) -> AnyRedis:
@@ -104,10 +109,67 @@ class RedisBackend:
         keys = redis_keys(name, self._prefix)
         return int(self._run(EXTEND, name, [keys.lock], [token, ttl_ms])) == 1
 
+    def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
+        """The watchdog's batch: (name, token, fence, ttl_ms) each; True extended, False not ours, None no answer.
+
+        Leases go in script calls of at most `BATCH` (on a Cluster, one slot per call); on a single Redis all the
+        calls of one batch travel in one pipeline: one round trip however many leases are due.
+        """
+        groups: dict[int, list[int]] = {}
+        for i, (name, _, _, _) in enumerate(leases):
+            slot = key_slot(redis_keys(name, self._prefix).lock.encode()) if self._cluster else 0
+            groups.setdefault(slot, []).append(i)
+        calls: list[list[int]] = []
+        for members in groups.values():
+            calls.extend(members[start:start + BATCH] for start in range(0, len(members), BATCH))
+        results: list[bool | None] = [None] * len(leases)
+        if self._cluster:  # redis-py refuses scripts in cluster pipelines: one call per slot group
+            for members in calls:
+                _apply(results, members, self._extend_call(leases, members))
+            return results
+        client: Any = self._client
+        pipe = client.pipeline(transaction=False)
+        for members in calls:
+            keys, args = self._extend_args(leases, members)
+            pipe.evalsha(EXTEND_MANY.sha, len(keys), *keys, *args)
+        self.renewal_requests += len(calls)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except CLIENT_ERRORS:
+            return results
+        for members, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, NoScriptError):
+                reply = self._extend_call(leases, members)
+            _apply(results, members, reply)
+        return results
+
+    def _extend_args(self, leases: list[tuple[str, str, int, int]], members: list[int]) -> tuple[list[str], list[Any]]:
+        keys = [redis_keys(leases[i][0], self._prefix).lock for i in members]
+        args: list[Any] = []
+        for i in members:
+            args += [leases[i][1], leases[i][3]]
+        return keys, args
+
+    def _extend_call(self, leases: list[tuple[str, str, int, int]], members: list[int]) -> Any:
+        keys, args = self._extend_args(leases, members)
+        self.renewal_requests += 1
+        try:
+            return self._run(EXTEND_MANY, leases[members[0]][0], keys, args)
+        except BackendError as exc:
+            return exc
+
     def close(self) -> None:
         if self._owns_client:
             client: Any = self._client
             client.close()
+
+
+def _apply(results: list[bool | None], members: list[int], reply: Any) -> None:
+    """Spread one batch script's answers (1 extended, 0 not ours) over the leases it carried."""
+    if isinstance(reply, Exception):
+        return
+    for i, code in zip(members, reply, strict=True):
+        results[i] = int(code) == 1
 
 
 def wait_for_wake(client: AnyRedis, wake_key: str, wait: float) -> bool:

@@ -37,9 +37,16 @@ from .._logic.redlock import (
     worth_another_round,
 )
 from .._logic.timing import backoff
-from .._scripts import REDLOCK_ACQUIRE, REDLOCK_EXTEND, REDLOCK_GATE, REDLOCK_RAISE, REDLOCK_RELEASE
+from .._scripts import (
+    REDLOCK_ACQUIRE,
+    REDLOCK_EXTEND,
+    REDLOCK_EXTEND_MANY,
+    REDLOCK_GATE,
+    REDLOCK_RAISE,
+    REDLOCK_RELEASE,
+)
 from ._compat import fan_out, in_background, sleep, then
-from .redis import CLIENT_ERRORS, MIN_BLOCK, run_script, socket_timeout, wait_for_wake
+from .redis import BATCH, CLIENT_ERRORS, MIN_BLOCK, run_script, socket_timeout, wait_for_wake
 
 _FAILED = Answer(Reply.FAILED)
 NO_ANSWER = -2
@@ -69,6 +76,7 @@ class RedlockBackend:
         self._known: dict[str, int] = {}  # name -> the highest hwm seen: where the next proposal starts
         self._repairing: set[int] = set()
         self._healing = False
+        self.renewal_requests = 0  # script calls the watchdog made (for benchmarks)
         self._rng = random.Random()
         # A waiter blocks on its home node's wake list; one wait must end before that socket's timeout does.
         timeouts = [socket_timeout(client) for client in clients]
@@ -187,6 +195,37 @@ class RedlockBackend:
     def _settled(self, done: dict[int, int]) -> bool:
         """A release or extend is decided once a quorum did it, or every node answered."""
         return len(done) == self._n or sum(1 for code in done.values() if code == 1) >= self._q
+
+    def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
+        """The watchdog's batch on every node at once; a lease is extended where a quorum extended it."""
+        calls = [partial(self._extend_many_on, j, leases) for j in range(self._n)]
+        longest = max(ttl for _, _, _, ttl in leases) / 1000.0
+        done, _ = fan_out(calls, self._timeout(longest), lambda so_far: len(so_far) == self._n)
+        results: list[bool | None] = []
+        for i in range(len(leases)):
+            codes = [done.get(j) for j in range(self._n)]
+            extended = sum(1 for c in codes if c is not None and c[i] == 1)
+            unknown = sum(1 for c in codes if c is None)
+            results.append(True if extended >= self._q else None if extended + unknown >= self._q else False)
+        return results
+
+    def _extend_many_on(self, j: int, leases: list[tuple[str, str, int, int]]) -> list[int] | None:
+        codes: list[int] = []
+        for start in range(0, len(leases), BATCH):
+            keys: list[str] = []
+            args: list[Any] = []
+            for name, token, fence, ttl in leases[start:start + BATCH]:
+                k = redis_keys(name, self._prefix)
+                keys += [k.lock, k.fence]
+                args += [token, ttl, fence]
+            self.renewal_requests += 1
+            try:
+                reply = run_script(self._nodes[j], REDLOCK_EXTEND_MANY, keys, args, name=leases[start][0],
+                                         where=self._shown[j])
+            except BackendError:
+                return None
+            codes += [int(code) for code in reply]
+        return codes
 
     # -- nodes that lost their data -------------------------------------------------------------------------
 

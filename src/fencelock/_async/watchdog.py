@@ -1,0 +1,133 @@
+"""The renewal watchdog: one per client, keeping its renewed leases alive and telling them the moment they are lost.
+
+It owns liveness, as etcd's `concurrency.Session` does; the lease only reports it. One runner per client (a task
+here, a daemon thread in the synchronous twin), never one per lease:
+
+- leases wait in a heap ordered by when they are next due;
+- everything due in one tick goes to the backend in one batch (`extend_many`: one script call per 100 leases
+  and node), sent in the background, so a server that does not answer never stops the timer;
+- a lease whose validity runs out without a confirmed renewal is lost at that moment, by the local monotonic
+  clock, whatever the network does; one the server says is gone or taken is lost at once.
+
+A lease is also watched without renewal when it has an `on_lost` callback, so that the callback fires when its
+validity ends.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import threading
+from functools import partial
+from typing import TYPE_CHECKING
+
+from .._errors import BackendError
+from .._logic.args import ttl_ms
+from .._logic.outcomes import State
+from .._logic.timing import Clock, renewal_retry, validity_end
+from ._compat import Runner, Signal, in_background, join, spawn
+
+if TYPE_CHECKING:
+    from .client import AsyncBackend, AsyncLease
+
+
+class AsyncWatchdog:
+    def __init__(self, backend: AsyncBackend, clock: Clock) -> None:
+        self._backend = backend
+        self._clock = clock
+        self._heap: list[tuple[float, int, AsyncLease]] = []
+        self._order = itertools.count()
+        self._lock = threading.Lock()
+        self._wakeup = Signal()
+        self._runner: Runner | None = None
+        self._pid = os.getpid()
+        self._closed = False
+        self.renewals = 0  # leases renewed so far (for benchmarks and debugging)
+
+    def watch(self, lease: AsyncLease) -> None:
+        """Keep `lease` alive (if it renews) and watch it for loss until it is released or lost."""
+        with self._lock:
+            if os.getpid() != self._pid:
+                # A forked child: the parent's leases are not ours to renew, and its runner did not survive.
+                self._pid, self._heap, self._runner = os.getpid(), [], None
+            self._push(lease)
+            if self._runner is None:
+                self._runner = spawn(self._run, "fencelock-watchdog")
+        self._wakeup.set()
+
+    def _push(self, lease: AsyncLease) -> None:
+        heapq.heappush(self._heap, (lease._due, next(self._order), lease))
+
+    def watching(self) -> int:
+        return len(self._heap)
+
+    async def _run(self) -> None:
+        while not self._closed:
+            now = self._clock()
+            due: list[AsyncLease] = []
+            with self._lock:
+                while self._heap and self._heap[0][0] <= now:
+                    due.append(heapq.heappop(self._heap)[2])
+            renew: list[AsyncLease] = []
+            for lease in due:
+                if lease._state is not State.HELD:
+                    continue  # released or lost: no longer watched
+                if now >= lease._valid_until:
+                    lease._lose("its validity ran out before a renewal was confirmed")
+                elif lease._renew_every is None or lease._in_flight is not None:
+                    lease._due = lease._valid_until  # only watched, or its renewal still runs: check at the end
+                    with self._lock:
+                        self._push(lease)
+                else:
+                    renew.append(lease)
+            if renew:
+                for lease in renew:
+                    lease._in_flight = Signal()
+                in_background(partial(self._renew, renew))
+            with self._lock:
+                next_at = self._heap[0][0] if self._heap else None
+            timeout = None if next_at is None else max(0.0, next_at - self._clock())
+            await self._wakeup.wait(timeout)
+            self._wakeup.clear()
+
+    async def _renew(self, leases: list[AsyncLease]) -> None:
+        """Renew one tick's batch; then reschedule, or report the losses. Runs off the timer."""
+        sent_at = self._clock()
+        try:
+            results: list[bool | None] = await self._backend.extend_many(
+                [(lease.name, lease.token, lease.fence, ttl_ms(lease.ttl)) for lease in leases])
+        except BackendError:
+            results = [None] * len(leases)
+        now = self._clock()
+        for lease, extended in zip(leases, results, strict=True):
+            flight, lease._in_flight = lease._in_flight, None
+            if lease._state is not State.HELD:
+                if extended and lease._state is State.LOST:
+                    # Reported lost on time, then the late renewal got through: give that key back.
+                    in_background(partial(self._backend.release, lease.name, lease.token, lease.fence))
+            elif extended:
+                self.renewals += 1
+                lease._valid_until = validity_end(lease.ttl, sent_at)
+                lease._due = sent_at + (lease._renew_every or lease.ttl)
+                with self._lock:
+                    self._push(lease)
+            elif extended is False:
+                lease._lose("the server says it was deleted or taken by another holder")
+            else:
+                every = lease._renew_every or lease.ttl
+                lease._due = renewal_retry(now, lease._valid_until, every)
+                with self._lock:
+                    self._push(lease)
+            if flight is not None:
+                flight.set()
+        self._wakeup.set()
+
+    async def aclose(self) -> None:
+        """Stop the runner (the leases stay held until they expire or are released)."""
+        self._closed = True
+        self._wakeup.set()
+        runner, self._runner = self._runner, None
+        if runner is not None and self._pid == os.getpid():
+            await join(runner, 5.0)
+
