@@ -135,7 +135,7 @@ class RedlockModel(RuleBasedStateMachine):
     def release(self, data: st.DataObject) -> None:
         grant = data.draw(st.sampled_from(self.grants))
         for i in data.draw(st.lists(st.sampled_from(range(self.n)), unique=True)):
-            self.nodes[i].release(NAME, grant.token)
+            self.nodes[i].release(NAME, grant.token, grant.fence)
 
     @rule(dt=st.sampled_from([0.1, 1.0, 4.0, 11.0]))
     def advance_time(self, dt: float) -> None:

@@ -1,6 +1,8 @@
 -- redlock_release: delete one node's key only if it is this grant's (same token AND same proposal t).
 -- Matching t as well as the token means a late release of an earlier, failed round of the same acquisition
--- can never delete a later round's grant.
+-- can never delete a later round's grant. It also raises the node's hwm to t: when the release overtakes the
+-- round's own acquire on this node (another connection, a slow node), that late acquire is then refused
+-- instead of leaving a dead lease's key for a whole TTL. Raising an hwm is always safe.
 --
 -- KEYS[1]  lock key      fencelock:{name}:lock
 -- KEYS[2]  hwm key       fencelock:{name}:fence
@@ -14,6 +16,10 @@
 --          -1            another holder has the key, or a later proposal was granted here
 local hwm = tonumber(redis.call('GET', KEYS[2]) or '0')
 local t = tonumber(ARGV[2])
+if t > hwm then
+  redis.call('SET', KEYS[2], ARGV[2])
+  hwm = t
+end
 if redis.call('GET', KEYS[1]) == ARGV[1] and (t == 0 or hwm == t) then
   redis.call('DEL', KEYS[1])
   local pttl = redis.call('PTTL', KEYS[3])
