@@ -1,7 +1,9 @@
-"""fencelock's benchmarks against the libraries it must beat, in one run: `python -m bench [--quick] [--json PATH]`.
+"""fencelock's benchmarks against the libraries it must beat, in one run: `python -m bench [--quick] [--json PATH]`
+(`--only redlock,fencelock` limits a run to the Redlock rows and the single-node row they are compared with).
 
-    contenders.py   the registry: name -> factory giving acquire/release callables (add Redlock, etcd, ... here)
-    services.py     starts the servers the chosen contenders need (one Redis today), shared by every row
+    contenders.py   the registry: name -> factory giving acquire/release callables (single node, Redlock; add
+                    etcd, ... here)
+    services.py     starts the servers the chosen contenders need (one Redis; N independent Redlock nodes)
     workload.py     the workloads: uncontended acquire+release, and contended hand-off between processes
     stats.py        medians, percentiles, overlap and hand-off-gap counting
     report.py       the machine, the tables, the targets (PASS/FAIL) and the JSON file

@@ -10,6 +10,17 @@ the uncontended workload is measured under fixed placements:
     shared   client and servers on one core: wall time = client CPU + server CPU, the pure cost of the code
     free     no pinning (fewer than two usable cores, or no sched_setaffinity on this OS)
 
+Redlock rows run in the same placements, with every node pinned where the single server is. With two cores
+there is no faithful copy of "one machine per node": in split the nodes share CPU 1, so a request written to
+five nodes is served by five processes one after the other (a real deployment serves them side by side). That
+costs every Redlock row alike (and the hand-written Redlock floor shows how much), and keeps the Redlock rows
+comparable with the single-node rows of the same placement, which the 5-node / 1-node target needs. Leaving
+the nodes free instead lets the scheduler move client and nodes between the cores at will: the noise this module
+exists to avoid.
+
+Every thread is pinned, not only the main one: the client's threads (fencelock's and pottery's fan-out pools,
+which inherit from the thread that starts them, but may have started before) and the servers' own threads.
+
 The contended workload runs unpinned (its worker processes need every core).
 """
 
@@ -45,27 +56,49 @@ def placements() -> list[Placement]:
         return [FREE]
     client, server = cpus[0], cpus[1]
     return [
-        Placement("split", f"client on CPU {client}, server on CPU {server}", frozenset({client}),
-                  frozenset({server})),
-        Placement("shared", f"client and server on CPU {client}", frozenset({client}), frozenset({client})),
+        Placement("split", f"client on CPU {client}, server (every Redlock node too) on CPU {server}",
+                  frozenset({client}), frozenset({server})),
+        Placement("shared", f"client and server(s) on CPU {client}", frozenset({client}), frozenset({client})),
     ]
+
+
+def _threads(pid: int) -> list[int]:
+    """The thread ids of process `pid` (Linux: /proc/PID/task), or just `pid` where that cannot be listed."""
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except (OSError, ValueError):
+        return [pid]
+
+
+def _pin(pid: int, cpus: frozenset[int] | set[int]) -> None:
+    """Pin every thread of process `pid` (a thread that has just ended needs no pinning)."""
+    for tid in _threads(pid):
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 @contextmanager
 def placed(placement: Placement, server_pids: Sequence[int]) -> Iterator[None]:
-    """Pin this process and the given server processes (ours: started by this run) for the duration."""
+    """Pin every thread of this process and of the given server processes (ours: started by this run) for the
+    duration; afterwards every thread of each (also one started meanwhile) gets the process's old CPUs back."""
     if placement.client is None or placement.server is None:
         yield
         return
-    saved = {pid: os.sched_getaffinity(pid) for pid in (0, *server_pids)}
+    me = os.getpid()
+    saved: dict[int, set[int]] = {}
+    for pid in (me, *server_pids):
+        try:
+            saved[pid] = os.sched_getaffinity(pid)
+        except ProcessLookupError:  # a server that is gone needs no pinning
+            pass
     try:
-        os.sched_setaffinity(0, placement.client)
-        for pid in server_pids:
-            os.sched_setaffinity(pid, placement.server)
+        _pin(me, placement.client)
+        for pid in saved:
+            if pid != me:
+                _pin(pid, placement.server)
         yield
     finally:
         for pid, cpus in saved.items():
-            try:
-                os.sched_setaffinity(pid, cpus)
-            except ProcessLookupError:  # a server that is gone needs no restoring
-                pass
+            _pin(pid, cpus)

@@ -19,6 +19,13 @@ from .workload import Contended, Uncontended
 FLOOR_TARGET = 1.15
 """Uncontended fencelock / floor must stay at or below this."""
 
+REDLOCK_NODES_TARGET = 1.5
+"""Uncontended fencelock Redlock over 5 nodes / single-node fencelock (same run) must stay at or below this."""
+
+REDLOCK_CONTENDED_TARGET = 2.0
+"""Contended fencelock Redlock over 5 nodes / the best of pottery and redlock-ng over 5 nodes, acquisitions/s:
+at least this."""
+
 
 # ----------------------------------------------------------------------------------------------------- machine
 
@@ -53,6 +60,8 @@ def machine(server: Mapping[str, str]) -> dict[str, str]:
         "fencelock": fencelock.__version__,
         "redis-py": redis.__version__,
         "python-redis-lock": _version("python-redis-lock"),
+        "pottery": _version("pottery"),
+        "redlock-ng": _version("redlock-ng"),
         **server,
     }
 
@@ -81,46 +90,60 @@ def _ratio(value: float | None, digits: int = 2) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}x"
 
 
-def uncontended_table(results: Mapping[str, Mapping[str, Uncontended]], places: Sequence[Placement], rounds: int,
-                      cycles: int) -> str:
+def floor_of(contender: Contender) -> str | None:
+    """The key of the floor a row is measured against: the synchronous floor with the same need (one node: SET NX
+    PX + EVALSHA by hand; Redlock over n nodes: the same to every node at once, by hand)."""
+    for key, other in REGISTRY.items():
+        if other.role == "floor" and other.need == contender.need and other.make is not None:
+            return key
+    return None
+
+
+def uncontended_table(results: Mapping[str, Mapping[str, Uncontended]], places: Sequence[Placement],
+                      rounds: int) -> str:
     """One row per contender; the first placement is the headline (min, max, reference), the others follow."""
     if not places or not results.get(places[0].name):
         return "Uncontended: nothing measured"
     head, *others = places
-    ref_floor = REGISTRY["floor"].reference.uncontended_us if "floor" in REGISTRY else None
 
-    def floor_us(place: Placement) -> float:
-        floor = results[place.name].get("floor")
+    def floor_us(place: Placement, contender: Contender) -> float:
+        key = floor_of(contender)
+        floor = results[place.name].get(key) if key is not None else None
         return floor.median_us if floor else math.nan
 
     rows = []
     for key, result in results[head.name].items():
         contender = REGISTRY[key]
         ref = contender.reference.uncontended_us
+        floor_key = floor_of(contender)
+        ref_floor = REGISTRY[floor_key].reference.uncontended_us if floor_key is not None else None
         ref_text = "-" if ref is None else f"{ref:.0f}" + (f" ({ref / ref_floor:.2f}x)" if ref_floor else "")
         row = [
             contender.label + (" (info)" if contender.role == "info" else ""),
+            str(result.cycles),
             _num(result.median_us, 1),
             _num(min(result.rounds_us, default=math.nan), 1),
             _num(max(result.rounds_us, default=math.nan), 1),
-            _ratio(result.median_us / floor_us(head)),
+            _ratio(result.median_us / floor_us(head, contender)),
         ]
         for place in others:
             other = results[place.name][key]
-            row += [_num(other.median_us, 1), _ratio(other.median_us / floor_us(place))]
+            row += [_num(other.median_us, 1), _ratio(other.median_us / floor_us(place, contender))]
         rows.append([*row, ref_text])
-    header = ["contender", f"{head.name} us", "min", "max", "vs floor"]
+    header = ["contender", "cycles", f"{head.name} us", "min", "max", "vs floor"]
     for place in others:
         header += [f"{place.name} us", "vs floor"]
     header.append("anchors.md us (vs floor)")
-    lines = [f"Uncontended acquire + release, microseconds per cycle (median of {rounds} interleaved rounds x "
-             f"{cycles} cycles, after warm-up)", ""]
-    lines.append(_table(header, rows, "l" + "r" * (len(header) - 1)))
+    lines = [f"Uncontended acquire + release, microseconds per cycle (median of {rounds} interleaved rounds of "
+             "'cycles' cycles each, after warm-up)", ""]
+    lines.append(_table(header, rows, "lr" + "r" * (len(header) - 2)))
     lines.append("")
     lines += [f"{place.name}: {place.description}" + (" (targets are judged here)" if place is head else "")
               for place in places]
     if others:
         lines.append("min/max: fastest and slowest round of the first placement")
+    lines.append("vs floor: against the floor with the same nodes (one node: the single-node floor; Redlock: the "
+                 "Redlock floor by hand with as many nodes)")
     return "\n".join(lines)
 
 
@@ -139,6 +162,7 @@ def contended_table(results: Mapping[str, Contended]) -> str:
                   else "-")
         rows.append([
             contender.label,
+            str(result.runs),
             _num(result.per_s),
             spread,
             _num(result.wait_p50_ms, 1),
@@ -151,16 +175,15 @@ def contended_table(results: Mapping[str, Contended]) -> str:
             str(result.overlaps),
             ref_text,
         ])
-    runs = max(result.runs for result in results.values())
     title = (f"Contended hand-off: {params.workers} processes, one name, hold {params.hold * 1e3:g} ms, "
              f"pause {params.pause * 1e3:g} ms, blocking acquire (wait <= {params.wait:g} s); "
-             f"{runs} run{'s' if runs > 1 else ''} of {params.duration:g} s per contender, pooled")
+             f"'runs' runs of {params.duration:g} s per contender, pooled")
     legend = ("acq/s per run = slowest-fastest run (the machine's run-to-run noise); wait = time in acquire (ms);\n"
               "gap = idle time between one holder's exit and the next holder's entry (ms); busy = share of the "
               "time some worker\nwas inside the critical section; per worker = fewest-most acquisitions of one "
               "worker in one run")
-    table = _table(["contender", "acq/s", "per run", "wait p50", "wait p99", "longest", "gap p50", "busy %",
-                    "per worker", "timeouts", "overlaps", "anchors.md"], rows, "lrrrrrrrrrrl")
+    table = _table(["contender", "runs", "acq/s", "per run", "wait p50", "wait p99", "longest", "gap p50", "busy %",
+                    "per worker", "timeouts", "overlaps", "anchors.md"], rows, "lrrrrrrrrrrrl")
     return f"{title}\n\n{table}\n\n{legend}"
 
 
@@ -203,6 +226,7 @@ def checks(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[str],
         if aio is not None and aio_floor is not None:
             out.append(Check(f"uncontended, {place}: fencelock.aio / floor-aio (time per cycle)",
                              _ratio(aio.median_us / aio_floor.median_us, 3), "-", None))
+    out += _redlock_uncontended(unc, places)
     cf = con.get("fencelock")
     if cf is not None:
         for key, targeted in (("python-redis-lock", True), ("redis-py", False)):
@@ -215,12 +239,76 @@ def checks(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[str],
                              ">= 1.00x" if targeted else "-", (per_s >= 1.0) if targeted else None))
             out.append(Check(f"contended: fencelock / {key} wait p99", _ratio(p99, 3),
                              "<= 1.00x (no worse)" if targeted else "-", (p99 <= 1.0) if targeted else None))
+    out += _redlock_contended(con)
     if con:
         overlaps = sum(result.overlaps for result in con.values())
         out.append(Check("contended: overlapping critical sections, all rows (see the table)", str(overlaps),
                          "0", overlaps == 0))
         broken = sum(len(result.errors) + result.timeouts for result in con.values())
         out.append(Check("contended: errors + timed-out acquires, all rows", str(broken), "-", None))
+    return out
+
+
+def _redlock_uncontended(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[str]) -> list[Check]:
+    out: list[Check] = []
+
+    def per_cycle(place: str, a: str, b: str, target: float | None = None, note: str = "") -> None:
+        found = unc.get(place, {})
+        what = f"uncontended, {place}: {a} / {b} (time per cycle{note})"
+        if a not in found or b not in found:
+            if a in found and target is not None:  # a target that this run cannot judge: say so
+                out.append(Check(what, f"{b} not run", f"<= {target:.2f}x", None))
+            return
+        ratio = found[a].median_us / found[b].median_us
+        if target is None:
+            out.append(Check(what, _ratio(ratio, 3), "- (< 1: faster)", None))
+        else:
+            out.append(Check(what, _ratio(ratio, 3), f"<= {target:.2f}x", ratio <= target))
+
+    for index, place in enumerate(places):
+        per_cycle(place, "fencelock-rl5", "fencelock", REDLOCK_NODES_TARGET if index == 0 else None,
+                  ", 5 nodes / 1 node")
+        # What the machine allows: the same ratio for the floors (the nodes of a placement share its server CPU).
+        per_cycle(place, "floor-rl5", "floor", None, ", Redlock floor 5 nodes / floor 1 node")
+        per_cycle(place, "fencelock-rl5", "floor-rl5")
+        if index == 0:
+            per_cycle(place, "fencelock-rl3", "fencelock", None, ", 3 nodes / 1 node")
+            per_cycle(place, "fencelock-rl3", "floor-rl3")
+            for anchor in ("pottery-rl5", "redlock-ng-rl5"):
+                per_cycle(place, "fencelock-rl5", anchor)
+            for anchor in ("pottery-rl3", "redlock-ng-rl3"):
+                per_cycle(place, "fencelock-rl3", anchor)
+            per_cycle(place, "fencelock-aio-rl5", "fencelock-rl5", None, ", asyncio / threads")
+    return out
+
+
+def _redlock_contended(con: Mapping[str, Contended]) -> list[Check]:
+    out: list[Check] = []
+    cf = con.get("fencelock-rl5")
+    if cf is None:
+        return out
+    anchors = [key for key in ("pottery-rl5", "redlock-ng-rl5") if key in con]
+    if not anchors:
+        out.append(Check("contended: fencelock-rl5 / best of pottery-rl5, redlock-ng-rl5 acquisitions/s", "not run",
+                         f">= {REDLOCK_CONTENDED_TARGET:.2f}x", None))
+    else:
+        best = max(anchors, key=lambda key: con[key].per_s)
+        ratio = cf.per_s / con[best].per_s if con[best].per_s else math.nan
+        out.append(Check(f"contended: fencelock-rl5 / best of {', '.join(anchors)} ({best}) acquisitions/s",
+                         _ratio(ratio, 3), f">= {REDLOCK_CONTENDED_TARGET:.2f}x",
+                         ratio >= REDLOCK_CONTENDED_TARGET))
+    for key in (*anchors, "fencelock"):
+        rival = con.get(key)
+        if rival is None:
+            continue
+        per_s = cf.per_s / rival.per_s if rival.per_s else math.nan
+        p99 = cf.wait_p99_ms / rival.wait_p99_ms if rival.wait_p99_ms else math.nan
+        out.append(Check(f"contended: fencelock-rl5 / {key} acquisitions/s", _ratio(per_s, 3), "-", None))
+        out.append(Check(f"contended: fencelock-rl5 / {key} wait p99", _ratio(p99, 3), "- (< 1: shorter)", None))
+    redlock = {key: r for key, r in con.items() if REGISTRY[key].group == "redlock"}
+    overlaps = sum(r.overlaps for r in redlock.values())
+    out.append(Check(f"contended: overlapping critical sections, Redlock rows ({len(redlock)})", str(overlaps), "0",
+                     overlaps == 0))
     return out
 
 
@@ -248,7 +336,7 @@ def write_json(path: str, *, machine_info: Mapping[str, str], config: Mapping[st
     def contender(key: str) -> dict[str, Any]:
         c: Contender = REGISTRY[key]
         return {"label": c.label, "role": c.role, "need": str(c.need), "note": c.note,
-                "anchors_md": asdict(c.reference)}
+                "cycles_scale": c.cycles_scale, "max_runs": c.runs, "anchors_md": asdict(c.reference)}
 
     doc = {
         "machine": dict(machine_info),

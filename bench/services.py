@@ -1,8 +1,13 @@
 """The servers the chosen contenders need, started once per run and shared by every row that needs the same.
 
-Today: one Redis-compatible server (`fencelock.testing.servers.RedisServer`). To add a service (five Redis
-nodes for Redlock, etcd, ZooKeeper), teach `Services.target()` to start it; a need it cannot meet raises
-`Unavailable`, and the rows that need it are skipped with the reason, the others still run.
+Today: one Redis-compatible server for the single-node rows ("redis"), and up to N more, independent ones for
+the Redlock rows ("redlock": `fencelock.testing.servers.RedisServer` each). To add a service (etcd, ZooKeeper),
+teach `Services.target()` to start it; a need it cannot meet raises `Unavailable`, and the rows that need it are
+skipped with the reason, the others still run.
+
+The Redlock nodes are apart from the single-node server (no row sees another's keys or load, and the node
+markers fencelock's Redlock writes stay on Redlock nodes). The Redlock rows share them: a 3-node row uses the first
+three of the 5-node rows' nodes. Only one row runs at a time, so they never compete.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ class Services:
     def __init__(self) -> None:
         self._stack = ExitStack()
         self._redis: list[RedisServer] = []
+        self._redlock: list[RedisServer] = []
         self._targets: dict[Need, Target] = {}
 
     def target(self, need: Need) -> Target:
@@ -32,27 +38,37 @@ class Services:
             self._targets[need] = self._start(need)
         return self._targets[need]
 
+    def _grow(self, pool: list[RedisServer], nodes: int, name: str) -> None:
+        while len(pool) < nodes:
+            try:
+                server = RedisServer(name=f"{name}{len(pool)}")
+            except RuntimeError as exc:  # no server binary
+                raise Unavailable(str(exc)) from exc
+            try:
+                pool.append(self._stack.enter_context(server))
+            except RuntimeError as exc:  # it did not start
+                raise Unavailable(f"{name}{len(pool)} did not start: {exc}") from exc
+
     def _start(self, need: Need) -> Target:
-        if need.service == "redis":
-            while len(self._redis) < need.nodes:
-                try:
-                    server = RedisServer(name=f"bench{len(self._redis)}")
-                except RuntimeError as exc:  # no server binary
-                    raise Unavailable(str(exc)) from exc
-                self._redis.append(self._stack.enter_context(server))
-            # Every need shares the first nodes: a one-node row and a five-node row use the same first server.
-            return Target("redis", tuple(s.url for s in self._redis[:need.nodes]))
+        if need.service in ("redis", "redlock"):
+            pool = self._redis if need.service == "redis" else self._redlock
+            if need.service == "redlock" and need.nodes < 3:
+                raise Unavailable(f"{need}: Redlock needs at least 3 nodes")
+            self._grow(pool, need.nodes, "bench" if need.service == "redis" else "bench-redlock")
+            # Every need of one service shares the first nodes: a 3-node row uses 3 of the 5-node rows' nodes.
+            return Target(need.service, tuple(s.url for s in pool[:need.nodes]))
         raise Unavailable(f"no way to start {need} yet (bench/services.py)")
 
     def server_pids(self) -> list[int]:
-        """PIDs of the server processes this run started (for CPU pinning)."""
-        return [pid for pid in (server.pid for server in self._redis) if pid is not None]
+        """PIDs of the server processes this run started (for CPU pinning): the single node and the Redlock nodes."""
+        return [pid for pid in (server.pid for server in (*self._redis, *self._redlock)) if pid is not None]
 
     def describe(self) -> dict[str, str]:
         """What runs, for the report: binary, version, and the version the server reports itself."""
         out: dict[str, str] = {}
-        if self._redis:
-            first = self._redis[0]
+        servers = [*self._redis, *self._redlock]
+        if servers:
+            first = servers[0]
             client = redis.Redis(host=first.host, port=first.port)
             try:
                 info = client.info("server")
@@ -61,7 +77,10 @@ class Services:
             flavour = "valkey" if "valkey_version" in info else "redis"
             out["server"] = f"{flavour} {info.get(f'{flavour}_version', info.get('redis_version', '?'))}"
             out["server binary"] = first.binary
-            out["server nodes"] = str(len(self._redis))
+            out["server nodes"] = ", ".join(
+                part for part in (f"{len(self._redis)} single" if self._redis else "",
+                                  f"{len(self._redlock)} Redlock (independent masters)" if self._redlock else "")
+                if part)
         return out
 
     def close(self) -> None:

@@ -106,30 +106,40 @@ class _AsyncRunner:
             self._loop.close()
 
 
+def scaled(count: int, contender: Contender, least: int = 10) -> int:
+    """`count` cycles scaled by the contender's `cycles_scale` (a slow row makes fewer per round), at least `least`."""
+    return max(least, round(count * contender.cycles_scale))
+
+
 def uncontended(rows: Sequence[tuple[Contender, Target]], *, places: Sequence[Placement],
                 server_pids: Sequence[int], rounds: int, cycles: int, warmup: int,
                 progress: Progress = _quiet) -> dict[str, dict[str, Uncontended]]:
-    """placement name -> contender key -> result. Every contender runs in every placement, with the same clients."""
+    """placement name -> contender key -> result. Every contender runs in every placement, with the same clients.
+
+    Each contender makes `cycles` (and `warmup`) scaled by its `cycles_scale` per round."""
     runners: dict[str, _SyncRunner | _AsyncRunner] = {}
+    counts: dict[str, tuple[int, int]] = {}  # key -> (cycles, warm-up cycles)
     results: dict[str, dict[str, Uncontended]] = {}
     try:
         for contender, target in rows:
             name = f"bench:uncontended:{contender.key}"
+            counts[contender.key] = (scaled(cycles, contender), scaled(warmup, contender))
             if contender.make is not None:
                 runners[contender.key] = _SyncRunner(contender.make(target), name)
             elif contender.make_async is not None:
                 runners[contender.key] = _AsyncRunner(contender.make_async, target, name)
         for place in places:
-            found = results[place.name] = {key: Uncontended(key, cycles) for key in runners}
+            found = results[place.name] = {key: Uncontended(key, counts[key][0]) for key in runners}
             with placed(place, server_pids):
-                for runner in runners.values():
-                    runner.run(warmup)  # connect, load scripts, warm caches, settle on the new cores
+                for key, runner in runners.items():
+                    runner.run(counts[key][1])  # connect, load scripts, warm caches, settle on the new cores
                 for index in range(rounds):
                     progress(f"uncontended, {place.name}: round {index + 1}/{rounds} "
-                             f"({len(runners)} contenders x {cycles} cycles)")
+                             f"({len(runners)} contenders x {cycles} cycles, fewer for the slow ones)")
                     for key, runner in runners.items():
                         gc.collect()
-                        found[key].rounds_us.append(runner.run(cycles) / cycles * 1e6)
+                        n = counts[key][0]
+                        found[key].rounds_us.append(runner.run(n) / n * 1e6)
     finally:
         for runner in runners.values():
             runner.close()
@@ -256,13 +266,16 @@ def _get(source: Queue[T], procs: Sequence[BaseProcess], deadline: float) -> T:
 
 
 def contended_run(contender: Contender, target: Target, params: ContendedParams,
-                  progress: Progress = _quiet) -> ContendedRun:
-    """One run: start the workers, let them warm up, start them together, collect what they measured."""
+                  progress: Progress = _quiet, run: int = 0) -> ContendedRun:
+    """One run: start the workers, let them warm up, start them together, collect what they measured.
+
+    Each run of a contender contends for a name of its own (`run`), so that nothing a run leaves behind (a key a
+    Redlock node still holds until its TTL ends) weighs on the next one."""
     ctx = multiprocessing.get_context("spawn")
     ready: Queue[tuple[int, str | None]] = ctx.Queue()
     go: Queue[tuple[float, float]] = ctx.Queue()
     results: Queue[_WorkerReport] = ctx.Queue()
-    name = f"bench:contended:{contender.key}"
+    name = f"bench:contended:{contender.key}:{run}"
     out = ContendedRun(contender.key, (0.0, 0.0))
     procs = [ctx.Process(target=_worker, args=(contender.key, target, i, name, params, ready, go, results),
                          name=f"bench-{contender.key}-{i}", daemon=True) for i in range(params.workers)]
