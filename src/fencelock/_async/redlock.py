@@ -121,9 +121,12 @@ class AsyncRedlockBackend:
         if wait > 0.0:
             # Every release pushes a wake-up on every node; the waiters of one name all block on the same node.
             home = self._nodes[zlib.crc32(name.encode()) % self._n]
-            if not await wait_for_wake(home, keys.wake, wait):
+            woken = await wait_for_wake(home, keys.wake, wait)
+            if woken is None:
                 # That node failed: a short jittered pause instead, so that contenders do not collide again.
                 await sleep(self._rng.uniform(0.0, min(wait, _FALLBACK_PAUSE)))
+            elif woken > self._known.get(name, 0):
+                self._known[name] = woken  # the release told us its fence: propose above it at once
         timeout = self._timeout(ttl_ms / 1000.0)
         n = self._n
         t = next_proposal(self._known.get(name, 0), ())

@@ -191,9 +191,11 @@ class NodeModel:
 
     def release(self, name: str, token: str, t: int) -> bool:
         """Delete the key if it is this grant's, and raise the hwm to t, so the grant's own late acquire is
-        refused should this release overtake it (t = 0: any grant of this token, no raise)."""
-        self.hwm[name] = max(self.hwm.get(name, 0), t)
+        refused should this release overtake it (t = 0: any grant of this token, no raise). Never under another
+        holder's key: its extend and release must still find hwm equal to its t."""
         held = self.locks.get(name)
+        if held is None or held[0] == token:
+            self.hwm[name] = max(self.hwm.get(name, 0), t)
         if held is not None and held[0] == token and (t == 0 or self.hwm[name] == t):
             del self.locks[name]
             return True

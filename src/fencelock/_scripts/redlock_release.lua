@@ -16,11 +16,13 @@
 --          -1            another holder has the key, or a later proposal was granted here
 local hwm = tonumber(redis.call('GET', KEYS[2]) or '0')
 local t = tonumber(ARGV[2])
-if t > hwm then
+local holder = redis.call('GET', KEYS[1])
+if t > hwm and (not holder or holder == ARGV[1]) then
+  -- (Never under another holder's key: its extend and release must still find hwm == its t.)
   redis.call('SET', KEYS[2], ARGV[2])
   hwm = t
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] and (t == 0 or hwm == t) then
+if holder == ARGV[1] and (t == 0 or hwm == t) then
   redis.call('DEL', KEYS[1])
   local pttl = redis.call('PTTL', KEYS[3])
   if pttl > 0 then
@@ -30,7 +32,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] and (t == 0 or hwm == t) then
   end
   return 1
 end
-if redis.call('EXISTS', KEYS[1]) == 0 and hwm <= t then
+if not holder and hwm <= t then
   return 0
 end
 return -1

@@ -172,22 +172,23 @@ def _apply(results: list[bool | None], members: list[int], reply: Any) -> None:
         results[i] = int(code) == 1
 
 
-def wait_for_wake(client: AnyRedis, wake_key: str, wait: float) -> bool:
-    """Block until a release pushes to `wake_key` or about `wait` seconds pass. False if the server failed.
+def wait_for_wake(client: AnyRedis, wake_key: str, wait: float) -> int | None:
+    """Block until a release pushes to `wake_key` or about `wait` seconds pass.
 
-    The server ends BLPOP only on a timer tick, so it is asked for `SERVER_TIMER` less and the rest is slept.
-    A fault ends the wait early: the next attempt meets it and reports it.
+    Returns the fence the release pushed (0: no wake-up came), or None if the server failed. The server ends
+    BLPOP only on a timer tick, so it is asked for `SERVER_TIMER` less and the rest is slept. A fault ends the
+    wait early: the next attempt meets it and reports it.
     """
     server_wait = wait - SERVER_TIMER
     if server_wait < MIN_BLOCK:
         sleep(wait)
-        return True
+        return 0
     redis: Any = client
     try:
-        redis.blpop([wake_key], timeout=server_wait)
+        popped = redis.blpop([wake_key], timeout=server_wait)
     except CLIENT_ERRORS:
-        return False
-    return True
+        return None
+    return 0 if popped is None else int(popped[1])
 
 
 def run_script(client: AnyRedis, lua: Lua, keys: list[str], args: list[Any], *, name: str,
