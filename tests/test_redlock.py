@@ -276,7 +276,7 @@ def test_the_node_script_answers_exactly_as_the_model_does(own_server: RedisServ
             expected = model.acquire(name, token, t, 60.0, 0.0)
             assert (got.reply, got.hwm) == (expected.reply, expected.hwm), (step, name, token, t)
         else:
-            code = raw.eval(REDLOCK_RELEASE.source, 4, *keys, token, t)
+            code = raw.eval(REDLOCK_RELEASE.source, 4, keys.lock, keys.fence, keys.waiters, keys.wake, token, t)
             assert (code == 1) == model.release(name, token, t), (step, name, token, t)
             assert int(raw.get(keys.fence) or 0) == model.hwm.get(name, 0), (step, name)
     assert model.hwm  # the sequence granted something

@@ -56,13 +56,18 @@ class AsyncBackend(Protocol):
 
     shown: str
     block_cap: float
+    supports_fair: bool
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
         """Seconds to wait before trying again after `failures` failed requests in a row; None: do not."""
         ...
 
-    async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float) -> Attempt:
-        """One attempt; with `wait` > 0 it first waits up to that long for a release to wake it."""
+    async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float, fair: bool) -> Attempt:
+        """One attempt; with `wait` > 0 it first waits up to that long for a release to wake it. `fair`: queue."""
+        ...
+
+    async def leave(self, name: str, token: str) -> None:
+        """A fair waiter gives up: out of the queue at once."""
         ...
 
     async def release(self, name: str, token: str, fence: int) -> Released: ...
@@ -228,11 +233,13 @@ class AsyncLocks:
         return f"<Locks {self._backend.shown}>"
 
     async def acquire(self, name: str, *, ttl: float = DEFAULT_TTL, wait: float | None = DEFAULT_WAIT,
-                      renew: bool | float = False, on_lost: OnLost | None = None) -> AsyncLease:
+                      renew: bool | float = False, on_lost: OnLost | None = None,
+                      fair: bool = False) -> AsyncLease:
         """Acquire `name` for `ttl` seconds, waiting at most `wait` seconds (None: for ever; 0: one attempt).
 
         `renew=True` keeps the lease alive (extended every ttl/3; a number: every that many seconds) until it is
-        released; `on_lost(lease)` is called once if it is lost. Raises `NotAcquired` (`AcquireTimeout` when
+        released; `on_lost(lease)` is called once if it is lost. `fair=True` serves waiters in arrival order
+        (single Redis and Cluster). Raises `NotAcquired` (`AcquireTimeout` when
         `wait` > 0) if the lock stayed busy, `BackendError` if the server failed. Never returns a lease that the
         server did not grant.
         """
@@ -242,6 +249,11 @@ class AsyncLocks:
         renew_every = check_renew(renew, ttl, name)
         if on_lost is not None and not callable(on_lost):
             raise TypeError(f"on_lost must be callable, got {on_lost!r} (lock {name!r})")
+        if not isinstance(fair, bool):
+            raise TypeError(f"fair must be True or False, got {fair!r} (lock {name!r})")
+        if fair and not self._backend.supports_fair:
+            raise ValueError(f"fair=True needs a single Redis or a Redis Cluster, not {self._backend.shown} "
+                             f"(lock {name!r})")
         token = secrets.token_hex(TOKEN_BYTES)
         ms = ttl_ms(ttl)
         backend = self._backend
@@ -253,8 +265,8 @@ class AsyncLocks:
         while True:
             sent_at = clock()  # before any wait: the lease's validity counts from here
             try:
-                attempt = await undo_if_interrupted(partial(backend.try_acquire, name, token, ms, block),
-                                                    lambda: self._forget(name, token))
+                attempt = await undo_if_interrupted(partial(backend.try_acquire, name, token, ms, block, fair),
+                                                    lambda: self._forget(name, token, fair))
             except BackendError as exc:
                 failures += 1
                 delay = backend.retry_after(exc, failures)
@@ -267,7 +279,7 @@ class AsyncLocks:
                     continue
                 # The script may have run. Delete our key if it did, but do not make the caller wait for a
                 # server that just failed to answer: the error is due now, and the TTL bounds the key anyway.
-                in_background(lambda: self._forget(name, token))
+                in_background(lambda: self._forget(name, token, fair))
                 raise
             failures = 0
             if attempt.granted:
@@ -279,31 +291,42 @@ class AsyncLocks:
                         self._watchdog.watch(lease)
                     return lease
                 # Granted too late to be of use (a slow network ate the TTL): give it back, count it as refused.
-                await shielded(self._forget(name, token))
+                await shielded(self._forget(name, token, False))
                 attempt = Attempt(False, 0, None)
             now = clock()
             if deadline is None:
                 deadline = Deadline.after(wait_s, started)
             if deadline.expired(now):
+                if fair:
+                    await shielded(self._leave(name, token))
                 if wait_s == 0:
                     raise NotAcquired("the lock is held by another holder", name=name)
                 raise AcquireTimeout(f"the lock stayed busy for the whole wait of {wait_s} s", name=name)
             block = block_for(deadline, now, attempt.holder_ttl, backend.block_cap, ttl)
 
-    async def _forget(self, name: str, token: str) -> bool:
-        """Best effort: delete a key this acquisition may have created (True if there was one).
-
-        If the server cannot be reached, the key (if any) expires with its TTL.
+    async def _forget(self, name: str, token: str, fair: bool) -> bool:
+        """Best effort: delete a key this acquisition may have created (True if there was one), and leave the
+        fair queue. If the server cannot be reached, the key expires with its TTL, the queue entry with its own.
         """
+        if fair:
+            await self._leave(name, token)
         try:
             # Fence 0: only RELEASED matters here, meaning our key existed and is gone now.
             return await self._backend.release(name, token, 0) is Released.RELEASED
         except BackendError:
             return False
 
+    async def _leave(self, name: str, token: str) -> bool:
+        """Best effort: leave the fair queue (True if the server confirmed). Else the entry expires by itself."""
+        try:
+            await self._backend.leave(name, token)
+        except BackendError:
+            return False
+        return True
+
     def lock(self, name: str, *, ttl: float = DEFAULT_TTL, wait: float | None = DEFAULT_WAIT,
-             renew: bool | float = True, on_lost: OnLost | None = None,
-             cancel_on_lost: bool = True) -> AsyncLockContext:
+             renew: bool | float = True, on_lost: OnLost | None = None, cancel_on_lost: bool = True,
+             fair: bool = False) -> AsyncLockContext:
         """`async with locks.lock(name) as lease:` runs the body only with the lock, and releases it on exit.
 
         The lease is renewed while the body runs (`renew=False` to not). If it is lost meanwhile, the exit raises
@@ -314,7 +337,10 @@ class AsyncLocks:
         # Checked now, so that a bad argument fails at the `lock()` call, before anything is sent.
         check_renew(renew, check_ttl(ttl, check_name(name)), name)
         check_wait(wait, name)
-        return AsyncLockContext(self, name, ttl, wait, renew, on_lost, cancel_on_lost)
+        if fair and not self._backend.supports_fair:
+            raise ValueError(f"fair=True needs a single Redis or a Redis Cluster, not {self._backend.shown} "
+                             f"(lock {name!r})")
+        return AsyncLockContext(self, name, ttl, wait, renew, on_lost, cancel_on_lost, fair)
 
     async def aclose(self) -> None:
         """Stop the watchdog and close the connections this client made (leases still held expire by TTL)."""
@@ -332,10 +358,10 @@ class AsyncLocks:
 class AsyncLockContext:
     """The `lock()` context: acquires on entry (or raises), releases on exit. Not re-entrant."""
 
-    __slots__ = ("_cancel_on_lost", "_lease", "_locks", "_name", "_on_lost", "_renew", "_ttl", "_wait")
+    __slots__ = ("_cancel_on_lost", "_fair", "_lease", "_locks", "_name", "_on_lost", "_renew", "_ttl", "_wait")
 
     def __init__(self, locks: AsyncLocks, name: str, ttl: float, wait: float | None, renew: bool | float,
-                 on_lost: OnLost | None, cancel_on_lost: bool) -> None:
+                 on_lost: OnLost | None, cancel_on_lost: bool, fair: bool) -> None:
         self._locks = locks
         self._name = name
         self._ttl = ttl
@@ -343,6 +369,7 @@ class AsyncLockContext:
         self._renew = renew
         self._on_lost = on_lost
         self._cancel_on_lost = cancel_on_lost
+        self._fair = fair
         self._lease: AsyncLease | None = None
 
     async def __aenter__(self) -> AsyncLease:
@@ -350,7 +377,7 @@ class AsyncLockContext:
             raise LockError("this lock() context is already entered; call lock() again for another lease",
                             name=self._name)
         lease = await self._locks.acquire(self._name, ttl=self._ttl, wait=self._wait, renew=self._renew,
-                                          on_lost=self._on_lost)
+                                          on_lost=self._on_lost, fair=self._fair)
         if self._cancel_on_lost:
             lease._task = current_task()  # asyncio: the body is cancelled the moment the lease is lost
         self._lease = lease

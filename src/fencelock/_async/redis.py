@@ -14,9 +14,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from .._errors import BackendError
-from .._logic.keys import PREFIX, redis_keys
+from .._logic.keys import PREFIX, fair_keys, redis_keys
 from .._logic.outcomes import Attempt, Released
-from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, RELEASE, Lua
+from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, FAIR_ACQUIRE, FAIR_LEAVE, RELEASE, Lua
 from ._compat import sleep
 
 AnyRedis = Redis | RedisCluster
@@ -49,6 +49,9 @@ class AsyncRedisBackend:
         timeout = socket_timeout(client)
         self.block_cap = 30.0 if timeout is None else max(MIN_BLOCK, timeout * 0.75)
         self._cluster = isinstance(client, RedisCluster)
+        self.supports_fair = True
+        # A fair waiter's queue entry outlives its longest wait between two attempts (which refresh it).
+        self._entry_ttl_ms = round((2 * self.block_cap + 1.0) * 1000)
         self.renewal_requests = 0  # script calls the watchdog made (for benchmarks)
 
     @property
@@ -62,47 +65,82 @@ class AsyncRedisBackend:
         """A refused or reset connection may succeed at once on a fresh one, once; a timeout is not retried."""
         return 0.0 if failures == 1 and isinstance(exc.__cause__, RedisConnectionError) else None
 
-    async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0) -> Attempt:
+    async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0,
+                          fair: bool = False) -> Attempt:
         """One attempt; with `wait` > 0, first block up to `wait` seconds until a release wakes us.
 
         The wait and the attempt travel in one pipeline: BLPOP on the wake list, then the acquire script, which
         the server runs the moment BLPOP returns. A woken waiter needs no second round trip, so the lock passes
-        from holder to waiter in about one server hop.
+        from holder to waiter in about one server hop. `fair`: the waiter queues, blocks on its own wake list,
+        and only the head of the queue may take a free lock.
         """
         keys = redis_keys(name, self._prefix)
-        acquire_keys = [keys.lock, keys.fence, keys.waiters]
+        if fair:
+            deadlines, wake_prefix = fair_keys(name, self._prefix)
+            lua, script_keys = FAIR_ACQUIRE, [keys.lock, keys.fence, keys.queue, deadlines]
+            args: list[Any] = [token, ttl_ms, self._entry_ttl_ms]
+            wake = wake_prefix + token
+        else:
+            lua, script_keys, args, wake = ACQUIRE, [keys.lock, keys.fence, keys.waiters], [token, ttl_ms], keys.wake
         server_wait = wait - SERVER_TIMER
         client: Any = self._client
         if server_wait >= MIN_BLOCK and self._cluster:
             # redis-py refuses scripts in cluster pipelines: wait, then attempt, in two round trips.
-            await wait_for_wake(client, keys.wake, wait)
-            reply = await self._run(ACQUIRE, name, acquire_keys, [token, ttl_ms])
+            await wait_for_wake(client, wake, wait)
+            reply = await self._run(lua, name, script_keys, args)
         elif server_wait >= MIN_BLOCK:
             pipe = client.pipeline(transaction=False)
-            pipe.blpop([keys.wake], timeout=server_wait)
-            pipe.evalsha(ACQUIRE.sha, 3, *acquire_keys, token, ttl_ms)
+            pipe.blpop([wake], timeout=server_wait)
+            pipe.evalsha(lua.sha, len(script_keys), *script_keys, *args)
             try:
                 _, reply = await pipe.execute(raise_on_error=False)
             except CLIENT_ERRORS as exc:
                 raise _backend_error(exc, f"acquire failed on {self.shown}", name) from exc
             if isinstance(reply, NoScriptError):
-                reply = await self._run(ACQUIRE, name, acquire_keys, [token, ttl_ms])
+                reply = await self._run(lua, name, script_keys, args)
             elif isinstance(reply, Exception):
                 raise _backend_error(reply, f"acquire failed on {self.shown}", name) from reply
         else:
             if wait > 0.0:
                 # Too short for the server's timer to end a BLPOP on time: sleep through it here.
                 await sleep(wait)
-            reply = await self._run(ACQUIRE, name, acquire_keys, [token, ttl_ms])
-        granted, value = reply
+            reply = await self._run(lua, name, script_keys, args)
+        granted, value = reply[0], reply[1]
         if granted == 1:
             return Attempt(True, int(value), None)
         return Attempt(False, 0, value / 1000.0 if value >= 0 else None)
 
     async def release(self, name: str, token: str, fence: int) -> Released:
         keys = redis_keys(name, self._prefix)
-        answer = await self._run(RELEASE, name, list(keys), [token, fence])
-        return _RELEASE_ANSWERS[int(answer)]
+        code, head = await self._run(RELEASE, name, list(keys), [token, fence])
+        if head:
+            await self._wake_head(name, head, fence)
+        return _RELEASE_ANSWERS[int(code)]
+
+    async def leave(self, name: str, token: str) -> None:
+        """A fair waiter gives up: out of the queue now, and wake the new head if the lock is free."""
+        keys = redis_keys(name, self._prefix)
+        deadlines, _ = fair_keys(name, self._prefix)
+        head = await self._run(FAIR_LEAVE, name, [keys.lock, keys.queue, deadlines], [token])
+        if head:
+            await self._wake_head(name, head, 0)
+
+    async def _wake_head(self, name: str, head: str | bytes, fence: int) -> None:
+        """Push to the fair queue head's own wake list: only that waiter wakes."""
+        _, wake_prefix = fair_keys(name, self._prefix)
+        key = wake_prefix + (head.decode() if isinstance(head, bytes) else head)
+        client: Any = self._client
+        try:
+            if self._cluster:
+                await client.rpush(key, fence)
+                await client.pexpire(key, self._entry_ttl_ms)
+            else:
+                pipe = client.pipeline(transaction=False)
+                pipe.rpush(key, fence)
+                pipe.pexpire(key, self._entry_ttl_ms)
+                await pipe.execute()
+        except CLIENT_ERRORS:
+            pass  # the head finds the lock free when its own wait ends (at most its entry's lifetime)
 
     async def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         keys = redis_keys(name, self._prefix)

@@ -75,6 +75,7 @@ class AsyncRedlockBackend:
         self._known: dict[str, int] = {}  # name -> the highest hwm seen: where the next proposal starts
         self._repairing: set[int] = set()
         self._healing = False
+        self.supports_fair = False  # a fair queue would need a quorum of its own: not offered on Redlock
         self.renewal_requests = 0  # script calls the watchdog made (for benchmarks)
         self._rng = random.Random()
         # A waiter blocks on its home node's wake list; one wait must end before that socket's timeout does.
@@ -101,7 +102,8 @@ class AsyncRedlockBackend:
 
     async def _release_on(self, i: int, name: str, keys: RedisKeys, token: str, t: int) -> int:
         try:
-            return int(await run_script(self._nodes[i], REDLOCK_RELEASE, list(keys), [token, t],
+            return int(await run_script(self._nodes[i], REDLOCK_RELEASE,
+                                        [keys.lock, keys.fence, keys.waiters, keys.wake], [token, t],
                                         name=name, where=self._shown[i]))
         except BackendError:
             return NO_ANSWER
@@ -115,7 +117,8 @@ class AsyncRedlockBackend:
 
     # -- the protocol -----------------------------------------------------------------------------------------
 
-    async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0) -> Attempt:
+    async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0,
+                          fair: bool = False) -> Attempt:
         """One attempt: propose t to every node at once; on a stale t, propose again above what was learnt."""
         keys = redis_keys(name, self._prefix)
         if wait > 0.0:
@@ -197,6 +200,9 @@ class AsyncRedlockBackend:
     def _settled(self, done: dict[int, int]) -> bool:
         """A release or extend is decided once a quorum did it, or every node answered."""
         return len(done) == self._n or sum(1 for code in done.values() if code == 1) >= self._q
+
+    async def leave(self, name: str, token: str) -> None:
+        """Redlock has no fair queue: nothing to leave."""
 
     async def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
         """The watchdog's batch on every node at once; a lease is extended where a quorum extended it."""

@@ -6,6 +6,9 @@ Every key of one name carries the same hash tag, so that one Lua script can touc
     fencelock:{<name>}:fence    the fence counter, no TTL: it must never go backwards
     fencelock:{<name>}:waiters  set by a failed attempt, lives as long as the holder's key: "someone waits"
     fencelock:{<name>}:wake     a list a release pushes to when someone waits; waiters BLPOP it
+    fencelock:{<name>}:queue    fair mode: the waiting tokens, oldest first
+    fencelock:{<name>}:deadlines  fair mode: when each queue entry expires (a zset, server milliseconds)
+    fencelock:{<name>}:wake:<token>  fair mode: the list one waiter BLPOPs; the release wakes only the head
 
 `<name>` is the name as the user gave it, with `%`, `{` and `}` percent-encoded, so that a brace in a name can
 never move the hash tag (an empty or shifted tag would scatter the keys over several slots).
@@ -27,6 +30,7 @@ class RedisKeys(NamedTuple):
     fence: str
     waiters: str
     wake: str
+    queue: str
 
 
 def encode_name(name: str) -> str:
@@ -48,4 +52,10 @@ def tag(name: str, prefix: str = PREFIX) -> str:
 @lru_cache(maxsize=4096)
 def redis_keys(name: str, prefix: str = PREFIX) -> RedisKeys:
     base = tag(name, prefix)
-    return RedisKeys(f"{base}:lock", f"{base}:fence", f"{base}:waiters", f"{base}:wake")
+    return RedisKeys(f"{base}:lock", f"{base}:fence", f"{base}:waiters", f"{base}:wake", f"{base}:queue")
+
+
+def fair_keys(name: str, prefix: str = PREFIX) -> tuple[str, str]:
+    """The fair queue's deadlines key, and the prefix of its waiters' own wake lists."""
+    base = tag(name, prefix)
+    return f"{base}:deadlines", f"{base}:wake:"

@@ -24,6 +24,8 @@ def _load(name: str) -> Lua:
 
 
 ACQUIRE = _load("acquire")
+FAIR_ACQUIRE = _load("fair_acquire")
+FAIR_LEAVE = _load("fair_leave")
 RELEASE = _load("release")
 EXTEND = _load("extend")
 EXTEND_MANY = _load("extend_many")

@@ -4,12 +4,14 @@
 -- KEYS[2]  fence key     fencelock:{name}:fence
 -- KEYS[3]  waiters key   fencelock:{name}:waiters
 -- KEYS[4]  wake key      fencelock:{name}:wake    (list that waiters BLPOP)
+-- KEYS[5]  queue key     fencelock:{name}:queue   (fair waiters, oldest first)
 -- ARGV[1]  token         the holder's token
 -- ARGV[2]  fence         the holder's fence
 --
--- returns  1             released: the key held our token and is gone
---          0             the key is gone and no later grant exists (it expired; nobody else took the lock)
---          -1            someone else holds the lock, or held it after us (the fence counter moved on)
+-- returns  {1, head}     released: the key held our token and is gone; head = the fair queue's first token
+--                        ('' if none), whose own wake list the client pushes to next
+--          {0, ''}       the key is gone and no later grant exists (it expired; nobody else took the lock)
+--          {-1, ''}      someone else holds the lock, or held it after us (the fence counter moved on)
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   local pttl = redis.call('PTTL', KEYS[3])
@@ -20,9 +22,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('RPUSH', KEYS[4], ARGV[2])
     redis.call('PEXPIRE', KEYS[4], pttl)
   end
-  return 1
+  return {1, redis.call('LINDEX', KEYS[5], 0) or ''}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 and tonumber(redis.call('GET', KEYS[2]) or '0') <= tonumber(ARGV[2]) then
-  return 0
+  return {0, ''}
 end
-return -1
+return {-1, ''}

@@ -1,0 +1,171 @@
+"""Fair waiting on real servers (single Redis and Redis Cluster): arrival order, dead and impatient waiters, and
+fair and non-fair clients mixed on one name."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import fencelock
+from fencelock._logic.keys import redis_keys
+from fencelock.testing.servers import RedisClusterServers, RedisServer
+
+from .conftest import Deployment
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def fair_deployment(request: pytest.FixtureRequest) -> Deployment:
+    """Fair waiting is offered on a single Redis and a Redis Cluster (Redlock refuses it: see the last test)."""
+    if request.param == "redis":
+        server: RedisServer = request.getfixturevalue("standalone")
+        return Deployment("redis", server.url, server)
+    servers: RedisClusterServers = request.getfixturevalue("cluster")
+    return Deployment("cluster", servers.url, servers)
+
+
+def _queue(deployment: Deployment, name: str) -> list[Any]:
+    raw: Any = deployment.raw()
+    return list(raw.lrange(redis_keys(name).queue, 0, -1))
+
+
+def _wait_for_queue(deployment: Deployment, name: str, length: int, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(_queue(deployment, name)) < length:
+        assert time.monotonic() < deadline, f"the queue never reached {length}"
+        time.sleep(0.01)
+
+
+def test_eight_waiters_acquire_in_the_order_they_queued(fair_deployment: Deployment, name: str) -> None:
+    locks = fencelock.connect(fair_deployment.url)
+    holder = locks.acquire(name, ttl=10.0, wait=0)
+    order: list[int] = []
+
+    def waiter(i: int) -> None:
+        client = fencelock.connect(fair_deployment.url)
+        with client.lock(name, ttl=5.0, wait=20.0, fair=True):
+            order.append(i)
+            time.sleep(0.01)
+        client.close()
+
+    threads = []
+    for i in range(8):
+        threads.append(threading.Thread(target=waiter, args=(i,)))
+        threads[-1].start()
+        _wait_for_queue(fair_deployment, name, i + 1)  # queued one after the other: a known order
+    holder.release()
+    for thread in threads:
+        thread.join()
+    assert order == list(range(8))
+    assert _queue(fair_deployment, name) == []
+    locks.close()
+
+
+def test_asyncio_fair_waiters_keep_their_order(fair_deployment: Deployment, name: str) -> None:
+    async def main() -> list[int]:
+        locks = fencelock.aio.connect(fair_deployment.url)
+        holder = await locks.acquire(name, ttl=10.0, wait=0)
+        order: list[int] = []
+
+        async def waiter(i: int) -> None:
+            async with locks.lock(name, ttl=5.0, wait=20.0, fair=True):
+                order.append(i)
+                await asyncio.sleep(0.01)
+
+        tasks = []
+        for i in range(5):
+            tasks.append(asyncio.ensure_future(waiter(i)))
+            await asyncio.to_thread(_wait_for_queue, fair_deployment, name, i + 1)
+        await holder.release()
+        await asyncio.gather(*tasks)
+        await locks.aclose()
+        return order
+
+    assert asyncio.run(main()) == list(range(5))
+
+
+def test_a_waiter_that_gives_up_leaves_the_queue_at_once(fair_deployment: Deployment, name: str) -> None:
+    locks = fencelock.connect(fair_deployment.url)
+    holder = locks.acquire(name, ttl=10.0, wait=0)
+    with pytest.raises(fencelock.AcquireTimeout):
+        locks.acquire(name, ttl=5.0, wait=0.3, fair=True)
+    assert _queue(fair_deployment, name) == []
+    with pytest.raises(fencelock.NotAcquired):
+        locks.acquire(name, ttl=5.0, wait=0, fair=True)
+    assert _queue(fair_deployment, name) == []
+    holder.release()
+    locks.close()
+
+
+def test_a_waiter_killed_while_queued_does_not_stall_the_others(fair_deployment: Deployment, name: str) -> None:
+    locks = fencelock.connect(fair_deployment.url)
+    holder = locks.acquire(name, ttl=10.0, wait=0)
+    code = textwrap.dedent(f"""
+        import fencelock
+        fencelock.connect({fair_deployment.url!r}).acquire({name!r}, ttl=5.0, wait=60.0, fair=True)
+    """)
+    doomed = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    _wait_for_queue(fair_deployment, name, 1)  # it is the head of the queue
+    got: list[float] = []
+    thread = threading.Thread(target=lambda: got.append(
+        (locks.acquire(name, ttl=5.0, wait=20.0, fair=True), time.monotonic())[1]))
+    thread.start()
+    _wait_for_queue(fair_deployment, name, 2)
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait()
+    released_at = time.monotonic()
+    holder.release()
+    thread.join()
+    # The dead head's entry expires (2 x the 1.5 s blocking cap + 1 s = 4 s), and the next waiter goes on.
+    assert got
+    assert got[0] - released_at < 4.0 + 1.5 + 0.5
+    locks.close()
+
+
+def test_fair_and_unfair_clients_on_one_name_stay_mutually_exclusive(fair_deployment: Deployment,
+                                                                     name: str) -> None:
+    inside = 0
+    overlaps = 0
+    count = 0
+    guard = threading.Lock()
+
+    def worker(fair: bool) -> None:
+        nonlocal inside, overlaps, count
+        client = fencelock.connect(fair_deployment.url)
+        for _ in range(10):
+            with client.lock(name, ttl=5.0, wait=30.0, fair=fair):
+                with guard:
+                    inside += 1
+                    overlaps += inside > 1
+                    count += 1
+                time.sleep(0.002)
+                with guard:
+                    inside -= 1
+        client.close()
+
+    threads = [threading.Thread(target=worker, args=(i % 2 == 0,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert overlaps == 0
+    assert count == 60
+
+
+def test_fair_is_refused_on_redlock(redlock_nodes: Any, name: str) -> None:
+    locks = fencelock.connect(redlock_nodes.urls)
+    with pytest.raises(ValueError, match="fair=True needs a single Redis"):
+        locks.acquire(name, fair=True)
+    with pytest.raises(ValueError, match="fair=True needs a single Redis"):
+        locks.lock(name, fair=True)
+    with pytest.raises(TypeError, match="fair must be True or False"):
+        locks.acquire(name, fair="yes")  # type: ignore[arg-type]
+    locks.close()
