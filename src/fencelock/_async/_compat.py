@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from functools import partial
+from typing import Any, NamedTuple, TypeVar
+
+from redis.exceptions import NoScriptError
 
 T = TypeVar("T")
 
@@ -93,6 +96,34 @@ async def fan_out(calls: Sequence[Call[T]], timeout: float,
         if enough(results):
             break
     return results, tasks
+
+
+class ScriptRequest(NamedTuple):
+    """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
+    (the same objects) carry the same command: it is encoded once."""
+
+    client: Any
+    lua: Any  # fencelock._scripts.Lua
+    keys: list[str]
+    args: list[Any]
+
+
+async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
+                      enough: Callable[[dict[int, Any]], bool]) -> tuple[dict[int, Any], list[Handle[Any]]]:
+    """Run one script on each of several servers at once; like `fan_out`. A reply is the script's answer, or
+    the exception the server or network gave. (The synchronous twin multiplexes sockets from one thread.)"""
+    return await fan_out([partial(_call_script, request) for request in requests], timeout, enough)
+
+
+async def _call_script(request: ScriptRequest) -> Any:
+    client = request.client
+    try:
+        try:
+            return await client.evalsha(request.lua.sha, len(request.keys), *request.keys, *request.args)
+        except NoScriptError:
+            return await client.eval(request.lua.source, len(request.keys), *request.keys, *request.args)
+    except Exception as exc:
+        return exc
 
 
 def then(handle: Handle[Any], work: Callable[[], Awaitable[object]]) -> None:

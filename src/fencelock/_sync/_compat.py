@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
+
+from redis.exceptions import NoScriptError
 
 T = TypeVar("T")
 
@@ -77,6 +80,130 @@ def fan_out(calls: Sequence[Call[T]], timeout: float,
         if enough(results):
             break
     return results, futures
+
+
+def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
+                enough: Callable[[dict[int, Any]], bool]) -> tuple[dict[int, Any], list[Handle[Any]]]:
+    """Run one script on each of several servers at once, from this thread alone; like `fan_out`.
+
+    Threads cost more than they save here (each request is mostly Python work under one lock), so the request
+    is written to an idle pooled connection of every server first, and the replies are read as they arrive
+    (`select`). A reply is the script's answer, or the exception the server or network gave. A server with no
+    idle connection (the first request, or after a failure) is served from a thread, so a stalled one never
+    holds the caller past `timeout`. Replies still missing at the end are read in the background before their
+    connection is reused; the returned handles complete then, so cleanup can be chained after each (`then`).
+    """
+    results: dict[int, Any] = {}
+    handles: list[Handle[Any]] = []
+    waiting: dict[Any, tuple[int, Any, Any, Future[Any]]] = {}   # socket -> (index, pool, connection, handle)
+    threads: dict[Future[Any], int] = {}
+    packed: dict[tuple[str, int, int], Any] = {}  # requests sharing their key and argument lists: packed once
+    for i, request in enumerate(requests):
+        pool = request.client.connection_pool
+        conn = _idle_connection(pool)
+        if conn is None:
+            future = _POOL.submit(_call_script, request)
+            threads[future] = i
+            handles.append(future)
+            continue
+        handle: Future[Any] = Future()
+        handles.append(handle)
+        try:
+            same = request.lua.sha, id(request.keys), id(request.args)
+            command = packed.get(same)
+            if command is None:
+                command = packed[same] = conn.pack_command("EVALSHA", request.lua.sha, len(request.keys),
+                                                           *request.keys, *request.args)
+            conn.send_packed_command(command, check_health=False)
+        except Exception as exc:
+            pool.release(conn)
+            results[i] = exc
+            handle.set_result(exc)
+            continue
+        waiting[conn._sock] = (i, pool, conn, handle)
+    deadline = time.monotonic() + timeout
+    decided = False
+    while waiting or threads:
+        if not decided and enough(results):
+            # Decided. Replies due any moment still get a short grace: a connection read now is free for the
+            # next request, where one left to the background would send that request to a thread.
+            decided = True
+            deadline = min(deadline, time.monotonic() + _GRACE)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        if waiting:
+            ready, _, _ = select.select(list(waiting), [], [], min(remaining, 0.002) if threads else remaining)
+        else:
+            wait(list(threads), timeout=remaining, return_when=FIRST_COMPLETED)
+            ready = []
+        for sock in ready:
+            i, pool, conn, handle = waiting.pop(sock)
+            results[i] = _read_reply(pool, conn, requests[i])
+            handle.set_result(results[i])
+        for future in [f for f in threads if f.done()]:
+            results[threads.pop(future)] = future.result()
+    for i, pool, conn, handle in waiting.values():
+        _POOL.submit(_drain, pool, conn, requests[i], handle)
+    return results, handles
+
+
+_GRACE = 0.002  # seconds
+
+
+class ScriptRequest(NamedTuple):
+    """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
+    (the same objects) carry the same command: it is encoded once."""
+
+    client: Any
+    lua: Any  # fencelock._scripts.Lua
+    keys: list[str]
+    args: list[Any]
+
+
+def _idle_connection(pool: Any) -> Any:
+    """An idle, connected connection of a plain redis-py pool, or None (then a thread serves the request).
+
+    Only one already connected: connecting (and the client's handshake) to a stalled server would block here.
+    """
+    idle = getattr(pool, "_available_connections", None)
+    if not idle or getattr(idle[-1], "_sock", None) is None:
+        return None
+    try:
+        conn = pool.get_connection()
+    except Exception:
+        return None
+    if getattr(conn, "_sock", None) is None:
+        pool.release(conn)
+        return None
+    return conn
+
+
+def _read_reply(pool: Any, conn: Any, request: ScriptRequest) -> Any:
+    try:
+        reply = conn.read_response()
+    except Exception as exc:
+        reply = exc
+    finally:
+        pool.release(conn)
+    if isinstance(reply, NoScriptError):
+        return _call_script(request)  # the server lost its script cache: EVAL it, which caches it again
+    return reply
+
+
+def _drain(pool: Any, conn: Any, request: ScriptRequest, handle: Future[Any]) -> None:
+    handle.set_result(_read_reply(pool, conn, request))
+
+
+def _call_script(request: ScriptRequest) -> Any:
+    client = request.client
+    try:
+        try:
+            return client.evalsha(request.lua.sha, len(request.keys), *request.keys, *request.args)
+        except NoScriptError:
+            return client.eval(request.lua.source, len(request.keys), *request.keys, *request.args)
+    except Exception as exc:
+        return exc
 
 
 def then(handle: Handle[Any], work: Callable[[], object]) -> None:

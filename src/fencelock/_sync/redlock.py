@@ -45,10 +45,20 @@ from .._scripts import (
     REDLOCK_RAISE,
     REDLOCK_RELEASE,
 )
-from ._compat import fan_out, in_background, sleep, then
+from ._compat import ScriptRequest, fan_out, in_background, run_scripts, sleep, then
 from .redis import BATCH, CLIENT_ERRORS, MIN_BLOCK, run_script, socket_timeout, wait_for_wake
 
 _FAILED = Answer(Reply.FAILED)
+
+
+def _answer(reply: Any) -> Answer:
+    """A node's acquire reply as an Answer: no reply, or an error, is a failure."""
+    return _FAILED if reply is None or isinstance(reply, Exception) else decode(reply)
+
+
+def _code(reply: Any) -> int:
+    """A node's release or extend reply (1, 0 or -1), or NO_ANSWER."""
+    return NO_ANSWER if reply is None or isinstance(reply, Exception) else int(reply)
 NO_ANSWER = -2
 """What a node's release or extend counts as when it did not answer (its scripts answer 1, 0 or -1)."""
 _REPAIR_BATCH = 200
@@ -92,26 +102,10 @@ class RedlockBackend:
 
     # -- one node ---------------------------------------------------------------------------------------------
 
-    def _acquire_on(self, i: int, name: str, keys: RedisKeys, token: str, ttl_ms: int, t: int) -> Answer:
-        try:
-            raw = run_script(self._nodes[i], REDLOCK_ACQUIRE,
-                                   [keys.lock, keys.fence, self._marker, keys.waiters],
-                                   [token, ttl_ms, t], name=name, where=self._shown[i])
-        except BackendError:
-            return _FAILED
-        return decode(raw)
-
     def _release_on(self, i: int, name: str, keys: RedisKeys, token: str, t: int) -> int:
         try:
             return int(run_script(self._nodes[i], REDLOCK_RELEASE,
                                         [keys.lock, keys.fence, keys.waiters, keys.wake], [token, t],
-                                        name=name, where=self._shown[i]))
-        except BackendError:
-            return NO_ANSWER
-
-    def _extend_on(self, i: int, name: str, keys: RedisKeys, token: str, ttl_ms: int, t: int) -> int:
-        try:
-            return int(run_script(self._nodes[i], REDLOCK_EXTEND, [keys.lock, keys.fence], [token, ttl_ms, t],
                                         name=name, where=self._shown[i]))
         except BackendError:
             return NO_ANSWER
@@ -135,9 +129,11 @@ class RedlockBackend:
         n = self._n
         t = next_proposal(self._known.get(name, 0), ())
         for _ in range(MAX_ROUNDS):
-            calls = [partial(self._acquire_on, i, name, keys, token, ttl_ms, t) for i in range(n)]
-            done, handles = fan_out(calls, timeout, lambda so_far: decide(so_far.values(), n) is not None)
-            answers = [done.get(i, _FAILED) for i in range(n)]  # no answer in time counts as a failure
+            script_keys, args = [keys.lock, keys.fence, self._marker, keys.waiters], [token, ttl_ms, t]
+            requests = [ScriptRequest(node, REDLOCK_ACQUIRE, script_keys, args) for node in self._nodes]
+            done, handles = run_scripts(requests, timeout,
+                                              lambda so_far: decide(map(_answer, so_far.values()), n) is not None)
+            answers = [_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
             self._learn(name, answers)
             outcome = decide(answers, n)
             unready = any(a.reply is Reply.UNREADY for a in answers)
@@ -171,9 +167,10 @@ class RedlockBackend:
 
     def release(self, name: str, token: str, fence: int) -> Released:
         keys = redis_keys(name, self._prefix)
-        calls = [partial(self._release_on, i, name, keys, token, fence) for i in range(self._n)]
-        done, _ = fan_out(calls, self._timeout(DEFAULT_TTL), self._settled)
-        results = [done.get(i, NO_ANSWER) for i in range(self._n)]
+        script_keys, args = [keys.lock, keys.fence, keys.waiters, keys.wake], [token, fence]
+        requests = [ScriptRequest(node, REDLOCK_RELEASE, script_keys, args) for node in self._nodes]
+        done, _ = run_scripts(requests, self._timeout(DEFAULT_TTL), self._settled)
+        results = [_code(done.get(i)) for i in range(self._n)]
         released = results.count(1)
         if released >= self._q:
             return Released.RELEASED
@@ -184,9 +181,10 @@ class RedlockBackend:
 
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         keys = redis_keys(name, self._prefix)
-        calls = [partial(self._extend_on, i, name, keys, token, ttl_ms, fence) for i in range(self._n)]
-        done, handles = fan_out(calls, self._timeout(ttl_ms / 1000.0), self._settled)
-        results = [done.get(i, NO_ANSWER) for i in range(self._n)]
+        script_keys, args = [keys.lock, keys.fence], [token, ttl_ms, fence]
+        requests = [ScriptRequest(node, REDLOCK_EXTEND, script_keys, args) for node in self._nodes]
+        done, handles = run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
+        results = [_code(done.get(i)) for i in range(self._n)]
         extended = results.count(1)
         if extended >= self._q:
             return True
@@ -198,9 +196,9 @@ class RedlockBackend:
             then(handle, partial(self._release_on, i, name, keys, token, fence))
         return False
 
-    def _settled(self, done: dict[int, int]) -> bool:
+    def _settled(self, done: dict[int, Any]) -> bool:
         """A release or extend is decided once a quorum did it, or every node answered."""
-        return len(done) == self._n or sum(1 for code in done.values() if code == 1) >= self._q
+        return len(done) == self._n or sum(1 for reply in done.values() if _code(reply) == 1) >= self._q
 
     def leave(self, name: str, token: str) -> None:
         """Redlock has no fair queue: nothing to leave."""
