@@ -68,7 +68,10 @@ class AsyncWatchdog:
             self._push(lease)
             if self._runner is None:
                 self._runner = spawn(self._run, "fencelock-watchdog")
-        if lease._due < self._next_wake:
+            sooner = lease._due < self._next_wake
+            if sooner:
+                self._next_wake = lease._due
+        if sooner:
             self._wakeup.set()  # due before the runner means to look again (else: no wake-up, batches stay whole)
 
     def _push(self, lease: AsyncLease) -> None:
@@ -104,17 +107,18 @@ class AsyncWatchdog:
                 with self._lock:
                     self._push(lease)
             if renew:
+                flight = Signal()  # one per batch: every lease in it waits for the same answer
                 for lease in renew:
-                    lease._in_flight = Signal()
-                in_background(partial(self._renew, renew))
+                    lease._in_flight = flight
+                in_background(partial(self._renew, renew, flight))
             with self._lock:
                 next_at = self._heap[0][0] if self._heap else None  # (a stale entry only wakes us early)
-            self._next_wake = math.inf if next_at is None else next_at
+                self._next_wake = math.inf if next_at is None else next_at
             timeout = None if next_at is None else max(0.0, next_at - self._clock())
             await self._wakeup.wait(timeout)
             self._wakeup.clear()
 
-    async def _renew(self, leases: list[AsyncLease]) -> None:
+    async def _renew(self, leases: list[AsyncLease], flight: Signal) -> None:
         """Renew one tick's batch; then reschedule, or report the losses. Runs off the timer."""
         sent_at = self._clock()
         try:
@@ -123,8 +127,9 @@ class AsyncWatchdog:
         except BackendError:
             results = [None] * len(leases)
         now = self._clock()
+        wake = False
         for lease, extended in zip(leases, results, strict=True):
-            flight, lease._in_flight = lease._in_flight, None
+            lease._in_flight = None
             if lease._state is not State.HELD:
                 if extended and lease._state is State.LOST:
                     # Reported lost on time, then the late renewal got through: give that key back.
@@ -142,10 +147,10 @@ class AsyncWatchdog:
                 lease._due = renewal_retry(now, lease._valid_until, every)
                 with self._lock:
                     self._push(lease)
-            if flight is not None:
-                flight.set()
-            if lease._state is State.HELD and lease._due < self._next_wake:
-                self._wakeup.set()
+            wake = wake or (lease._state is State.HELD and lease._due < self._next_wake)
+        flight.set()
+        if wake:
+            self._wakeup.set()
 
     async def aclose(self) -> None:
         """Stop the runner (the leases stay held until they expire or are released)."""

@@ -49,7 +49,7 @@ def tag(name: str, prefix: str = PREFIX) -> str:
     return f"{prefix}:{{{encode_name(name)}}}"
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=65536)  # the watchdog asks for every renewed lease's keys at every renewal
 def redis_keys(name: str, prefix: str = PREFIX) -> RedisKeys:
     base = tag(name, prefix)
     return RedisKeys(f"{base}:lock", f"{base}:fence", f"{base}:waiters", f"{base}:wake", f"{base}:queue")
