@@ -1,10 +1,13 @@
 """fencelock's benchmarks against the libraries it must beat, in one run: `python -m bench [--quick] [--json PATH]`
-(`--only redlock,fencelock` limits a run to the Redlock rows and the single-node row they are compared with).
+(`--only redlock,fencelock` limits a run to the Redlock rows and the single-node row they are compared with;
+`--only watchdog` to the renewal watchdog section).
 
     contenders.py   the registry: name -> factory giving acquire/release callables (single node, Redlock; add
                     etcd, ... here)
     services.py     starts the servers the chosen contenders need (one Redis; N independent Redlock nodes)
     workload.py     the workloads: uncontended acquire+release, and contended hand-off between processes
+    watchdog.py     the renewal watchdog section: 10,000 renewed leases in a process of their own (CPU, script
+                    calls and round trips per 100 renewals, leases lost, how promptly the process exits)
     stats.py        medians, percentiles, overlap and hand-off-gap counting
     report.py       the machine, the tables, the targets (PASS/FAIL) and the JSON file
     cli.py          the command line: what runs, in which order

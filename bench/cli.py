@@ -1,4 +1,5 @@
-"""`python -m bench`: start the servers, run every workload for every contender, print the report."""
+"""`python -m bench`: start the servers, run every workload for every contender and the watchdog section, print
+the report."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 
 from . import report
-from .contenders import REGISTRY, Contender, Target
+from .contenders import ONE_REDIS, REGISTRY, Contender, Target
 from .placement import placements
 from .services import Services, Unavailable
+from .watchdog import WatchdogSection, watchdog_section
+from .watchdog import chosen as watchdog_runs
 from .workload import Contended, ContendedParams, ContendedRun, Uncontended, contended_run, summarise, uncontended
 
 
@@ -19,9 +23,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smaller counts (under 30 s): a smoke run, noisier")
     p.add_argument("--json", metavar="PATH", help="also write every result to PATH")
     p.add_argument("--only", metavar="NAMES",
-                   help=f"comma-separated contenders or groups to run (default: all). Groups: {', '.join(GROUPS)} "
-                        "(e.g. '--only redlock,fencelock' for the Redlock rows and the single-node fencelock their "
-                        f"target compares with). Contenders: {', '.join(REGISTRY)}")
+                   help=f"comma-separated contenders, groups or sections to run (default: all). Groups: "
+                        f"{', '.join(GROUPS)} (e.g. '--only redlock,fencelock' for the Redlock rows and the "
+                        f"single-node fencelock their target compares with). Sections: {', '.join(SECTIONS)} "
+                        "(10,000 renewed leases in a process of their own: CPU, round trips, losses, exit). "
+                        f"Contenders: {', '.join(REGISTRY)}")
     p.add_argument("--rounds", type=int, help="uncontended rounds per placement (default 10; quick 4)")
     p.add_argument("--cycles", type=int, help="uncontended cycles per round (default 1000; quick 400)")
     p.add_argument("--duration", type=float, help="contended seconds per run (default 5; quick 2)")
@@ -29,7 +35,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="contended runs per contender, in order A B C, then C B A, ... (default 4; quick 1); "
                         "the Redlock rows make at most 2 (the 3-node anchors 1)")
     p.add_argument("--workers", type=int, default=8, help="contended worker processes (default 8)")
-    p.add_argument("--skip-contended", action="store_true", help="run the uncontended workload only")
+    p.add_argument("--skip-contended", action="store_true",
+                   help="run the uncontended workload only (a section that --only names still runs)")
+    p.add_argument("--watchdog-window", type=float, metavar="SECONDS",
+                   help="watchdog section: seconds measured after the acquisition phase (default 10; quick 4, "
+                        "and --quick leaves the ttl=30 run out)")
+    p.add_argument("--watchdog-leases", type=int, metavar="N", help="watchdog section: leases held (default 10000)")
     p.add_argument("--strict", action="store_true", help="exit with status 1 if a target FAILs")
     return p
 
@@ -41,16 +52,21 @@ def _progress(message: str) -> None:
 GROUPS = ("single", "redlock")
 """What `--only` accepts besides contender keys: every row of one group (`Contender.group`)."""
 
+SECTIONS = ("watchdog",)
+"""What `--only` also accepts: a section that is not a row of the contender tables (run only when named, or when
+`--only` is not given)."""
 
-def _chosen(only: str | None) -> list[Contender]:
+
+def _chosen(only: str | None) -> tuple[list[Contender], set[str]]:
+    """The contenders and the sections to run."""
     if not only:
-        return list(REGISTRY.values())
+        return list(REGISTRY.values()), set(SECTIONS)
     keys = [k.strip() for k in only.split(",") if k.strip()]
-    unknown = [k for k in keys if k not in REGISTRY and k not in GROUPS]
+    unknown = [k for k in keys if k not in REGISTRY and k not in GROUPS and k not in SECTIONS]
     if unknown:
         raise SystemExit(f"unknown contender(s) {', '.join(unknown)}; known: groups {', '.join(GROUPS)}, "
-                         f"contenders {', '.join(REGISTRY)}")
-    return [c for k, c in REGISTRY.items() if k in keys or c.group in keys]
+                         f"sections {', '.join(SECTIONS)}, contenders {', '.join(REGISTRY)}")
+    return [c for k, c in REGISTRY.items() if k in keys or c.group in keys], {k for k in keys if k in SECTIONS}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,24 +78,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     warmup = max(100, cycles // 4)
     places = placements()
     params = ContendedParams(workers=args.workers, duration=args.duration or (2.0 if quick else 5.0))
+    watchdog_params = watchdog_runs(quick=quick, window=args.watchdog_window, leases=args.watchdog_leases)
     began = time.monotonic()
 
     skipped: dict[str, str] = {}
+    contenders, sections = _chosen(args.only)
+    if args.skip_contended and not args.only:
+        sections = set()
     with Services() as services:
         rows: list[tuple[Contender, Target]] = []
-        for contender in _chosen(args.only):
+        for contender in contenders:
             try:
                 rows.append((contender, services.target(contender.need)))
             except Unavailable as exc:
                 skipped[contender.key] = str(exc)
                 _progress(f"skipping {contender.label}: {exc}")
-        _progress(f"server(s) up: {', '.join(sorted({url for _, t in rows for url in t.urls}))}")
+        watchdog_target: Target | None = None
+        if "watchdog" in sections:
+            try:
+                watchdog_target = services.target(ONE_REDIS)
+            except Unavailable as exc:
+                skipped["watchdog"] = str(exc)
+                _progress(f"skipping the watchdog section: {exc}")
+        urls = {url for _, t in rows for url in t.urls} | set(watchdog_target.urls if watchdog_target else ())
+        _progress(f"server(s) up: {', '.join(sorted(urls))}")
 
-        unc: dict[str, dict[str, Uncontended]] = uncontended(
-            [(c, t) for c, t in rows if c.uncontended], places=places, server_pids=services.server_pids(),
-            rounds=rounds, cycles=cycles, warmup=warmup, progress=_progress)
+        unc: dict[str, dict[str, Uncontended]] = {}
+        if any(c.uncontended for c, _ in rows):
+            unc = uncontended(
+                [(c, t) for c, t in rows if c.uncontended], places=places, server_pids=services.server_pids(),
+                rounds=rounds, cycles=cycles, warmup=warmup, progress=_progress)
         con: dict[str, Contended] = {}
-        if not args.skip_contended:
+        if not args.skip_contended and any(c.contended for c, _ in rows):
             order = [(c, t) for c, t in rows if c.contended]
             done: dict[str, list[ContendedRun]] = {c.key: [] for c, _ in order}
             for index in range(runs):
@@ -89,25 +119,40 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for c, t in now if index % 2 == 0 else reversed(now):
                     done[c.key].append(contended_run(c, t, params, progress=_progress, run=index))
             con = {key: summarise(key, params, found) for key, found in done.items()}
+        watchdog: WatchdogSection | None = None
+        if watchdog_target is not None:
+            # Last: its processes end holding their leases (they expire by TTL on the single-node server, and
+            # leave their fence keys), so nothing they leave behind weighs on another row.
+            watchdog = watchdog_section(watchdog_target.url, watchdog_params,
+                                        server_pid=services.pid(watchdog_target.url), quick=quick,
+                                        progress=_progress)
         machine = report.machine(services.describe())
     wall = time.monotonic() - began
 
     items = report.checks(unc, [p.name for p in places], con)
+    if watchdog is not None:
+        items += report.watchdog_checks(watchdog)
     print()
     print("fencelock benchmark" + (" (--quick: smaller counts, noisier)" if quick else ""))
     print()
     for key, value in machine.items():
         print(f"  {key + ':':<19} {value}")
     print()
-    print(report.uncontended_table(unc, places, rounds))
-    print()
+    if unc:
+        print(report.uncontended_table(unc, places, rounds))
+        print()
     if con:
         print(report.contended_table(con))
+        print()
+    if watchdog is not None:
+        print(report.watchdog_table(watchdog))
         print()
     print(report.checks_table(items))
     for key, why in skipped.items():
         print(f"\nskipped {key}: {why}")
     errors = [(key, e) for key, result in con.items() for e in result.errors]
+    if watchdog is not None:
+        errors += [("watchdog", e) for e in watchdog.errors]
     for key, error in errors:
         print(f"\nerror in {key}: {error}")
     print(f"\nwall time {wall:.1f} s; the 'anchors.md' columns are another run (redis-py 5.3), for reference only")
@@ -117,9 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "uncontended": {"rounds": rounds, "cycles": cycles, "warmup": warmup,
                                   "placements": {p.name: p.description for p in places}},
                   "contended": {"runs": runs, "workers": params.workers, "duration": params.duration,
-                                "hold": params.hold, "pause": params.pause, "wait": params.wait}}
+                                "hold": params.hold, "pause": params.pause, "wait": params.wait},
+                  "watchdog": [asdict(p) for p in watchdog_params] if watchdog is not None else None}
         report.write_json(args.json, machine_info=machine, config=config, unc=unc, con=con, items=items,
-                          skipped=skipped, wall_s=wall)
+                          skipped=skipped, wall_s=wall, watchdog=watchdog)
         print(f"results written to {args.json}")
     failed = any(c.ok is False for c in items) or bool(errors)
     return 1 if (args.strict and failed) else 0

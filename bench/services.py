@@ -63,6 +63,13 @@ class Services:
         """PIDs of the server processes this run started (for CPU pinning): the single node and the Redlock nodes."""
         return [pid for pid in (server.pid for server in (*self._redis, *self._redlock)) if pid is not None]
 
+    def pid(self, url: str) -> int | None:
+        """The PID of the server this run started at `url` (None: not ours, or not known)."""
+        for server in (*self._redis, *self._redlock):
+            if server.url == url:
+                return server.pid
+        return None
+
     def describe(self) -> dict[str, str]:
         """What runs, for the report: binary, version, and the version the server reports itself."""
         out: dict[str, str] = {}
