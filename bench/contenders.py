@@ -204,6 +204,21 @@ def fencelock_sync(target: Target) -> Locker:
     return Locker(acquire, release, locks.close)
 
 
+def fencelock_fair(target: Target) -> Locker:
+    locks = fencelock.connect(_fencelock_target(target))
+
+    def acquire(name: str, wait: float) -> object | None:
+        try:
+            return locks.acquire(name, ttl=TTL, wait=wait, fair=True)
+        except fencelock.NotAcquired:
+            return None
+
+    def release(handle: object) -> None:
+        cast(fencelock.Lease, handle).release()
+
+    return Locker(acquire, release, locks.close)
+
+
 def fencelock_async(target: Target) -> AsyncLocker:
     locks = fencelock.aio.connect(_fencelock_target(target))
 
@@ -270,6 +285,10 @@ register(Contender(
 register(Contender(
     "fencelock", "fencelock", "subject", ONE_REDIS, make=fencelock_sync,
     note="fencelock.connect(url): acquire(ttl=30) / lease.release()",
+))
+register(Contender(
+    "fencelock-fair", "fencelock, fair", "subject", ONE_REDIS, make=fencelock_fair, uncontended=False,
+    note="fencelock.connect(url): acquire(ttl=30, fair=True): waiters served in arrival order",
 ))
 register(Contender(
     "redis-py", "redis-py Lock", "anchor", ONE_REDIS, make=redis_py_lock,

@@ -344,6 +344,7 @@ def checks(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[str],
                              ">= 1.00x" if targeted else "-", (per_s >= 1.0) if targeted else None))
             out.append(Check(f"contended: fencelock / {key} wait p99", _ratio(p99, 3),
                              "<= 1.00x (no worse)" if targeted else "-", (p99 <= 1.0) if targeted else None))
+    out += _fair_contended(con)
     out += _redlock_contended(con)
     if con:
         overlaps = sum(result.overlaps for result in con.values())
@@ -382,6 +383,30 @@ def watchdog_checks(section: WatchdogSection) -> list[Check]:
         out.append(Check("watchdog: exit after main ends, holding the leases (slowest run)",
                          _ms(slowest) if slowest is not None else "did not exit",
                          f"< {WATCHDOG_EXIT_LIMIT:g} s", slowest is not None and slowest < WATCHDOG_EXIT_LIMIT))
+    return out
+
+
+def _fair_contended(con: Mapping[str, Contended]) -> list[Check]:
+    """Fair mode: the longest wait against what a queue allows, and the wait p99 against python-redis-lock's."""
+    fair = con.get("fencelock-fair")
+    if fair is None:
+        return []
+    p = fair.params
+    # Eight in a queue: everyone waits for the seven ahead; the bound is twice one full round of the queue.
+    bound_ms = 2 * (p.workers * p.hold * 1000 + fair.gap_p50_ms)
+    out = [Check(f"contended, fair: longest wait (bound 2 x ({p.workers} x {p.hold * 1000:g} ms + hand-off "
+                 f"{fair.gap_p50_ms:.2f} ms))", f"{fair.longest_ms:.1f} ms", f"<= {bound_ms:.1f} ms",
+                 fair.longest_ms <= bound_ms)]
+    rival = con.get("python-redis-lock")
+    if rival is not None and rival.wait_p99_ms:
+        ratio = fair.wait_p99_ms / rival.wait_p99_ms
+        out.append(Check("contended, fair: wait p99 / python-redis-lock's (same run)", _ratio(ratio, 3),
+                         "<= 0.50x", ratio <= 0.5))
+    reference = REGISTRY["python-redis-lock"].reference.wait_p99_ms
+    if reference:
+        ratio = fair.wait_p99_ms / reference
+        out.append(Check(f"contended, fair: wait p99 / python-redis-lock's in anchors.md ({reference:g} ms)",
+                         _ratio(ratio, 3), "- (another run)", None))
     return out
 
 
