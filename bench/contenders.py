@@ -189,12 +189,12 @@ def _fencelock_target(target: Target) -> str | list[str]:
     return list(target.urls) if target.service == "redlock" else target.url
 
 
-def fencelock_sync(target: Target) -> Locker:
+def fencelock_sync(target: Target, *, fair: bool = False) -> Locker:
     locks = fencelock.connect(_fencelock_target(target))
 
     def acquire(name: str, wait: float) -> object | None:
         try:
-            return locks.acquire(name, ttl=TTL, wait=wait)
+            return locks.acquire(name, ttl=TTL, wait=wait, fair=fair)
         except fencelock.NotAcquired:
             return None
 
@@ -205,18 +205,7 @@ def fencelock_sync(target: Target) -> Locker:
 
 
 def fencelock_fair(target: Target) -> Locker:
-    locks = fencelock.connect(_fencelock_target(target))
-
-    def acquire(name: str, wait: float) -> object | None:
-        try:
-            return locks.acquire(name, ttl=TTL, wait=wait, fair=True)
-        except fencelock.NotAcquired:
-            return None
-
-    def release(handle: object) -> None:
-        cast(fencelock.Lease, handle).release()
-
-    return Locker(acquire, release, locks.close)
+    return fencelock_sync(target, fair=True)
 
 
 def fencelock_async(target: Target) -> AsyncLocker:
