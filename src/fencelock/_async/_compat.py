@@ -173,6 +173,11 @@ def spawn(work: Callable[[], Awaitable[None]], name: str) -> Runner:
     return task
 
 
+def alive(runner: Runner) -> bool:
+    """Still running: a task ends with its event loop, so a client used by a second `asyncio.run` needs anew."""
+    return not runner.done() and runner.get_loop() is asyncio.get_running_loop()
+
+
 async def join(runner: Runner, timeout: float) -> None:
     """Wait for a runner to stop, at most `timeout` seconds (then cancel it)."""
     try:

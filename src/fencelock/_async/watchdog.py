@@ -27,7 +27,7 @@ from .._errors import BackendError
 from .._logic.args import ttl_ms
 from .._logic.outcomes import State
 from .._logic.timing import Clock, renewal_retry, validity_end
-from ._compat import Runner, Signal, in_background, join, spawn
+from ._compat import Runner, Signal, alive, in_background, join, spawn
 
 if TYPE_CHECKING:
     from .client import AsyncBackend, AsyncLease
@@ -66,7 +66,9 @@ class AsyncWatchdog:
             self._wakeup = Signal()
         with self._lock:
             self._push(lease)
-            if self._runner is None:
+            if self._runner is None or not alive(self._runner):
+                # First use, or the runner ended with its event loop (a second asyncio.run with one client).
+                self._wakeup = Signal()
                 self._runner = spawn(self._run, "fencelock-watchdog")
             sooner = lease._due < self._next_wake
             if sooner:

@@ -245,6 +245,10 @@ def spawn(work: Callable[[], None], name: str) -> Runner:
     return thread
 
 
+def alive(runner: Runner) -> bool:
+    return runner.is_alive()
+
+
 def join(runner: Runner, timeout: float) -> None:
     """Wait for a runner to stop, at most `timeout` seconds."""
     if runner is not threading.current_thread():
