@@ -228,3 +228,17 @@ def test_a_forked_child_never_renews_its_parents_leases(own_server: RedisServer)
     assert "child False" in done.stdout   # the child renewed its own lease
     assert "parent True" in done.stdout   # and not its parent's, which expired
     assert lock_value(own_server.client(), "parent") is None
+
+
+def test_renewal_goes_on_after_the_server_forgets_its_scripts(deployment: Deployment, name: str) -> None:
+    locks = fencelock.connect(deployment.url)
+    leases = [locks.acquire(f"{name}:{i}", ttl=0.9, wait=0, renew=True) for i in range(150)]
+    time.sleep(0.4)  # one renewal went through: the scripts were loaded
+    for raw in deployment.raws():
+        raw.script_flush()
+    time.sleep(1.2)  # longer than the TTL: only renewals after the flush keep the leases
+    assert not any(lease.lost for lease in leases)
+    assert all(deployment.holder(lease.name) == lease.token for lease in leases[:10])
+    for lease in leases:
+        lease.release()
+    locks.close()

@@ -166,19 +166,31 @@ class RedisBackend:
                 _apply(results, members, self._extend_call(leases, members))
             return results
         client: Any = self._client
-        pipe = client.pipeline(transaction=False)
-        for members in calls:
-            keys, args = self._extend_args(leases, members)
-            pipe.evalsha(EXTEND_MANY.sha, len(keys), *keys, *args)
-        self.renewal_requests += len(calls)
-        try:
-            replies = pipe.execute(raise_on_error=False)
-        except CLIENT_ERRORS:
-            return results
-        for members, reply in zip(calls, replies, strict=True):
-            if isinstance(reply, NoScriptError):
-                reply = self._extend_call(leases, members)
-            _apply(results, members, reply)
+        for attempt in range(2):
+            pipe = client.pipeline(transaction=False)
+            for members in calls:
+                keys, args = self._extend_args(leases, members)
+                pipe.evalsha(EXTEND_MANY.sha, len(keys), *keys, *args)
+            self.renewal_requests += len(calls)
+            try:
+                replies = pipe.execute(raise_on_error=False)
+            except CLIENT_ERRORS:
+                return results
+            missing = []
+            for members, reply in zip(calls, replies, strict=True):
+                if isinstance(reply, NoScriptError):
+                    missing.append(members)
+                else:
+                    _apply(results, members, reply)
+            if not missing or attempt:
+                break
+            # The server lost its scripts (restart, failover, SCRIPT FLUSH): load once, then send again what
+            # failed, still in one pipeline, rather than one call after another.
+            try:
+                client.script_load(EXTEND_MANY.source)
+            except CLIENT_ERRORS:
+                break
+            calls = missing
         return results
 
     def _extend_args(self, leases: list[tuple[str, str, int, int]], members: list[int]) -> tuple[list[str], list[Any]]:
