@@ -93,10 +93,20 @@ def cluster() -> Iterator[RedisClusterServers]:
         yield servers
 
 
+def initialise_redlock(urls: list[str]) -> None:
+    """A first acquisition with every node up: a new Redlock deployment counts all its nodes from then on."""
+    locks = fencelock.connect(urls)
+    try:
+        locks.acquire("fencelock-tests:init", ttl=1.0, wait=5.0).release()
+    finally:
+        locks.close()
+
+
 @pytest.fixture(scope="session")
 def redlock_nodes() -> Iterator[RedisNodes]:
     _require_server_binary()
     nodes = RedisNodes(5).start()
+    initialise_redlock(nodes.urls)
     yield nodes
     nodes.close()
 
@@ -128,6 +138,7 @@ def own_deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
     else:
         nodes = RedisNodes(5).start()
         try:
+            initialise_redlock(nodes.urls)
             yield Deployment("redlock", nodes.urls, nodes)
         finally:
             nodes.close()

@@ -120,31 +120,32 @@ def test_asyncio_cancelling_acquire_after_the_request_went_out_leaves_no_key(own
                                                                             name: str) -> None:
     async def main() -> None:
         locks = fencelock.aio.connect(own_deployment.url)
-        warm = await locks.acquire(name + ":warm", wait=0)
-        await warm.release()
-        first = await locks.acquire(name, ttl=10.0, wait=0)
-        await first.release()
-        own_deployment.pause()
         try:
-            task = asyncio.ensure_future(locks.acquire(name, ttl=10.0, wait=None))
-            await asyncio.sleep(0.2)  # the acquire is on the wire, the servers are frozen
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            warm = await locks.acquire(name + ":warm", wait=0)
+            await warm.release()
+            first = await locks.acquire(name, ttl=10.0, wait=0)
+            await first.release()
+            own_deployment.pause()
+            try:
+                task = asyncio.ensure_future(locks.acquire(name, ttl=10.0, wait=None))
+                await asyncio.sleep(0.2)  # the acquire is on the wire, the servers are frozen
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            finally:
+                own_deployment.resume()
+            # The servers now run the acquire (creating our key); the undo follows it and deletes it.
+            for _ in range(150):
+                await asyncio.sleep(0.02)
+                if not any(lock_value(raw, name) for raw in own_deployment.raws()):
+                    break
+            assert own_deployment.holder(name) is None
+            assert not any(lock_value(raw, name) for raw in own_deployment.raws())
+            lease = await locks.acquire(name, ttl=5.0, wait=0)
+            assert lease.fence > first.fence
+            await lease.release()
         finally:
-            own_deployment.resume()
-        # The servers now run the acquire (creating our key); the undo follows it and deletes it.
-        for _ in range(150):
-            await asyncio.sleep(0.02)
-            if own_deployment.holder(name) is None and not any(
-                    lock_value(raw, name) for raw in own_deployment.raws()):
-                break
-        assert own_deployment.holder(name) is None
-        assert not any(lock_value(raw, name) for raw in own_deployment.raws())
-        lease = await locks.acquire(name, ttl=5.0, wait=0)
-        assert lease.fence > first.fence
-        await lease.release()
-        await locks.aclose()
+            await locks.aclose()
 
     asyncio.run(main())
 
@@ -152,19 +153,21 @@ def test_asyncio_cancelling_acquire_after_the_request_went_out_leaves_no_key(own
 def test_asyncio_cancelling_release_leaves_the_lease_releasable(own_deployment: Deployment, name: str) -> None:
     async def main() -> None:
         locks = fencelock.aio.connect(own_deployment.url)
-        lease = await locks.acquire(name, ttl=10.0, wait=0)
-        own_deployment.pause()
         try:
-            task = asyncio.ensure_future(lease.release())
-            await asyncio.sleep(0.2)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            lease = await locks.acquire(name, ttl=10.0, wait=0)
+            own_deployment.pause()
+            try:
+                task = asyncio.ensure_future(lease.release())
+                await asyncio.sleep(0.2)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            finally:
+                own_deployment.resume()
+            await lease.release()  # no error: released now, or by the cancelled call, never lost
+            assert own_deployment.holder(name) is None
         finally:
-            own_deployment.resume()
-        await lease.release()  # no error: released now, or by the cancelled call, never lost
-        assert own_deployment.holder(name) is None
-        await locks.aclose()
+            await locks.aclose()
 
     asyncio.run(main())
 

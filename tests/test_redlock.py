@@ -23,22 +23,15 @@ from fencelock._logic.redlock import NodeModel, decode, default_node_timeout
 from fencelock._scripts import REDLOCK_ACQUIRE, REDLOCK_RELEASE
 from fencelock.testing.servers import RedisNodes, RedisServer
 
-from .conftest import IN_CI, lock_value
+from .conftest import IN_CI, initialise_redlock, lock_value
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
-
-
-def _initialise(nodes: RedisNodes) -> None:
-    """A first acquisition with every node up: a new deployment counts all its nodes from then on."""
-    locks = fencelock.connect(nodes.urls)
-    locks.acquire("init", ttl=1.0, wait=0).release()
-    locks.close()
 
 
 @pytest.fixture
 def five() -> Iterator[RedisNodes]:
     nodes = RedisNodes(5).start()
-    _initialise(nodes)
+    initialise_redlock(nodes.urls)
     yield nodes
     nodes.close()
 
@@ -175,7 +168,7 @@ def one_node_with_a_clock_to_jump() -> Iterator[tuple[RedisNodes, Path]]:
     nodes = RedisNodes(5)
     nodes.nodes[2] = RedisServer(binary, env=env, name="redlock-faketime")
     nodes.start()
-    _initialise(nodes)
+    initialise_redlock(nodes.urls)
     yield nodes, stamp
     nodes.close()
     shutil.rmtree(folder, ignore_errors=True)

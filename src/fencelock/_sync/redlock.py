@@ -62,6 +62,7 @@ def _code(reply: Any) -> int:
 NO_ANSWER = -2
 """What a node's release or extend counts as when it did not answer (its scripts answer 1, 0 or -1)."""
 _REPAIR_BATCH = 200
+GATE_TIMEOUT = 1.0  # seconds: the least time a look at every node's gate is given
 _FALLBACK_PAUSE = 0.05  # seconds: the longest retry pause of a waiter whose home node cannot be reached
 
 
@@ -256,7 +257,9 @@ class RedlockBackend:
             self._healing = False
 
     def _look_and_heal(self, timeout: float) -> bool:
-        done, _ = fan_out([partial(self._gate, i) for i in range(self._n)], timeout,
+        # Rare (only when a node is not ready), and it must hear every node to call a deployment new: allow it
+        # more than an attempt's per-node timeout, enough for cold connections on a busy machine.
+        done, _ = fan_out([partial(self._gate, i) for i in range(self._n)], max(timeout, GATE_TIMEOUT),
                                 lambda so_far: len(so_far) == self._n)
         gates = [done.get(i, Gate.UNKNOWN) for i in range(self._n)]
         ready = [i for i, gate in enumerate(gates) if gate is Gate.READY]
