@@ -25,7 +25,7 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     """A lock client for `target`: a URL (see the README) or a redis-py client you configured yourself.
 
     A list of three or more URLs (or clients) of independent Redis masters runs Redlock over them, with fencing
-    tokens. `node_timeout` (default: 5 ms + 1 % of the TTL) bounds each node's answer; `repair` and
+    tokens. `node_timeout` (default: 50 ms + 1 % of the TTL) bounds each node's answer; `repair` and
     `repair_delay` govern nodes that come back without their data (see `fencelock._logic.redlock`).
 
     No connection is made until the first request (except that the synchronous Redis Cluster client asks for
