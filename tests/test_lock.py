@@ -56,14 +56,17 @@ def test_a_held_lock_is_refused_with_wait_zero(locks: fencelock.Locks, name: str
         assert info.value.name == name
 
 
-def test_wait_is_one_deadline_for_all_retries(locks: fencelock.Locks, name: str) -> None:
+def test_wait_is_one_deadline_for_all_retries(locks: fencelock.Locks, name: str, deployment: Deployment) -> None:
     with locks.lock(name, ttl=10.0):
         for wait in (0.05, 0.3, 1.0):
             started = time.monotonic()
             with pytest.raises(fencelock.AcquireTimeout):
                 locks.acquire(name, wait=wait)
             took = time.monotonic() - started
-            assert wait <= took < wait + 0.1, (wait, took)
+            # The last attempt may start just before the deadline: it adds one attempt's time (Redlock: one
+            # fan-out to five nodes, which a busy 2-core machine can stretch).
+            slack = 0.2 if deployment.kind == "redlock" else 0.1
+            assert wait <= took < wait + slack, (wait, took)
 
 
 def test_the_context_body_never_runs_without_the_lock(locks: fencelock.Locks, name: str) -> None:

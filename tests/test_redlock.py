@@ -100,7 +100,9 @@ def test_three_stopped_nodes_fail_on_time_and_leave_no_key_behind(five: RedisNod
             with pytest.raises(fencelock.QuorumUnavailable, match="3 are needed"):
                 locks.acquire(name, ttl=5.0, wait=wait)
             took = time.monotonic() - started
-            assert took < (wait or 0.0) + 0.3, (wait, took)  # on time, and never for ever
+            # On time, and never for ever: the wait, plus at most two attempts' per-node timeout (the first
+            # failure is retried once), plus scheduling on a busy machine.
+            assert took < (wait or 0.0) + 2 * default_node_timeout(5.0) + 0.2, (wait, took)
         time.sleep(0.1)
         for i in (0, 1):  # the reachable nodes: the failed attempts gave their keys back
             assert lock_value(five.nodes[i].client(), name) is None
@@ -117,7 +119,7 @@ def test_a_slow_node_does_not_slow_a_grant_that_has_a_quorum(five: RedisNodes, n
     threading.Timer(0.3, five.nodes[0].resume).start()  # it answers, 0.3 s late
     started = time.monotonic()
     lease = locks.acquire(name, ttl=30.0, wait=0)
-    assert time.monotonic() - started < 0.05
+    assert time.monotonic() - started < 0.15  # far below the 0.3 s the slow node takes to answer
     time.sleep(0.4)
     lease.release()
     locks.close()
