@@ -57,6 +57,8 @@ class AsyncBackend(Protocol):
     shown: str
     block_cap: float
     supports_fair: bool
+    always_queues: bool
+    """True where every waiter joins a queue (etcd, ZooKeeper): a waiter that gives up must always `leave`."""
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
         """Seconds to wait before trying again after `failures` failed requests in a row; None: do not."""
@@ -254,6 +256,7 @@ class AsyncLocks:
         if fair and not self._backend.supports_fair:
             raise ValueError(f"fair=True needs a single Redis or a Redis Cluster, not {self._backend.shown} "
                              f"(lock {name!r})")
+        queued = fair or self._backend.always_queues  # a waiter that gives up must leave its queue
         token = secrets.token_hex(TOKEN_BYTES)
         ms = ttl_ms(ttl)
         backend = self._backend
@@ -266,7 +269,7 @@ class AsyncLocks:
             sent_at = clock()  # before any wait: the lease's validity counts from here
             try:
                 attempt = await undo_if_interrupted(partial(backend.try_acquire, name, token, ms, block, fair),
-                                                    lambda: self._forget(name, token, fair))
+                                                    lambda: self._forget(name, token, queued))
             except BackendError as exc:
                 failures += 1
                 delay = backend.retry_after(exc, failures)
@@ -279,7 +282,7 @@ class AsyncLocks:
                     continue
                 # The script may have run. Delete our key if it did, but do not make the caller wait for a
                 # server that just failed to answer: the error is due now, and the TTL bounds the key anyway.
-                in_background(lambda: self._forget(name, token, fair))
+                in_background(lambda: self._forget(name, token, queued))
                 raise
             failures = 0
             if attempt.granted:
@@ -297,18 +300,18 @@ class AsyncLocks:
             if deadline is None:
                 deadline = Deadline.after(wait_s, started)
             if deadline.expired(now):
-                if fair:
+                if queued:
                     await shielded(self._leave(name, token))
                 if wait_s == 0:
                     raise NotAcquired("the lock is held by another holder", name=name)
                 raise AcquireTimeout(f"the lock stayed busy for the whole wait of {wait_s} s", name=name)
             block = block_for(deadline, now, attempt.holder_ttl, backend.block_cap, ttl)
 
-    async def _forget(self, name: str, token: str, fair: bool) -> bool:
+    async def _forget(self, name: str, token: str, queued: bool) -> bool:
         """Best effort: delete a key this acquisition may have created (True if there was one), and leave the
         fair queue. If the server cannot be reached, the key expires with its TTL, the queue entry with its own.
         """
-        if fair:
+        if queued:
             await self._leave(name, token)
         try:
             # Fence 0: only RELEASED matters here, meaning our key existed and is gone now.

@@ -50,6 +50,7 @@ class AsyncRedisBackend:
         self.block_cap = 30.0 if timeout is None else max(MIN_BLOCK, timeout * 0.75)
         self._cluster = isinstance(client, RedisCluster)
         self.supports_fair = True
+        self.always_queues = False  # only fair waiters queue
         # A fair waiter's queue entry outlives its longest wait between two attempts (which refresh it).
         self._entry_ttl_ms = round((2 * self.block_cap + 1.0) * 1000)
         self.renewal_requests = 0  # script calls the watchdog made (for benchmarks)

@@ -88,6 +88,7 @@ class RedlockBackend:
         self._repairing: set[int] = set()
         self._healing = False
         self.supports_fair = False  # a fair queue would need a quorum of its own: not offered on Redlock
+        self.always_queues = False
         self.renewal_requests = 0  # script calls the watchdog made (for benchmarks)
         self._rng = random.Random()
         # A waiter blocks on its home node's wake list; one wait must end before that socket's timeout does.
