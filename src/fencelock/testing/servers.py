@@ -57,6 +57,8 @@ from redis.retry import Retry
 
 __all__ = [
     "RedisClusterServers",
+    "RedisNodes",
+    "RedisPrimaryReplica",
     "RedisServer",
     "find_server_binary",
     "free_port",
@@ -910,3 +912,85 @@ def _parse_cluster_info(raw: Any) -> dict[str, str]:
         if sep:
             out[key.strip()] = value.strip()
     return out
+
+
+class RedisPrimaryReplica(_ServerGroup):
+    """A primary and one replica (``REPLICAOF``), for failover faults.
+
+    Replication runs through a :class:`~fencelock.testing.proxy.Proxy`, so that :meth:`pause_replication` can hold
+    back the replication stream at once and for certain: a write the primary acknowledges from then on never
+    reaches the replica. :meth:`fail_over` then kills the primary (SIGKILL) and promotes the replica
+    (``REPLICAOF NO ONE``), as Sentinel would, so the replica serves without what it never received.
+    """
+
+    def __init__(self, binary: str | None = None) -> None:
+        from .proxy import Proxy
+
+        # No 5 s wait before a full sync (the default for diskless sync), so the replica is up at once.
+        self.primary = RedisServer(binary, name="primary", extra_args=["--repl-diskless-sync-delay", "0"])
+        self.replica = RedisServer(binary, name="replica")
+        self.nodes = [self.primary, self.replica]
+        self.link: Proxy | None = None
+        self._proxy_type = Proxy
+
+    def start(self, timeout: float = START_TIMEOUT) -> RedisPrimaryReplica:
+        try:
+            self.primary.start()
+            self.link = self._proxy_type(self.primary.host, self.primary.port, name="replication").start()
+            self.replica.extra_args = (*self.replica.extra_args, "--replicaof", self.link.host, str(self.link.port))
+            self.replica.start()
+            self.wait_in_sync(timeout)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def wait_in_sync(self, timeout: float = START_TIMEOUT) -> None:
+        """Wait until the replica's link is up and it has every write the primary made so far."""
+        primary, replica = self.primary.client(), self.replica.client()
+        deadline = time.monotonic() + timeout
+        while True:
+            p = primary.info("replication")
+            r = replica.info("replication")
+            if (r.get("master_link_status") == "up" and p.get("connected_slaves", 0) >= 1
+                    and int(r.get("slave_repl_offset", -1)) >= int(p.get("master_repl_offset", 0))):
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"the replica did not catch up within {timeout:g} s: primary {p}, replica {r}")
+            time.sleep(0.02)
+
+    def pause_replication(self) -> None:
+        """Hold back the replication stream: the primary's next writes do not reach the replica."""
+        assert self.link is not None
+        self.link.stall()
+
+    def fail_over(self) -> None:
+        """SIGKILL the primary, cut the replication link (dropping what it held back), promote the replica."""
+        self.primary.kill()
+        if self.link is not None:
+            self.link.close()
+        _command(self.replica.client(), "REPLICAOF", "NO", "ONE")
+
+    def close(self) -> None:
+        try:
+            self._close_nodes()
+        finally:
+            if self.link is not None:
+                self.link.close()
+
+    def __enter__(self) -> RedisPrimaryReplica:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _command(r: redis.Redis, *args: Any) -> Any:
+    """Send a raw command (redis-py leaves `execute_command` untyped)."""
+    send: Callable[..., Any] = r.execute_command
+    return send(*args)

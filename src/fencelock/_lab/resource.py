@@ -1,0 +1,162 @@
+"""The protected resource: a read-modify-write counter behind a small TCP service, with or without a guard.
+
+Workers read the counter, then write read + 1 with their fence. The service keeps the counter in SQLite and, when
+guarded, runs `fencelock.SQLGuard.check` in the same transaction as the update, so a stale fence is refused
+atomically with the write it protects. Every write, accepted or refused, is logged in that transaction with the
+time it was decided (`time.monotonic()`, the clock every process of the machine shares). Being a TCP service, it
+can sit behind the lab's delaying proxy.
+
+Protocol: one JSON object per line each way.
+    {"op": "read", "name": N}                                   -> {"value": int}
+    {"op": "write", "name": N, "worker": W, "fence": F, "read": R, "sent": T}
+                                                                 -> {"ok": bool, "detail": str}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+import threading
+import time
+from typing import Any
+
+from .._errors import StaleFence
+from .._guards_sql import SQLGuard
+from .history import Event
+
+START_TIMEOUT = 5.0
+
+
+class Resource:
+    """One counter store on a free loopback port. `guarded=False` accepts every write (the unfenced configs)."""
+
+    def __init__(self, *, guarded: bool) -> None:
+        self.guarded = guarded
+        self.host = "127.0.0.1"
+        self.port = 0
+        self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        self._db.execute("CREATE TABLE counter (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+        self._db.execute("CREATE TABLE log (seq INTEGER PRIMARY KEY, t REAL, worker TEXT, fence INTEGER, "
+                         "ok INTEGER, read INTEGER, before INTEGER, sent REAL, detail TEXT)")
+        self._guard = SQLGuard()
+        self._guard.create_table(self._db.cursor())
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._transports: set[asyncio.Transport] = set()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    def start(self) -> Resource:
+        self._thread = threading.Thread(target=self._run, name="fencelock-lab-resource", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(START_TIMEOUT) or not self.port:
+            raise RuntimeError(f"the lab's resource did not start within {START_TIMEOUT:g} s")
+        return self
+
+    def close(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(loop.stop)
+            if self._thread is not None:
+                self._thread.join(START_TIMEOUT)
+        self._db.close()
+
+    def __enter__(self) -> Resource:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def value(self, name: str) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM counter WHERE name = ?", (name,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def events(self) -> list[Event]:
+        """Every write decided so far, in the order it was decided."""
+        with self._lock:
+            rows = self._db.execute("SELECT t, worker, fence, ok, read, before, sent, detail FROM log "
+                                    "ORDER BY seq").fetchall()
+        return [Event(t, worker, "write", fence=fence, ok=bool(ok), read=read, before=before, sent=sent,
+                      detail=detail) for t, worker, fence, ok, read, before, sent, detail in rows]
+
+    # -- the service --------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            server = loop.run_until_complete(asyncio.start_server(self._serve, self.host, 0))
+            self.port = int(server.sockets[0].getsockname()[1])
+            self._ready.set()
+            loop.run_forever()
+            server.close()
+            for transport in list(self._transports):
+                transport.abort()
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(asyncio.sleep(0.01))  # let the aborted transports finish closing
+        finally:
+            self._ready.set()
+            loop.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        transport: Any = writer.transport
+        self._transports.add(transport)
+        try:
+            while line := await reader.readline():
+                try:
+                    reply = self.handle(json.loads(line))
+                except (ValueError, KeyError, TypeError) as exc:
+                    reply = {"error": f"{type(exc).__name__}: {exc}"}
+                writer.write(json.dumps(reply).encode() + b"\n")
+                await writer.drain()
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # a worker went away, or the lab is shutting the resource down
+        finally:
+            writer.transport.abort()
+            self._transports.discard(transport)
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        name = str(request["name"])
+        if request["op"] == "read":
+            return {"value": self.value(name)}
+        if request["op"] != "write":
+            raise ValueError(f"unknown op {request['op']!r}")
+        worker, fence, read = str(request["worker"]), request.get("fence"), int(request["read"])
+        if self.guarded and not isinstance(fence, int):
+            raise TypeError(f"a guarded write needs an int fence, got {fence!r}")
+        sent = request.get("sent")
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            now = time.monotonic()
+            before_row = cur.execute("SELECT value FROM counter WHERE name = ?", (name,)).fetchone()
+            before = int(before_row[0]) if before_row else 0
+            ok, detail = True, "accepted"
+            try:
+                if self.guarded:
+                    self._guard.check(cur, name, int(fence or 0))
+                    detail = f"accepted by the guard (fence {fence})"
+                cur.execute("INSERT INTO counter (name, value) VALUES (?, ?) "
+                            "ON CONFLICT (name) DO UPDATE SET value = excluded.value", (name, read + 1))
+            except StaleFence as exc:
+                cur.execute("ROLLBACK")
+                cur.execute("BEGIN IMMEDIATE")
+                ok, detail = False, f"rejected by the guard: fence {fence} < {exc.highest}"
+            if sent is not None:
+                detail += f"; sent {now - float(sent):.3f} s before it was decided"
+            cur.execute("INSERT INTO log (t, worker, fence, ok, read, before, sent, detail) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (now, worker, fence, int(ok), read, before, sent, detail))
+            cur.execute("COMMIT")
+        return {"ok": ok, "detail": detail}

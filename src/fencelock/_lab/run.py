@@ -1,0 +1,250 @@
+"""Run the lab: every scenario on every configuration, judged from the recorded history; table, JSON, report."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from .configs import CONFIGS, Config
+from .history import Counts, Judgement, Verdict, combine, judge
+from .scenarios import SCENARIOS, Cell, Lab, Scenario, Skip
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+USAGE = "fencelock lab [--quick] [--repeat N] [--seed N] [--out DIR] [--json] [--scenarios 1,5a] [--configs redis]"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="fencelock lab", description=(
+        "Run the classic lock failures against real servers, real worker processes and real faults, check the "
+        "recorded history, and show which configurations keep the resource safe."))
+    p.add_argument("--quick", action="store_true", help="short TTLs, one run per cell (under 2 minutes)")
+    p.add_argument("--repeat", type=int, default=None, metavar="N",
+                   help="runs per cell (default: 1 with --quick, 2 otherwise)")
+    p.add_argument("--seed", type=int, default=None, help="seed for the timing jitter and names (default: random)")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="where results.json and the report go (default: a new folder under ./out/lab/)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout (progress on stderr)")
+    p.add_argument("--scenarios", default=None, metavar="IDS", help="only these scenarios, e.g. 1,3,5a")
+    p.add_argument("--configs", default=None, metavar="IDS", help="only these configurations, e.g. redis,redlock")
+    args = p.parse_args(argv)
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else 2
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
+    return args
+
+
+def _pick(items: list[Any], ids: str | None, what: str) -> list[Any]:
+    if ids is None:
+        return items
+    wanted = [x.strip() for x in ids.split(",") if x.strip()]
+    known = {item.id: item for item in items}
+    unknown = [x for x in wanted if x not in known]
+    if unknown:
+        raise SystemExit(f"fencelock lab: unknown {what} {', '.join(unknown)}; known: {', '.join(known)}")
+    return [known[x] for x in wanted]
+
+
+def run_cell(lab: Lab, config: Config, scenario: Scenario, runs: int, seed: int) -> dict[str, Any]:
+    expected = scenario.expect(config)
+    cell_out: dict[str, Any] = {"scenario": scenario.id, "config": config.id, "runs": 0, "verdict": "SKIPPED",
+                                "expected": expected, "matches_expectation": True, "note": "",
+                                "counts": Counts().to_json(), "events": [], "verdicts": []}
+    available, why = config.availability()
+    if not available:
+        cell_out["note"] = f"{config.id} is not available here: {why}"
+        return cell_out
+    skip = scenario.skip_reason(config)
+    if skip is not None:
+        if IN_CI and skip.startswith("libfaketime"):  # a tool the machine lacks is an error in CI
+            cell_out.update(verdict="ERROR", matches_expectation=False, note=f"CI must run this cell: {skip}")
+        else:
+            cell_out["note"] = skip
+        return cell_out
+    verdicts: list[Verdict] = []
+    total = Counts()
+    notes: list[str] = []
+    for i in range(runs):
+        rng = random.Random(f"{seed}:{scenario.id}:{config.id}:{i}")
+        cell = Cell(lab, config, scenario, rng)
+        judgement: Judgement | None = None
+        try:
+            scenario.run(cell)
+            judgement = judge(cell.events(), scenario.evidence)
+        except Skip as exc:
+            cell_out["note"] = str(exc)
+            cell.close()
+            return cell_out
+        except Exception as exc:
+            verdicts.append("ERROR")
+            notes.append(f"run {i + 1}: {type(exc).__name__}: {exc}")
+        finally:
+            events = cell.events()
+            # t = 0 is the first recorded event, a moment after the cell's servers were ready
+            origin = min([e.t for e in events], default=cell.started) - 0.05
+            if i == 0:
+                cell_out["events"] = [e.to_json(origin) for e in events]
+            try:
+                cell.close()
+            except Exception as exc:
+                notes.append(f"run {i + 1}: cleanup failed: {type(exc).__name__}: {exc}")
+        if judgement is not None:
+            verdicts.append(judgement.verdict)
+            total.add(judgement.counts)
+            if judgement.reasons and (i == 0 or judgement.verdict != verdicts[0]):
+                notes.append("; ".join(judgement.reasons))
+    verdict = combine(verdicts)
+    tally = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) if runs > 1 else ""
+    note = "; ".join(dict.fromkeys(notes))
+    if tally:
+        note = f"{tally}. {note}" if note else tally
+    cell_out.update(runs=runs, verdict=verdict, counts=total.to_json(), note=note, verdicts=verdicts,
+                    matches_expectation=verdict == expected)
+    return cell_out
+
+
+def _describe(cell: dict[str, Any]) -> str:
+    c = cell["counts"]
+    if cell["verdict"] == "SKIPPED":
+        return f"SKIPPED ({cell['note']})"
+    text = (f"{cell['verdict']}: {c['stale_accepted']} stale accepted, {c['stale_rejected']} rejected, "
+            f"{c['lost_updates']} lost updates, {c['overlaps']} overlaps")
+    if not cell["matches_expectation"]:
+        text += f"  [expected {cell['expected']}]"
+    return text
+
+
+def table(results: dict[str, Any]) -> str:
+    configs = [c for c in results["configs"]]
+    cells = {(c["scenario"], c["config"]): c for c in results["cells"]}
+    width = max(14, *(len(c["id"]) + 2 for c in configs))
+    head = f"{'scenario':<58}" + "".join(f"{c['id']:>{width}}" for c in configs)
+    lines = [head, "-" * len(head)]
+    for s in results["scenarios"]:
+        row = f"{s['id'] + '  ' + s['title']:<58.58}"
+        for c in configs:
+            cell = cells.get((s["id"], c["id"]))
+            if cell is None:
+                row += f"{'':>{width}}"
+                continue
+            v = cell["verdict"]
+            mark = {"SAFE": "SAFE", "UNSAFE": "UNSAFE", "SKIPPED": "-", "ERROR": "ERROR",
+                    "FAULT-MISSED": "MISSED"}[v]
+            if v == "UNSAFE" and cell["counts"]["stale_accepted"]:
+                mark += f" {cell['counts']['stale_accepted']}"
+            if v != "SKIPPED" and not cell["matches_expectation"]:
+                mark += " !"
+            row += f"{mark:>{width}}"
+        lines.append(row)
+    lines.append("")
+    lines.append("SAFE: no stale write accepted and no update lost, with the fault shown to have taken effect. "
+                 "UNSAFE n: n stale writes accepted. MISSED: the fault did not take effect. -: not applicable "
+                 "or not available here. !: differs from what the literature expects.")
+    unavailable = [c for c in configs if not c["available"]]
+    for c in unavailable:
+        lines.append(f"{c['id']}: {c['why_unavailable']}")
+    differ = [c for c in results["cells"] if c["verdict"] != "SKIPPED" and not c["matches_expectation"]]
+    if differ:
+        lines.append("")
+        lines.append("Where reality differs from the literature's expectation:")
+        for c in differ:
+            lines.append(f"  {c['scenario']} x {c['config']}: expected {c['expected']}, got {c['verdict']}: "
+                         f"{c['note']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, progress: TextIO) -> dict[str, Any]:
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
+    configs = _pick(CONFIGS, args.configs, "configuration")
+    scenarios = _pick(SCENARIOS, args.scenarios, "scenario")
+    started_wall = datetime.datetime.now(datetime.timezone.utc)
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "version": 1, "seed": seed, "quick": bool(args.quick), "started": started_wall.isoformat(),
+        "duration_s": 0.0, "repeat": args.repeat,
+        "configs": [], "scenarios": [], "cells": [],
+    }
+    for c in configs:
+        ok, why = c.availability()
+        results["configs"].append({"id": c.id, "title": c.title, "available": ok, "why_unavailable": why,
+                                   "fenced": c.fenced, "kind": c.kind})
+    for s in scenarios:
+        results["scenarios"].append({"id": s.id, "number": s.number, "title": s.title, "fault": s.fault,
+                                     "source": s.source, "evidence": s.evidence})
+    lab = Lab(quick=args.quick, seed=seed)
+    total = len(configs) * len(scenarios)
+    print(f"fencelock lab: {len(scenarios)} scenarios x {len(configs)} configurations, "
+          f"{args.repeat} run(s) each, seed {seed}", file=progress, flush=True)
+    try:
+        lab.pool.fill()
+        n = 0
+        for s in scenarios:
+            for c in configs:
+                n += 1
+                t0 = time.monotonic()
+                cell = run_cell(lab, c, s, args.repeat, seed)
+                cell["duration_s"] = round(time.monotonic() - t0, 3)
+                results["cells"].append(cell)
+                print(f"[{n:>2}/{total}] {s.id:<3} {c.id:<16} {_describe(cell)}  ({cell['duration_s']:.1f} s)",
+                      file=progress, flush=True)
+    finally:
+        lab.close()
+    results["duration_s"] = round(time.monotonic() - started, 3)
+    return results
+
+
+def write_results(results: dict[str, Any], out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    return path
+
+
+def build_report(results: dict[str, Any], out: Path) -> tuple[Path | None, str]:
+    """Call the report module if it exists. Returns (path or None, message)."""
+    try:
+        report = importlib.import_module("fencelock._lab.report")
+    except ModuleNotFoundError as exc:
+        if exc.name == "fencelock._lab.report":
+            return None, "the HTML report is not built yet (fencelock/_lab/report.py is not on this branch)"
+        return None, f"the HTML report needs a module that is missing: {exc.name} ({exc})"
+    try:
+        path = Path(report.write_report(results, out))
+    except Exception as exc:
+        return None, f"the HTML report failed: {type(exc).__name__}: {exc}"
+    return path, f"report: {path}"
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    out = args.out
+    if out is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("out") / "lab" / stamp
+        k = 1
+        while out.exists():
+            k += 1
+            out = Path("out") / "lab" / f"{stamp}-{k}"
+    progress = sys.stderr if args.json else sys.stdout
+    results = run(args, progress)
+    path = write_results(results, out)
+    report, message = build_report(results, out)
+    if args.json:
+        sys.stdout.write(json.dumps(results) + "\n")
+    else:
+        print()
+        print(table(results))
+        print()
+    print(f"results: {path.resolve()} ({results['duration_s']:.0f} s)", file=progress)
+    print(message if report is None else f"report: {report.resolve()}", file=progress)
+    bad = [c for c in results["cells"] if c["verdict"] == "ERROR"]
+    return 1 if bad else 0

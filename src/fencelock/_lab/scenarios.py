@@ -1,0 +1,564 @@
+"""The scenarios: each injects one classic fault for real, against real servers and real worker processes.
+
+Each scenario is a short script the lab runs for one configuration. It tells its workers what to do and when,
+injects its fault (SIGSTOP, a delaying or stalling TCP proxy, a failover, a node killed and restarted, a clock
+jump, a naive DEL, a blocked event loop) and records a `fault` event saying what it did and whether the effect it
+aimed at was observed. It never decides the verdict: the checker (`history.judge`) does that from the history.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import redis
+
+import fencelock
+from fencelock.testing.proxy import Proxy
+from fencelock.testing.servers import RedisPrimaryReplica, RedisServer
+
+from .._logic.keys import redis_keys
+from .configs import Config, Service, faketime_missing, redis_url, start_redis, start_redlock
+from .history import Event, Evidence
+from .procs import WorkerPool, WorkerProc
+from .resource import Resource
+
+Expect = Literal["SAFE", "UNSAFE"]
+
+#: Longer than the workers' socket timeout: requests queued on a stopped node die with their connections before
+#: it resumes (otherwise the node would grant them late, which is a different fault).
+QUEUED_DIE = 0.4
+
+
+class Skip(Exception):
+    """The scenario cannot run here for this configuration (the message says why)."""
+
+
+class Lab:
+    """What all cells of one run share: the worker pool and the long-lived lock services."""
+
+    def __init__(self, *, quick: bool, seed: int) -> None:
+        self.quick = quick
+        self.seed = seed
+        self.pool = WorkerPool(spare=3)
+        self._services: dict[str, Service] = {}
+        #: the base TTL of a cell's leases, in seconds
+        self.ttl = 0.4 if quick else 0.6
+
+    def service(self, config: Config) -> Service:
+        if config.kind not in self._services:
+            self._services[config.kind] = config.start()
+        return self._services[config.kind]
+
+    def close(self) -> None:
+        self.pool.close()
+        for svc in self._services.values():
+            svc.close()
+        self._services.clear()
+
+
+class Cell:
+    """One run of one scenario on one configuration."""
+
+    def __init__(self, lab: Lab, config: Config, scenario: Scenario, rng: random.Random) -> None:
+        self.lab = lab
+        self.config = config
+        self.scenario = scenario
+        self.rng = rng
+        self.name = f"lab:{scenario.id}:{config.id}:{uuid.UUID(int=rng.getrandbits(128)).hex[:12]}"
+        self.resource = Resource(guarded=config.fenced).start()
+        self.faults: list[Event] = []
+        self.workers: list[WorkerProc] = []
+        self._cleanups: list[Callable[[], None]] = []
+        self.started = time.monotonic()
+        # a little seeded jitter on every pause, so repeated runs do not all hit the same instant
+        self.jitter = 1.0 + rng.uniform(0.0, 0.15)
+
+    @property
+    def ttl(self) -> float:
+        return self.lab.ttl
+
+    def service(self) -> Service:
+        return self.lab.service(self.config)
+
+    def cleanup(self, fn: Callable[[], None]) -> None:
+        self._cleanups.append(fn)
+
+    def worker(self, role: str, svc: Service | None = None, *, target: Any = None,
+               resource: tuple[str, int] | None = None, options: dict[str, Any] | None = None) -> WorkerProc:
+        svc = svc if svc is not None else (self.service() if target is None else None)
+        w = self.lab.pool.take(role)
+        self.workers.append(w)
+        w.call("connect", role=role, name=self.name, target=target if target is not None else svc.target()
+               if svc else None, resource=list(resource or self.resource.address),
+               options=options if options is not None else (svc.options if svc else {}))
+        return w
+
+    def proxy(self, address: tuple[str, int], **kw: Any) -> Proxy:
+        p = Proxy(*address, **kw).start()
+        self.cleanup(p.close)
+        return p
+
+    def fault(self, detail: str, *, ok: bool | None = True, worker: str = "lab", fence: int | None = None) -> None:
+        self.faults.append(Event(time.monotonic(), worker, "fault", fence=fence, ok=ok, detail=detail))
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds * self.jitter)
+
+    def events(self) -> list[Event]:
+        out = list(self.faults) + self.resource.events()
+        for w in self.workers:
+            out += w.peek_events()
+        return sorted(out, key=lambda e: e.t)
+
+    def close(self) -> None:
+        for w in self.workers:
+            if w.paused:
+                w.resume()
+        for fn in reversed(self._cleanups):
+            try:
+                fn()
+            except Exception:
+                pass
+        self.lab.pool.give_back()
+        self.resource.close()
+
+
+@dataclass
+class Scenario:
+    id: str
+    number: int
+    title: str
+    fault: str
+    source: str
+    run: Callable[[Cell], None]
+    expect: Callable[[Config], Expect]
+    applies: Callable[[Config], str | None] = lambda c: None   # why it does not apply (None: it does)
+    evidence: Evidence = "overlap"
+    kinds: tuple[str, ...] = field(default=("redis", "redlock", "etcd", "zookeeper"))
+
+    def skip_reason(self, config: Config) -> str | None:
+        if config.kind not in self.kinds:
+            return f"not applicable to {config.kind}"
+        return self.applies(config)
+
+
+def fenced_only(config: Config) -> Expect:
+    """What the literature predicts for a holder that acts after its lease ended: only a fence saves it."""
+    return "SAFE" if config.fenced else "UNSAFE"
+
+
+def always(verdict: Expect) -> Callable[[Config], Expect]:
+    return lambda config: verdict
+
+
+# -- helpers -------------------------------------------------------------------------------------------------
+
+
+def _acquire(w: WorkerProc, ttl: float, wait: float = 2.0, **kw: Any) -> int:
+    reply = w.call("acquire", ttl=ttl, wait=wait, **kw)
+    if not reply.get("ok"):
+        raise RuntimeError(f"{w.role} could not take the lock at the start of the scenario: {reply}")
+    return int(reply["fence"])
+
+
+def _stopped(cell: Cell, nodes: list[RedisServer], which: list[int], action: Callable[[], Any],
+             why: str) -> Any:
+    """Run `action` while some nodes are stopped, and let its requests queued on them die before they resume."""
+    for i in which:
+        nodes[i].pause()
+    cell.fault(f"nodes {' and '.join(map(str, which))} are stopped (SIGSTOP): {why}")
+    try:
+        result = action()
+        time.sleep(QUEUED_DIE)
+    finally:
+        for i in which:
+            nodes[i].resume()
+    return result
+
+
+def _lock_key_on(node: RedisServer, name: str) -> bytes | None:
+    client = redis.Redis(host=node.host, port=node.port, socket_timeout=2)
+    try:
+        value: Any = client.get(redis_keys(name).lock)
+        return None if value is None else bytes(value)
+    finally:
+        client.close()
+
+
+def _wait_gone(node: RedisServer, name: str, timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _lock_key_on(node, name) is None:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+# -- 1, 2, 3: the holder acts after its lease ended ------------------------------------------------------------
+
+
+def pause_past_ttl(cell: Cell) -> None:
+    t = cell.ttl
+    a, b = cell.worker("A"), cell.worker("B")
+    _acquire(a, t)
+    a.call("read")
+    a.pause()
+    cell.fault(f"A is stopped with SIGSTOP (a GC pause) for longer than its {t:g} s TTL", worker="A")
+    cell.sleep(t * 1.3)
+    if b.call("acquire", ttl=t * 6, wait=t * 3)["ok"]:
+        b.call("rmw")
+    a.resume()
+    cell.fault("A continues (SIGCONT) and writes what it computed before the pause", worker="A")
+    a.call("write")
+    a.call("release")
+    b.call("rmw")
+    b.call("release")
+
+
+def pause_after_check(cell: Cell) -> None:
+    t = cell.ttl
+    a, b = cell.worker("A"), cell.worker("B")
+    _acquire(a, t)
+    a.call("read")
+    check = a.call("check")
+    a.pause()
+    cell.fault(f"A asked 'is my lease still valid?' ({'yes' if check['valid'] else 'no'}, "
+               f"{check['remaining']:.3f} s left) and is stopped (SIGSTOP) before its write", worker="A",
+               ok=bool(check["valid"]))
+    cell.sleep(t * 1.3)
+    if b.call("acquire", ttl=t * 6, wait=t * 3)["ok"]:
+        b.call("rmw")
+    a.resume()
+    a.call("write")
+    a.call("release")
+    b.call("rmw")
+    b.call("release")
+
+
+def network_delay(cell: Cell) -> None:
+    t = cell.ttl
+    link = cell.proxy(cell.resource.address, name="resource-link")
+    a, b = cell.worker("A", resource=(link.host, link.port)), cell.worker("B")
+    _acquire(a, t)
+    a.call("read")
+    delay = t * 2.5
+    link.delay = delay
+    cell.fault(f"the network between A and the resource now delays every packet by {delay:g} s", worker="A")
+    a.send("write")  # sent now, while A's lease is valid; it arrives after the lease ended
+    cell.sleep(t * 1.3)
+    if b.call("acquire", ttl=t * 8, wait=t * 3)["ok"]:
+        b.call("rmw")
+    a.wait_reply(delay + 10)
+    link.delay = 0.0
+    a.call("release")
+    b.call("rmw")
+    b.call("release")
+
+
+# -- 4: failover ---------------------------------------------------------------------------------------------
+
+
+def failover(cell: Cell) -> None:
+    t = cell.ttl
+    pair = RedisPrimaryReplica().start()
+    cell.cleanup(pair.close)
+    primary = redis_url(pair.primary.host, pair.primary.port)
+    replica = redis_url(pair.replica.host, pair.replica.port)
+    first = fencelock.connect(primary)
+    try:
+        first.acquire(cell.name, ttl=1.0, wait=1.0).release()  # an earlier holder, replicated
+    finally:
+        first.close()
+    pair.wait_in_sync()
+    pair.pause_replication()
+    cell.fault("replication from the primary to its replica stalls (the replica lags)")
+    a = cell.worker("A", target=primary, options={})
+    _acquire(a, t * 8)
+    a.call("read")
+    unreplicated = _lock_key_on(pair.replica, cell.name) is None
+    pair.fail_over()
+    cell.fault("the primary is killed (SIGKILL) before A's lock reached the replica; the replica is promoted "
+               "(REPLICAOF NO ONE)", ok=unreplicated)
+    b = cell.worker("B", target=replica, options={})
+    if b.call("acquire", ttl=t * 8, wait=1.0)["ok"]:
+        b.call("rmw")
+    a.call("write")
+    a.call("release")
+    b.call("rmw")
+    b.call("release")
+
+
+# -- 5: a Redlock node restarts without its data ---------------------------------------------------------------
+
+
+def _node_restart(cell: Cell, *, after: float, repair: bool) -> None:
+    t = max(cell.ttl * 4, 2.0)
+    options: dict[str, Any] = {"repair": repair}
+    if repair:
+        options["repair_delay"] = t * 1.5
+    svc = start_redlock(options=options)
+    cell.cleanup(svc.close)
+    nodes: list[RedisServer] = svc.servers.nodes
+    setup = fencelock.connect(svc.target(), **options)
+    a, b = cell.worker("A", svc), cell.worker("B", svc)
+    try:
+        # Earlier holders that only nodes 0-2 saw: their fence counters run ahead of nodes 3 and 4.
+        def earlier_then_a() -> int:
+            for _ in range(3):
+                setup.acquire(cell.name, ttl=1.0, wait=1.0).release()
+            return _acquire(a, t, wait=1.0)
+        _stopped(cell, nodes, [3, 4], earlier_then_a, "earlier holders and then A reach only nodes 0, 1 and 2")
+    finally:
+        setup.close()
+    a.call("read")
+    nodes[2].kill()
+    cell.fault("node 2 is killed (SIGKILL; no fsync, no AOF)", ok=True)
+    if after:
+        time.sleep(after)
+    nodes[2].restart()
+    empty = _lock_key_on(nodes[2], cell.name) is None
+    cell.fault(f"node 2 restarts {'at once' if not after else f'{after:.2f} s later (longer than the TTL)'}, "
+               f"without A's key" + (" (repair on: it refuses until repaired)" if repair else ""), ok=empty)
+    for i in (0, 1):
+        nodes[i].pause()
+    cell.fault("nodes 0 and 1 are stopped: B reaches only nodes 2, 3 and 4")
+    b.send("acquire", ttl=t, wait=t * 3)
+    time.sleep(QUEUED_DIE + 0.2)
+    early = b.poll_reply()
+    for i in (0, 1):
+        nodes[i].resume()
+    if repair:
+        cell.fault("while nodes 0 and 1 were stopped B got nothing: the restarted node refused during its "
+                   "quarantine" if early is None or not early.get("ok") else
+                   "B was granted the lock with the restarted node's vote", ok=early is None or not early.get("ok"))
+    if early is not None and early.get("ok"):
+        b.call("rmw")
+    a.call("write", only_if_valid=True)
+    a.call("release")
+    if early is None:
+        reply = b.wait_reply(t * 6)
+        if reply.get("ok"):
+            b.call("rmw")
+    b.call("release")
+
+
+def restart_at_once(cell: Cell) -> None:
+    _node_restart(cell, after=0.0, repair=False)
+
+
+def restart_delayed(cell: Cell) -> None:
+    _node_restart(cell, after=max(cell.ttl * 4, 2.0) * 1.2, repair=False)
+
+
+def restart_repaired(cell: Cell) -> None:
+    _node_restart(cell, after=0.0, repair=True)
+
+
+# -- 6: clock jump -----------------------------------------------------------------------------------------------
+
+
+def _no_faketime(config: Config) -> str | None:
+    why = faketime_missing()
+    return f"libfaketime cannot run here: {why}" if why else None
+
+
+def clock_jump(cell: Cell) -> None:
+    t = cell.ttl
+    redlock = cell.config.kind == "redlock"
+    svc = start_redlock(clock=True) if redlock else start_redis(clock=True)
+    cell.cleanup(svc.close)
+    assert svc.clock_stamp is not None
+    jumper: RedisServer = svc.servers.nodes[2] if redlock else svc.servers
+    a, b = cell.worker("A", svc), cell.worker("B", svc)
+    if redlock:
+        _stopped(cell, svc.servers.nodes, [3, 4], lambda: _acquire(a, t * 10, wait=1.0),
+                 "A takes the lock on nodes 0, 1 and 2 only")
+    else:
+        _acquire(a, t * 10, wait=1.0)
+    a.call("read")
+    svc.clock_stamp.write_text("+60s")
+    gone = _wait_gone(jumper, cell.name)
+    cell.fault(f"{'node 2' if redlock else 'the lock server'}'s clock jumps 60 s forward (libfaketime): "
+               "A's key there expires at once, while A's own clock says it has time left", ok=gone)
+    if redlock:
+        got = _stopped(cell, svc.servers.nodes, [0, 1], lambda: b.call("acquire", ttl=t * 10, wait=1.0),
+                       "B reaches only nodes 2, 3 and 4")
+    else:
+        got = b.call("acquire", ttl=t * 10, wait=1.0)
+    if got.get("ok"):
+        b.call("rmw")
+    a.call("write", only_if_valid=True)
+    a.call("release")
+    b.call("rmw")
+    b.call("release")
+
+
+# -- 7: partition from the lock service ------------------------------------------------------------------------
+
+
+def partition(cell: Cell) -> None:
+    t = cell.ttl
+    svc = cell.service()
+    t = max(t, svc.min_ttl)
+    proxies = [cell.proxy(ep, name="lock-link") for ep in svc.endpoints]
+    a = cell.worker("A", target=svc.target([(p.host, p.port) for p in proxies]), options=svc.options)
+    b = cell.worker("B")
+    _acquire(a, t, renew=True)
+    a.send("write_loop", every=t / 5, duration=t * 3)
+    cell.sleep(t / 3)
+    for p in proxies:
+        p.stall()
+    cell.fault("A is cut off from the lock service (a stalling proxy drops nothing, delivers nothing); it still "
+               "reaches the resource, and it keeps writing", worker="A")
+    if b.call("acquire", ttl=t * 8, wait=t * 4)["ok"]:
+        b.call("rmw")
+        time.sleep(t / 4)
+        b.call("rmw")
+    a.wait_reply(t * 10)
+    for p in proxies:
+        p.heal()
+    a.call("release")
+    b.call("rmw")
+    b.call("release")
+
+
+# -- 8: a stale holder releases or extends -----------------------------------------------------------------------
+
+
+def _needs_redis_protocol(config: Config) -> str | None:
+    return None if config.kind in ("redis", "redlock") else "a naive DEL/PEXPIRE needs a Redis-protocol lock"
+
+
+def _stale_holder(cell: Cell) -> tuple[WorkerProc, WorkerProc, WorkerProc]:
+    t = cell.ttl
+    a, b, c = cell.worker("A"), cell.worker("B"), cell.worker("C")
+    _acquire(a, t)
+    a.call("read")
+    a.pause()
+    cell.fault(f"A is stopped (SIGSTOP) past its {t:g} s TTL", worker="A")
+    cell.sleep(t * 1.3)
+    if b.call("acquire", ttl=t * 8, wait=t * 3)["ok"]:
+        b.call("rmw")
+    a.resume()
+    return a, b, c
+
+
+def stale_naive(cell: Cell) -> None:
+    t = cell.ttl
+    a, b, c = _stale_holder(cell)
+    extended = a.call("naive_extend", ttl=t)
+    cell.fault("A renews with a plain PEXPIRE (no owner check): " +
+               ("it succeeds on B's key, so A believes it still holds the lock" if extended["ok"] else
+                "it found no key"), worker="A", ok=bool(extended["ok"]))
+    a.call("write")
+    released = a.call("naive_release")
+    cell.fault("A releases with a plain DEL (no owner check): " +
+               ("it deletes B's key" if released["ok"] else "it found no key"), worker="A", ok=bool(released["ok"]))
+    if c.call("acquire", ttl=t * 8, wait=0)["ok"]:
+        c.call("rmw")
+    b.call("rmw")
+    c.call("release")
+    b.call("release")
+
+
+def stale_scripts(cell: Cell) -> None:
+    t = cell.ttl
+    a, b, c = _stale_holder(cell)
+    extended = a.call("extend", ttl=t)
+    released = a.call("release")
+    taken = c.call("acquire", ttl=t * 8, wait=0)
+    refused = not extended["ok"] and not released["ok"] and not taken["ok"]
+    cell.fault("A's stale extend and release go through fencelock's compare-and-pexpire / compare-and-delete "
+               + ("scripts: both refused (LockLost), B's key kept, C is refused" if refused else
+                  f"scripts: extend ok={extended['ok']}, release ok={released['ok']}, C got it={taken['ok']}"),
+               worker="A", ok=refused)
+    if taken["ok"]:
+        c.call("rmw")
+        c.call("release")
+    b.call("rmw")
+    b.call("release")
+
+
+# -- 9: blocked event loop ---------------------------------------------------------------------------------------
+
+
+def blocked_loop(cell: Cell) -> None:
+    t = max(cell.ttl, cell.service().min_ttl)
+    a, b = cell.worker("A"), cell.worker("B")
+    block = t * 2.5
+    a.send("loop_blocked", ttl=t, wait=2.0, block=block)
+    deadline = time.monotonic() + 10
+    while not any(e.kind == "fault" for e in a.peek_events()):
+        if time.monotonic() > deadline:
+            raise RuntimeError("A never started its blocking call")
+        time.sleep(0.01)
+    cell.sleep(t * 1.3)
+    if b.call("acquire", ttl=t * 8, wait=t * 3)["ok"]:
+        b.call("rmw")
+    a.wait_reply(block + 10)
+    b.call("rmw")
+    b.call("release")
+
+
+KLEPPMANN = "Kleppmann, How to do distributed locking (2016)"
+ANTIREZ = "antirez, Is Redlock safe? (2016)"
+REDLOCK = "redis.io, Distributed Locks with Redis (the Redlock page)"
+JEPSEN = "Jepsen, etcd 3.4.3 (2020)"
+
+SCENARIOS: list[Scenario] = [
+    Scenario("1", 1, "holder paused past its TTL, then writes",
+             "SIGSTOP of the holder's process for longer than its TTL", KLEPPMANN, pause_past_ttl, fenced_only),
+    Scenario("2", 2, "pause between 'is my lease valid?' and the write",
+             "SIGSTOP right after the holder checked its lease", f"{KLEPPMANN}; {ANTIREZ}", pause_after_check,
+             fenced_only),
+    Scenario("3", 3, "the holder's write is delayed in the network past its TTL",
+             "a TCP proxy in front of the resource delays every packet by 2.5 TTL", KLEPPMANN, network_delay,
+             fenced_only),
+    Scenario("4", 4, "the primary fails before the lock reaches its replica",
+             "replication stalled, primary SIGKILLed, replica promoted (REPLICAOF NO ONE); a second client acquires",
+             f"{REDLOCK} (why failover is not enough); {KLEPPMANN}", failover, always("UNSAFE"),
+             kinds=("redis",)),
+    Scenario("5a", 5, "a Redlock node restarts without fsync, at once",
+             "SIGKILL of a node that holds the lock, restarted empty at once (repair=False)",
+             f"{REDLOCK} (crash recovery and fsync); {KLEPPMANN}", restart_at_once, always("UNSAFE"),
+             kinds=("redlock",)),
+    Scenario("5b", 5, "a Redlock node restarts without fsync, after more than the TTL",
+             "SIGKILL, restarted empty after 1.2 TTL (delayed restart, repair=False)",
+             f"{REDLOCK} (delayed restarts); {ANTIREZ}", restart_delayed, always("SAFE"), kinds=("redlock",),
+             evidence="fault"),
+    Scenario("5c", 5, "a Redlock node restarts without fsync, with the data-loss repair",
+             "SIGKILL, restarted empty at once, repair=True (quarantine, then hwm from a quorum)",
+             "fencelock's Redlock repair (README, Redlock section)", restart_repaired, always("SAFE"),
+             kinds=("redlock",), evidence="fault"),
+    Scenario("6", 6, "a lock server's clock jumps forward",
+             "libfaketime moves the server's clock 60 s ahead; the lock key expires early",
+             f"{KLEPPMANN} (timing assumptions); {ANTIREZ}", clock_jump, fenced_only, _no_faketime,
+             kinds=("redis", "redlock")),
+    Scenario("7", 7, "the holder is cut off from the lock service but still reaches the resource",
+             "a stalling TCP proxy between the holder and the lock service; renewals cannot get through",
+             f"{JEPSEN}; {KLEPPMANN}", partition, fenced_only),
+    Scenario("8a", 8, "a stale holder extends and releases with naive PEXPIRE / DEL",
+             "after a pause past its TTL the holder sends PEXPIRE and DEL without checking it owns the key",
+             f"{REDLOCK} (safe release); {KLEPPMANN}", stale_naive, fenced_only, _needs_redis_protocol),
+    Scenario("8b", 8, "a stale holder extends and releases through the compare-and-delete scripts",
+             "after a pause past its TTL the holder extends and releases through fencelock",
+             f"{REDLOCK} (safe release)", stale_scripts, always("SAFE"), evidence="fault"),
+    Scenario("9", 9, "an asyncio event loop blocked long enough to miss renewals",
+             "a blocking call inside `async with locks.lock()` holds the loop for 2.5 TTL",
+             KLEPPMANN + " (process pauses)", blocked_loop, fenced_only),
+]
+
+
+def by_id(scenario_id: str) -> Scenario:
+    for s in SCENARIOS:
+        if s.id == scenario_id:
+            return s
+    raise ValueError(f"unknown scenario {scenario_id!r}; known: {', '.join(s.id for s in SCENARIOS)}")
+
+
+__all__ = ["SCENARIOS", "Cell", "Lab", "Scenario", "Skip", "by_id"]

@@ -1,0 +1,166 @@
+"""A TCP proxy on a loopback port that delays or stalls what passes through it, for fault injection.
+
+There is no `tc netem` in this kernel and no toxiproxy server to install, so the lab and the tests put this proxy
+between a client and a server::
+
+    with Proxy("127.0.0.1", server.port) as proxy:   # clients connect to proxy.port instead
+        proxy.delay = 0.8      # every byte that arrives from now on is forwarded 0.8 s later, in order
+        proxy.stall()          # nothing passes either way; connections stay open (a partition, not a reset)
+        proxy.heal()           # what was held back is delivered, as TCP would after a partition heals
+
+It runs its own asyncio loop in a daemon thread, so it keeps forwarding while the caller sleeps or blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from types import TracebackType
+
+__all__ = ["Proxy"]
+
+#: Seconds `Proxy.start` waits for the listening socket.
+START_TIMEOUT = 5.0
+
+
+class Proxy:
+    """Forward connections from ``host:port`` (a free loopback port) to ``target_host:target_port``.
+
+    ``delay`` (seconds, settable at any time) applies to bytes read after it was set, in both directions by default
+    (``delay_replies=False`` delays only what the client sends). ``stall()`` holds back every byte until ``heal()``.
+    """
+
+    def __init__(self, target_host: str, target_port: int, *, delay: float = 0.0, delay_replies: bool = True,
+                 name: str = "proxy") -> None:
+        self.target_host = target_host
+        self.target_port = target_port
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.delay = delay
+        self.delay_replies = delay_replies
+        self.name = name
+        self._open = threading.Event()          # set: bytes flow; clear: stalled
+        self._open.set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._ready = threading.Event()
+        self._writers: set[asyncio.StreamWriter] = set()
+        #: connections accepted so far
+        self.connections = 0
+
+    def __repr__(self) -> str:
+        state = "stalled" if self.stalled else f"delay={self.delay:g}s"
+        return f"<Proxy {self.name} :{self.port} -> {self.target_host}:{self.target_port} {state}>"
+
+    @property
+    def stalled(self) -> bool:
+        return not self._open.is_set()
+
+    def stall(self) -> None:
+        """From now on nothing passes, either way; what arrives is held back."""
+        self._open.clear()
+
+    def heal(self) -> None:
+        """Let bytes pass again, the held-back ones first."""
+        self._open.set()
+
+    def start(self) -> Proxy:
+        self._thread = threading.Thread(target=self._run, name=f"fencelock-{self.name}", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(START_TIMEOUT) or self._server is None:
+            raise RuntimeError(f"{self.name}: the proxy did not start within {START_TIMEOUT:g} s")
+        return self
+
+    def close(self) -> None:
+        """Stop listening and cut every connection (what is held back is dropped). Idempotent."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        self._open.set()
+        with contextlib.suppress(RuntimeError):  # the loop already ended
+            loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(START_TIMEOUT)
+
+    def __enter__(self) -> Proxy:
+        return self.start() if self._thread is None else self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- the loop thread -------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            self._server = loop.run_until_complete(asyncio.start_server(self._serve, self.host, 0))
+            self.port = int(self._server.sockets[0].getsockname()[1])
+            self._ready.set()
+            loop.run_forever()
+            self._server.close()
+            for writer in list(self._writers):
+                writer.transport.abort()
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(asyncio.sleep(0.01))  # let the aborted transports finish closing
+        finally:
+            self._ready.set()
+            loop.close()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            server_r, server_w = await asyncio.open_connection(self.target_host, self.target_port)
+        except OSError:
+            client_w.transport.abort()
+            return
+        self._writers.update((client_w, server_w))
+        try:
+            await asyncio.gather(self._pump(client_r, server_w, True), self._pump(server_r, client_w,
+                                                                                  self.delay_replies))
+        except asyncio.CancelledError:
+            pass  # the proxy is closing
+        finally:
+            for writer in (client_w, server_w):
+                self._writers.discard(writer)
+                writer.transport.abort()
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delayed: bool) -> None:
+        """Read as it comes; forward each chunk at (arrival + delay), in order, and only while not stalled."""
+        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+        async def forward() -> None:
+            while True:
+                due, data = await queue.get()
+                while True:
+                    wait = due - time.monotonic()
+                    if self._open.is_set() and wait <= 0:
+                        break
+                    await asyncio.sleep(min(max(wait, 0.002), 0.01))
+                if not data:
+                    writer.write_eof() if writer.can_write_eof() else writer.close()
+                    return
+                writer.write(data)
+                await writer.drain()
+
+        sender = asyncio.create_task(forward())
+        try:
+            while True:
+                data = await reader.read(65536)
+                queue.put_nowait((time.monotonic() + (self.delay if delayed else 0.0), data))
+                if not data:
+                    break
+            await sender
+        except (OSError, asyncio.IncompleteReadError):
+            sender.cancel()
+        finally:
+            if not sender.done():
+                sender.cancel()

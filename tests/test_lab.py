@@ -1,0 +1,262 @@
+"""The fault lab: its checker on hand-made histories, then every fault type end to end on real servers.
+
+The end-to-end runs go through the lab exactly as `fencelock lab` does (real worker processes, real SIGSTOP, real
+proxies, a real failover, a node killed and restarted, libfaketime), and assert the verdict the literature
+expects in each cell, that the checker saw the fault take effect, and that results.json is what the report reads.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fencelock._lab.configs import faketime_missing
+from fencelock._lab.history import Event, combine, judge
+from fencelock._lab.run import parse, run, table, write_results
+
+from .conftest import IN_CI, _require_server_binary
+
+# -- the checker, on hand-made histories -------------------------------------------------------------------------
+
+
+def _acq(t: float, who: str, fence: int, lease_end: float | None) -> Event:
+    return Event(t, who, "acquire", fence=fence, ok=True, lease_end=lease_end)
+
+
+def _write(t: float, who: str, fence: int | None, ok: bool, read: int, before: int) -> Event:
+    return Event(t, who, "write", fence=fence, ok=ok, read=read, before=before, sent=t - 0.001)
+
+
+def _rel(t: float, who: str, fence: int, ok: bool = True) -> Event:
+    return Event(t, who, "release", fence=fence, ok=ok)
+
+
+def test_a_paused_holders_write_accepted_after_the_next_holders_is_stale_and_loses_an_update() -> None:
+    history = [_acq(0.0, "A", 1, 0.3), Event(0.01, "lab", "fault", ok=True, detail="SIGSTOP A"),
+               _acq(0.4, "B", 2, 2.0), _write(0.41, "B", 2, True, 0, 0),
+               _write(0.7, "A", 1, True, 0, 1), _rel(0.71, "A", 1, ok=False), _rel(0.8, "B", 2)]
+    j = judge(history)
+    assert j.verdict == "UNSAFE"
+    assert (j.counts.stale_accepted, j.counts.lost_updates, j.counts.overlaps) == (1, 1, 1)
+    assert (j.counts.writes, j.counts.faults, j.counts.fence_regressions) == (2, 1, 1)
+    assert any("newer holder" in r for r in j.reasons)
+
+
+def test_the_same_history_through_a_guard_is_safe_and_counts_the_rejection() -> None:
+    history = [_acq(0.0, "A", 1, 0.3), _acq(0.4, "B", 2, 2.0), _write(0.41, "B", 2, True, 0, 0),
+               _write(0.7, "A", 1, False, 0, 1), _rel(0.71, "A", 1, ok=False), _rel(0.8, "B", 2)]
+    j = judge(history)
+    assert j.verdict == "SAFE"
+    assert (j.counts.stale_accepted, j.counts.stale_rejected, j.counts.lost_updates) == (0, 1, 0)
+
+
+def test_holders_one_after_the_other_show_no_fault() -> None:
+    history = [_acq(0.0, "A", 1, 0.3), _write(0.1, "A", 1, True, 0, 0), _rel(0.2, "A", 1),
+               _acq(0.3, "B", 2, 2.0), _write(0.31, "B", 2, True, 1, 1), _rel(0.4, "B", 2)]
+    j = judge(history)
+    assert j.verdict == "FAULT-MISSED"
+    assert j.counts.overlaps == 0
+    # A fault that only counts when it is seen to take effect: injected but not observed is still missed.
+    assert judge([*history, Event(0.05, "lab", "fault", ok=False)], evidence="fault").verdict == "FAULT-MISSED"
+    assert judge([*history, Event(0.05, "lab", "fault", ok=True)], evidence="fault").verdict == "SAFE"
+
+
+def test_a_write_after_the_lease_ended_while_a_newer_holder_exists_is_stale_even_before_it_writes() -> None:
+    # A's lease ended at 0.3; B was granted at 0.4 but has not written yet when A's write lands at 0.5.
+    history = [_acq(0.0, "A", 1, 0.3), _acq(0.4, "B", 2, 2.0), _write(0.5, "A", 1, True, 0, 0),
+               _write(0.6, "B", 2, True, 0, 1)]
+    j = judge(history)
+    assert j.verdict == "UNSAFE"
+    assert j.counts.stale_accepted == 1
+    assert j.counts.lost_updates == 1  # and B, which read before A's write, overwrote it
+    assert any("lease had ended" in r for r in j.reasons)
+
+
+def test_a_lease_that_ended_with_nobody_after_it_is_not_stale() -> None:
+    history = [_acq(0.0, "A", 1, 0.3), _write(0.5, "A", 1, True, 0, 0), _rel(0.6, "A", 1, ok=False)]
+    assert judge(history).counts.stale_accepted == 0
+
+
+def test_equal_fences_after_a_failover_are_caught_by_the_grant_order() -> None:
+    history = [_acq(0.0, "A", 2, 5.0), _acq(0.1, "B", 2, 5.0), _write(0.2, "B", 2, True, 0, 0),
+               _write(0.3, "A", 2, True, 0, 1)]
+    j = judge(history)
+    assert j.verdict == "UNSAFE"
+    assert j.counts.stale_accepted == 1
+    assert j.counts.fence_regressions == 0  # the fences alone would not show it
+
+
+def test_a_write_from_a_worker_that_never_held_the_lock_is_stale() -> None:
+    assert judge([_write(0.1, "X", None, True, 0, 0)]).counts.stale_accepted == 1
+
+
+def test_a_renewing_holder_is_judged_by_when_it_was_told_its_lease_was_lost() -> None:
+    history = [_acq(0.0, "A", 1, None), Event(0.5, "A", "lost", fence=1), _acq(0.6, "B", 2, 3.0),
+               _write(0.7, "A", 1, True, 0, 0)]
+    j = judge(history)
+    assert j.counts.stale_accepted == 1
+    assert j.counts.overlaps == 1  # A kept acting as the holder after it was told
+
+
+def test_several_runs_combine_into_one_verdict() -> None:
+    assert combine(["SAFE", "UNSAFE", "SAFE"]) == "UNSAFE"
+    assert combine(["SAFE", "FAULT-MISSED"]) == "SAFE"
+    assert combine(["FAULT-MISSED"]) == "FAULT-MISSED"
+    assert combine(["SAFE", "ERROR"]) == "ERROR"
+    assert combine([]) == "SKIPPED"
+
+
+def test_events_keep_their_fields_through_json() -> None:
+    e = Event(10.5, "A", "write", fence=3, ok=False, read=1, before=2, sent=10.25, detail="x")
+    raw = e.to_json(origin=10.0)
+    assert raw["t"] == 0.5
+    assert raw["sent"] == 0.25
+    assert Event.from_json(raw, origin=10.0) == e
+    assert "read" not in _acq(1.0, "A", 1, 2.0).to_json(0.0)
+
+
+# -- end to end on real servers ----------------------------------------------------------------------------------
+
+
+def _lab(*argv: str) -> dict[str, Any]:
+    _require_server_binary()
+    progress = io.StringIO()
+    return run(parse(["--quick", "--seed", "7", *argv]), progress)
+
+
+@pytest.fixture(scope="module")
+def single_redis() -> dict[str, Any]:
+    """Every fault type that applies to a single Redis, without and with the guard (one lab run)."""
+    return _lab("--scenarios", "1,3,4,6,7,8a,8b,9", "--configs", "redis,redis+guard")
+
+
+@pytest.fixture(scope="module")
+def redlock() -> dict[str, Any]:
+    """Node restarts (at once, delayed, repaired) and a clock jump on Redlock, without and with the guard."""
+    return _lab("--scenarios", "5a,5b,5c,6", "--configs", "redlock,redlock+guard")
+
+
+def _cell(results: dict[str, Any], scenario: str, config: str) -> dict[str, Any]:
+    cells: list[dict[str, Any]] = results["cells"]
+    for cell in cells:
+        if (cell["scenario"], cell["config"]) == (scenario, config):
+            return cell
+    raise AssertionError(f"no cell {scenario} x {config}")
+
+
+def _assert_as_expected(cell: dict[str, Any]) -> None:
+    if cell["verdict"] == "SKIPPED" and cell["scenario"] == "6" and not IN_CI and faketime_missing():
+        pytest.skip(cell["note"])
+    assert cell["verdict"] == cell["expected"], f"{cell['scenario']} x {cell['config']}: {cell['note']}"
+    assert cell["matches_expectation"]
+    assert cell["counts"]["faults"] >= 1, "the fault was recorded"
+
+
+def test_scenario_1_unfenced_single_redis_is_unsafe_and_the_guard_makes_it_safe(single_redis: dict[str, Any]) -> None:
+    plain, guarded = _cell(single_redis, "1", "redis"), _cell(single_redis, "1", "redis+guard")
+    assert plain["verdict"] == "UNSAFE"
+    assert plain["counts"]["stale_accepted"] >= 1
+    assert plain["counts"]["lost_updates"] >= 1
+    assert guarded["verdict"] == "SAFE"
+    assert guarded["counts"]["stale_rejected"] >= 1
+    assert guarded["counts"]["overlaps"] >= 1
+    kinds = [e["kind"] for e in guarded["events"]]
+    assert {"acquire", "write", "release", "fault"} <= set(kinds)
+
+
+@pytest.mark.parametrize("scenario", ["3", "4", "6", "7", "8a", "8b", "9"])
+@pytest.mark.parametrize("config", ["redis", "redis+guard"])
+def test_each_fault_type_on_a_single_redis_gives_the_expected_verdict(single_redis: dict[str, Any], scenario: str,
+                                                                      config: str) -> None:
+    _assert_as_expected(_cell(single_redis, scenario, config))
+
+
+def test_a_failover_loses_the_lock_and_the_fence_so_the_guard_cannot_help(single_redis: dict[str, Any]) -> None:
+    cell = _cell(single_redis, "4", "redis+guard")
+    fences = {e["worker"]: e["fence"] for e in cell["events"] if e["kind"] == "acquire"}
+    assert fences["A"] == fences["B"], "the promoted replica handed out A's fence again"
+
+
+@pytest.mark.parametrize("scenario", ["5a", "5b", "5c", "6"])
+@pytest.mark.parametrize("config", ["redlock", "redlock+guard"])
+def test_redlock_node_restarts_and_clock_jumps_give_the_expected_verdicts(redlock: dict[str, Any], scenario: str,
+                                                                          config: str) -> None:
+    _assert_as_expected(_cell(redlock, scenario, config))
+
+
+def test_without_repair_the_restarted_node_lets_the_fence_go_backwards(redlock: dict[str, Any]) -> None:
+    cell = _cell(redlock, "5a", "redlock+guard")
+    fences = {e["worker"]: e["fence"] for e in cell["events"] if e["kind"] == "acquire"}
+    assert fences["B"] < fences["A"]
+    repaired = _cell(redlock, "5c", "redlock+guard")
+    fences = {e["worker"]: e["fence"] for e in repaired["events"] if e["kind"] == "acquire" and e["ok"]}
+    assert fences["B"] > fences["A"]
+
+
+def test_skipped_cells_say_why(single_redis: dict[str, Any]) -> None:
+    text = table(single_redis)
+    assert "1  holder paused past its TTL" in text
+    assert all(c["note"] for c in single_redis["cells"] if c["verdict"] == "SKIPPED")
+
+
+def _well_formed(results: dict[str, Any]) -> None:
+    assert results["version"] == 1
+    assert isinstance(results["seed"], int)
+    assert isinstance(results["quick"], bool)
+    assert isinstance(results["started"], str)
+    assert isinstance(results["duration_s"], float)
+    config_ids = {c["id"] for c in results["configs"]}
+    for c in results["configs"]:
+        assert set(c) >= {"id", "title", "available", "why_unavailable"}
+        assert c["available"] or isinstance(c["why_unavailable"], str)
+    scenario_ids = {s["id"] for s in results["scenarios"]}
+    for s in results["scenarios"]:
+        assert isinstance(s["number"], int)
+        assert all(isinstance(s[k], str) for k in ("title", "fault", "source"))
+    for cell in results["cells"]:
+        assert cell["scenario"] in scenario_ids
+        assert cell["config"] in config_ids
+        assert cell["verdict"] in ("SAFE", "UNSAFE", "FAULT-MISSED", "SKIPPED", "ERROR")
+        assert cell["expected"] in ("SAFE", "UNSAFE")
+        assert isinstance(cell["matches_expectation"], bool)
+        assert set(cell["counts"]) >= {"overlaps", "stale_accepted", "stale_rejected", "lost_updates", "writes",
+                                       "faults"}
+        for e in cell["events"]:
+            assert e["kind"] in ("acquire", "write", "release", "lost", "fault", "expire")
+            assert isinstance(e["t"], float)
+            assert e["t"] >= 0
+            assert isinstance(e["worker"], str)
+            assert e["fence"] is None or isinstance(e["fence"], int)
+            assert e["ok"] in (None, True, False)
+            assert isinstance(e["detail"], str)
+            assert e["lease_end"] is None or isinstance(e["lease_end"], float)
+
+
+def test_results_json_is_written_well_formed(single_redis: dict[str, Any], tmp_path: Path) -> None:
+    path = write_results(single_redis, tmp_path)
+    _well_formed(json.loads(path.read_text()))
+
+
+def test_the_command_writes_results_and_prints_them_with_json(tmp_path: Path) -> None:
+    _require_server_binary()
+    done = subprocess.run([sys.executable, "-m", "fencelock._lab", "--quick", "--json", "--seed", "3",
+                           "--scenarios", "2", "--configs", "redis,redis+guard,etcd+guard", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert printed == written
+    _well_formed(written)
+    assert written["seed"] == 3
+    assert written["quick"] is True
+    verdicts = {c["config"]: c["verdict"] for c in written["cells"]}
+    assert verdicts["redis"] == "UNSAFE"
+    assert verdicts["redis+guard"] == "SAFE"
+    assert "results:" in done.stderr
+    assert "[1/3]" in done.stderr.replace(" ", "")
