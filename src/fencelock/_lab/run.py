@@ -61,7 +61,7 @@ def run_cell(lab: Lab, config: Config, scenario: Scenario, runs: int, seed: int)
                                 "counts": Counts().to_json(), "events": [], "verdicts": []}
     available, why = config.availability()
     if not available:
-        cell_out["note"] = f"{config.id} is not available here: {why}"
+        cell_out.update(note=f"{config.id} is not available here: {why}", unavailable=True)
         return cell_out
     skip = scenario.skip_reason(config)
     if skip is not None:
@@ -115,7 +115,8 @@ def run_cell(lab: Lab, config: Config, scenario: Scenario, runs: int, seed: int)
 def _describe(cell: dict[str, Any]) -> str:
     c = cell["counts"]
     if cell["verdict"] == "SKIPPED":
-        return f"SKIPPED ({cell['note']})"
+        return "SKIPPED (configuration not available here)" if cell.get("unavailable") else \
+            f"SKIPPED ({cell['note']})"
     text = (f"{cell['verdict']}: {c['stale_accepted']} stale accepted, {c['stale_rejected']} rejected, "
             f"{c['lost_updates']} lost updates, {c['overlaps']} overlaps")
     if not cell["matches_expectation"]:

@@ -6,7 +6,8 @@ between a client and a server::
     with Proxy("127.0.0.1", server.port) as proxy:   # clients connect to proxy.port instead
         proxy.delay = 0.8      # every byte that arrives from now on is forwarded 0.8 s later, in order
         proxy.stall()          # nothing passes either way; connections stay open (a partition, not a reset)
-        proxy.heal()           # what was held back is delivered, as TCP would after a partition heals
+        proxy.heal()           # what open connections held back is delivered, as TCP would after a partition
+                               # heals; a connection its client closed or reset meanwhile is dropped with it
 
 It runs its own asyncio loop in a daemon thread, so it keeps forwarding while the caller sleeps or blocks.
 """
@@ -29,7 +30,8 @@ class Proxy:
     """Forward connections from ``host:port`` (a free loopback port) to ``target_host:target_port``.
 
     ``delay`` (seconds, settable at any time) applies to bytes read after it was set, in both directions by default
-    (``delay_replies=False`` delays only what the client sends). ``stall()`` holds back every byte until ``heal()``.
+    (``delay_replies=False`` delays only what the client sends). ``stall()`` holds back every byte until ``heal()``;
+    a connection whose client hangs up while stalled is dropped with what it held back.
     """
 
     def __init__(self, target_host: str, target_port: int, *, delay: float = 0.0, delay_replies: bool = True,
@@ -123,12 +125,16 @@ class Proxy:
             client_w.transport.abort()
             return
         self._writers.update((client_w, server_w))
+        pumps = [asyncio.create_task(self._pump(client_r, server_w, True)),
+                 asyncio.create_task(self._pump(server_r, client_w, self.delay_replies))]
         try:
-            await asyncio.gather(self._pump(client_r, server_w, True), self._pump(server_r, client_w,
-                                                                                  self.delay_replies))
+            # When either side is done (hung up, or its last bytes delivered), the connection is over.
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             pass  # the proxy is closing
         finally:
+            for pump in pumps:
+                pump.cancel()
             for writer in (client_w, server_w):
                 self._writers.discard(writer)
                 writer.transport.abort()
@@ -155,12 +161,14 @@ class Proxy:
         try:
             while True:
                 data = await reader.read(65536)
+                if not data and self.stalled:
+                    break  # the peer gave up during a partition: what it sent never arrives
                 queue.put_nowait((time.monotonic() + (self.delay if delayed else 0.0), data))
                 if not data:
+                    await sender
                     break
-            await sender
         except (OSError, asyncio.IncompleteReadError):
-            sender.cancel()
+            pass
         finally:
             if not sender.done():
                 sender.cancel()
