@@ -141,6 +141,7 @@ class Config:
     fenced: bool                    # the resource checks fences (through SQLGuard)
     start: Callable[[], Service]
     needs: Callable[[], str | None] = lambda: None   # why it cannot run here (None: it can)
+    min_ttl: float = 0.01           # the shortest TTL the service honours; cells use at least this
 
     def availability(self) -> tuple[bool, str | None]:
         why = self.needs()
@@ -167,22 +168,62 @@ def _harness(module: str, names: tuple[str, ...]) -> Any:
     return None
 
 
-ETCD_HOW = ("the etcd row needs fencelock's etcd backend and its harness (fencelock.testing.etcd) and Debian's "
-            "etcd-server; once they are there, the entry in fencelock/_lab/configs.py starts it")
-ZK_HOW = ("the ZooKeeper row needs fencelock's zookeeper backend and its harness (fencelock.testing.zookeeper) "
-          "and Debian's zookeeper; once they are there, the entry in fencelock/_lab/configs.py starts it")
+ETCD_HOW = ("needs fencelock's etcd backend and its harness (fencelock.testing.etcd), httpx "
+            "(pip install 'fencelock[etcd]') and Debian's etcd-server; with those, this row runs as it is")
+ZK_HOW = ("needs fencelock's ZooKeeper backend and its harness (fencelock.testing.zookeeper), kazoo "
+          "(pip install 'fencelock[zookeeper]') and Debian's zookeeper; with those, this row runs as it is")
+
+
+def _harness_missing(module: str, cls: str, client: str, how: str) -> str | None:
+    """Why a harness-provided configuration cannot run here (None: it can)."""
+    found = _harness(module, (cls,))
+    if found is None or importlib.util.find_spec(client) is None:
+        return how
+    try:
+        find = getattr(importlib.import_module(module), "find_etcd_binary" if "etcd" in module else "find_zookeeper")
+        find()
+    except (RuntimeError, FileNotFoundError, AttributeError) as exc:
+        return f"{how} ({exc})"
+    return None
+
+
+#: How long the etcd and ZooKeeper clients wait for an answer (their URLs' ?timeout=), so that a stall is noticed.
+CLIENT_TIMEOUT = 0.5
+
+
+def start_etcd() -> Service:
+    """One etcd member (data in memory): leases of whole seconds, so its cells run with TTLs of at least 1 s."""
+    mod = importlib.import_module("fencelock.testing.etcd")
+    server = mod.EtcdServer(memory=True).start()
+    deployment = mod.EtcdDeployment(server)
+
+    def target(endpoints: list[tuple[str, int]]) -> str:
+        return "etcd://" + ",".join(f"{h}:{p}" for h, p in endpoints) + f"?timeout={CLIENT_TIMEOUT}"
+
+    endpoints = [("127.0.0.1", int(m.client_port)) for m in server.members]
+    return Service("etcd", endpoints, target, server.close, redis_protocol=False,
+                   min_ttl=float(deployment.min_ttl), servers=server)
+
+
+def start_zookeeper() -> Service:
+    """One ZooKeeper server; the lab's locks live under a chroot of their own."""
+    mod = importlib.import_module("fencelock.testing.zookeeper")
+    server = mod.ZooKeeperServer(name="lab-zookeeper").start()
+    chroot = f"/fencelock-lab/{os.getpid()}"
+
+    def target(endpoints: list[tuple[str, int]]) -> str:
+        return "zookeeper://" + ",".join(f"{h}:{p}" for h, p in endpoints) + f"{chroot}?timeout={CLIENT_TIMEOUT}"
+
+    return Service("zookeeper", [(server.host, int(server.port))], target, server.close, redis_protocol=False,
+                   min_ttl=float(getattr(mod, "MIN_SESSION_MS", 200)) / 1000, servers=server)
 
 
 def _etcd_needs() -> str | None:
-    return None if _harness("fencelock.testing.etcd", ("EtcdServer", "EtcdCluster")) else ETCD_HOW
+    return _harness_missing("fencelock.testing.etcd", "EtcdDeployment", "httpx", ETCD_HOW)
 
 
 def _zk_needs() -> str | None:
-    return None if _harness("fencelock.testing.zookeeper", ("ZooKeeperServer", "ZookeeperServer")) else ZK_HOW
-
-
-def _unavailable() -> Service:
-    raise RuntimeError("this configuration is not available here")
+    return _harness_missing("fencelock.testing.zookeeper", "ZooKeeperDeployment", "kazoo", ZK_HOW)
 
 
 CONFIGS: list[Config] = [
@@ -191,8 +232,8 @@ CONFIGS: list[Config] = [
     Config("redlock", "Redlock, 5 nodes, no fencing", "redlock", False, start_redlock, _redis_needs),
     Config("redlock+guard", "Redlock, 5 nodes, fencing tokens + guard", "redlock", True, start_redlock,
            _redis_needs),
-    Config("etcd+guard", "etcd + fencing guard", "etcd", True, _unavailable, _etcd_needs),
-    Config("zookeeper+guard", "ZooKeeper + fencing guard", "zookeeper", True, _unavailable, _zk_needs),
+    Config("etcd+guard", "etcd + fencing guard", "etcd", True, start_etcd, _etcd_needs, min_ttl=1.0),
+    Config("zookeeper+guard", "ZooKeeper + fencing guard", "zookeeper", True, start_zookeeper, _zk_needs),
 ]
 
 

@@ -80,7 +80,7 @@ class Cell:
 
     @property
     def ttl(self) -> float:
-        return self.lab.ttl
+        return max(self.lab.ttl, self.config.min_ttl)
 
     def service(self) -> Service:
         return self.lab.service(self.config)
@@ -404,7 +404,6 @@ def clock_jump(cell: Cell) -> None:
 def partition(cell: Cell) -> None:
     t = cell.ttl
     svc = cell.service()
-    t = max(t, svc.min_ttl)
     proxies = [cell.proxy(ep, name="lock-link") for ep in svc.endpoints]
     a = cell.worker("A", target=svc.target([(p.host, p.port) for p in proxies]), options=svc.options)
     b = cell.worker("B")
@@ -488,7 +487,7 @@ def stale_scripts(cell: Cell) -> None:
 
 
 def blocked_loop(cell: Cell) -> None:
-    t = max(cell.ttl, cell.service().min_ttl)
+    t = cell.ttl
     a, b = cell.worker("A"), cell.worker("B")
     block = t * 2.5
     a.send("loop_blocked", ttl=t, wait=2.0, block=block)
