@@ -260,3 +260,26 @@ def test_the_command_writes_results_and_prints_them_with_json(tmp_path: Path) ->
     assert verdicts["redis+guard"] == "SAFE"
     assert "results:" in done.stderr
     assert "[1/3]" in done.stderr.replace(" ", "")
+
+
+# -- the etcd and ZooKeeper rows, where their harnesses are installed -------------------------------------------
+
+
+@pytest.mark.parametrize(("config", "module"), [("etcd+guard", "fencelock.testing.etcd"),
+                                                ("zookeeper+guard", "fencelock.testing.zookeeper")])
+def test_etcd_and_zookeeper_rows_are_safe_with_the_guard_under_a_pause_and_a_partition(config: str,
+                                                                                       module: str) -> None:
+    import importlib.util
+
+    from fencelock._lab.configs import by_id
+
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not on this branch yet: the {config} row says how to add it")
+    available, why = by_id(config).availability()
+    if not available:
+        if IN_CI:
+            pytest.fail(f"CI must run the {config} row: {why}")
+        pytest.skip(str(why))
+    results = _lab("--scenarios", "1,7", "--configs", config)
+    for scenario in ("1", "7"):
+        _assert_as_expected(_cell(results, scenario, config))

@@ -28,7 +28,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "recorded history, and show which configurations keep the resource safe."))
     p.add_argument("--quick", action="store_true", help="short TTLs, one run per cell (under 2 minutes)")
     p.add_argument("--repeat", type=int, default=None, metavar="N",
-                   help="runs per cell (default: 1 with --quick, 2 otherwise)")
+                   help="runs per cell (default: 1 with --quick, 4 otherwise)")
     p.add_argument("--seed", type=int, default=None, help="seed for the timing jitter and names (default: random)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="where results.json and the report go (default: a new folder under ./out/lab/)")
@@ -37,7 +37,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--configs", default=None, metavar="IDS", help="only these configurations, e.g. redis,redlock")
     args = p.parse_args(argv)
     if args.repeat is None:
-        args.repeat = 1 if args.quick else 2
+        args.repeat = 1 if args.quick else 4
     if args.repeat < 1:
         p.error("--repeat must be at least 1")
     return args
