@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -167,6 +168,7 @@ def test_the_childs_exit_status_and_environment_come_through(standalone: RedisSe
 
     done = fl("run", name, "--", *py("""
         import os
+import pty
         print(os.environ["FENCELOCK_NAME"], os.environ["FENCELOCK_FENCE"], len(os.environ["FENCELOCK_TOKEN"]))
     """), url=standalone.url)
     assert done.returncode == 0, done.stderr
@@ -188,6 +190,9 @@ def test_the_token_is_never_printed_by_the_command(standalone: RedisServer, name
 
 
 def test_a_missing_command_exits_127_and_releases_the_lock(standalone: RedisServer, name: str) -> None:
+    done = fl("run", "--ttl", "0", name, "--", "true", url=standalone.url)
+    assert done.returncode == 2
+    assert "see 'fencelock run --help'" in one_line(done.stderr)
     done = fl("run", name, "--", "/nonexistent/command", url=standalone.url)
     assert done.returncode == 127
     assert "command not found" in one_line(done.stderr)
@@ -216,6 +221,50 @@ def test_a_signal_to_fencelock_reaches_the_child_and_the_lock_is_released_after_
     assert got.read_text() == str(int(sig))          # the child got the very signal
     assert proc.returncode == 3                      # and its own status came through
     assert not status_of(standalone.url, name).held  # released once it had exited
+
+
+def test_ctrl_c_on_a_terminal_reaches_the_child_once(standalone: RedisServer, name: str, tmp_path: Path) -> None:
+    # A terminal sends SIGINT to its whole foreground process group, the child included: fencelock must not send
+    # it a second time. The child counts the SIGINTs it gets.
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    child = py(f"""
+        import signal, sys, time
+        count = 0
+        def handler(signum, frame):
+            global count
+            count += 1
+        signal.signal(signal.SIGINT, handler)
+        open({str(ready)!r}, "w").write("ready")
+        while not count:
+            time.sleep(0.01)
+        time.sleep(0.5)                          # time for a second, forwarded SIGINT to arrive
+        open({str(got)!r}, "w").write(str(count))
+        sys.exit(4)
+    """)
+    argv = [*FENCELOCK, "run", f"--url={standalone.url}", name, "--", *child]
+    pid, master = pty.fork()
+    if pid == 0:  # the child: a session leader whose controlling terminal is the pty
+        os.execve(sys.executable, argv, _env())
+    try:
+        wait_for(ready)
+        os.write(master, b"\x03")                # Ctrl-C, typed on the terminal
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            try:
+                os.read(master, 4096)            # keep the terminal's output flowing
+            except OSError:
+                pass
+            time.sleep(0.02)
+        else:
+            raise AssertionError("fencelock did not exit")
+    finally:
+        os.close(master)
+    assert got.read_text() == "1"
+    assert os.waitstatus_to_exitcode(status) == 4
+    assert not status_of(standalone.url, name).held
 
 
 def test_a_lock_deleted_behind_its_back_terminates_the_child_and_the_status_says_so(
@@ -270,6 +319,27 @@ def test_on_lost_ignore_lets_the_child_finish_but_the_status_still_says_lost(sta
     assert proc.returncode == 70
     assert "it runs on (--on-lost ignore)" in err
     assert "the command's own status was 0" in err
+
+
+def test_a_server_outage_longer_than_the_ttl_terminates_the_child(own_server: RedisServer, name: str,
+                                                                 tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    proc = start("run", "--ttl", "1", name, "--", *py(f"""
+        import time
+        open({str(ready)!r}, "w").write("ready")
+        time.sleep(30)
+    """), url=own_server.url)
+    wait_for(ready)
+    own_server.pause()
+    try:
+        paused = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 70
+        # validity (1 s, less the drift) ran out by the local clock, then a bounded release attempt
+        assert time.monotonic() - paused < 10.0
+        assert "sent SIGTERM" in err
+    finally:
+        own_server.resume()
 
 
 def test_options_after_the_command_belong_to_the_command(standalone: RedisServer, name: str) -> None:

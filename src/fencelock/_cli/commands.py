@@ -308,7 +308,7 @@ def run_cli(args: list[str]) -> int:
     except (ValueError, TypeError) as exc:  # the library's argument checks (bad TTL, URL, name, pattern)
         if _state["debug"]:
             raise
-        error(str(exc), "see 'fencelock --help'")
+        error(str(exc), f"see '{_command_path(args)} --help'")
         return exits.USAGE
     except BackendError as exc:
         if _state["debug"]:
@@ -334,6 +334,14 @@ def run_cli(args: list[str]) -> int:
         error(f"unexpected {type(exc).__name__}: {exc}", "run with --debug for the traceback, and report it")
         return 1
     return int(result or 0)
+
+
+def _command_path(args: list[str]) -> str:
+    """`fencelock CMD` for the subcommand in `args` (the context is gone by the time an error is shown)."""
+    for arg in args:
+        if arg in cli.commands:
+            return f"fencelock {arg}"
+    return "fencelock"
 
 
 def _shown_from(args: list[str]) -> str:
