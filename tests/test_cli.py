@@ -168,7 +168,6 @@ def test_the_childs_exit_status_and_environment_come_through(standalone: RedisSe
 
     done = fl("run", name, "--", *py("""
         import os
-import pty
         print(os.environ["FENCELOCK_NAME"], os.environ["FENCELOCK_FENCE"], len(os.environ["FENCELOCK_TOKEN"]))
     """), url=standalone.url)
     assert done.returncode == 0, done.stderr
