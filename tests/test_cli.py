@@ -222,6 +222,24 @@ def test_a_signal_to_fencelock_reaches_the_child_and_the_lock_is_released_after_
     assert not status_of(standalone.url, name).held  # released once it had exited
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_waiting_for_the_lock_ends_it_without_running_the_command(
+        standalone: RedisServer, name: str, held: fencelock.Lease, tmp_path: Path, sig: signal.Signals) -> None:
+    marker = tmp_path / "ran"
+    proc = start("run", "--wait", "30", name, "--", "touch", str(marker), url=standalone.url)
+    raw, deadline = standalone.client(), time.monotonic() + 20
+    while not raw.exists(redis_keys(name).waiters):  # its first attempt failed: it waits for the release
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.2)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 128 + sig
+    assert "while waiting for lock" in one_line(err)
+    assert not marker.exists()
+    assert status_of(standalone.url, name).fence == held.fence   # nothing was granted behind the holder
+
+
 def test_ctrl_c_on_a_terminal_reaches_the_child_once(standalone: RedisServer, name: str, tmp_path: Path) -> None:
     # A terminal sends SIGINT to its whole foreground process group, the child included: fencelock must not send
     # it a second time. The child counts the SIGINTs it gets.
