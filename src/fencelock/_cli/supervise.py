@@ -66,9 +66,6 @@ def run(locks: Locks, name: str, command: Sequence[str], *, ttl: float, wait: fl
             note(f"interrupted by {signal.Signals(exc.signum).name} while waiting for lock {name!r}; "
                  "the command did not run")
             return 128 + exc.signum
-        except KeyboardInterrupt:
-            note(f"interrupted while waiting for lock {name!r}; the command did not run")
-            return 128 + signal.SIGINT
         except NotAcquired:
             why = "is held by another holder" if wait == 0 else f"stayed busy for the whole wait of {wait:g} s"
             error(f"lock {name!r} {why}; the command did not run (exit {busy_status})",
