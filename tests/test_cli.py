@@ -160,6 +160,19 @@ def test_a_busy_lock_exits_75_without_running_the_command_and_E_changes_it(stand
     assert status_of(standalone.url, name).held   # the holder's lock was never touched
 
 
+def test_the_cron_line_runs_the_job_once_when_two_machines_start_it_together(standalone: RedisServer, name: str,
+                                                                             tmp_path: Path) -> None:
+    # `*/5 * * * * fencelock run --ttl 60 --wait 0 nightly-report -- /usr/local/bin/report` on two machines
+    runs = tmp_path / "runs"
+    job = ["sh", "-c", f"echo ran >> {runs}; sleep 3"]
+    procs = [start("run", "--ttl", "60", "--wait", "0", name, "--", *job, url=standalone.url) for _ in range(2)]
+    statuses = sorted(proc.wait(timeout=30) for proc in procs)
+    for proc in procs:
+        proc.communicate()
+    assert statuses == [0, 75]
+    assert runs.read_text() == "ran\n"
+
+
 def test_the_childs_exit_status_and_environment_come_through(standalone: RedisServer, name: str) -> None:
     done = fl("run", name, "--", "sh", "-c", "exit 7", url=standalone.url)
     assert done.returncode == 7, done.stderr

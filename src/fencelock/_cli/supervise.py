@@ -25,7 +25,7 @@ from .._errors import BackendError, LockLost, NotAcquired
 from .._logic import exits
 from .._logic.exits import OnLost, after_loss, shell_status
 from .._sync.client import Lease, Locks
-from .show import error, note
+from .show import describe, error, note
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGHUP)  # what a terminal sends to its whole foreground group
@@ -68,8 +68,8 @@ def run(locks: Locks, name: str, command: Sequence[str], *, ttl: float, wait: fl
             return 128 + exc.signum
         except NotAcquired:
             why = "is held by another holder" if wait == 0 else f"stayed busy for the whole wait of {wait:g} s"
-            error(f"lock {name!r} {why}; the command did not run (exit {busy_status})",
-                  "--wait S waits for it; `fencelock status NAME` shows the holder's fence and expiry")
+            error(f"lock {name!r} {why}{_holder(locks, name)}; the command did not run (exit {busy_status})",
+                  "--wait S waits for it")
             return busy_status
         try:
             return _supervise(lease, name, command, lost, on_lost, grace)
@@ -80,6 +80,15 @@ def run(locks: Locks, name: str, command: Sequence[str], *, ttl: float, wait: fl
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _holder(locks: Locks, name: str) -> str:
+    """Who holds it, for the busy message (best effort: the lock service just answered, but may not again)."""
+    try:
+        status = locks.status(name)
+    except BackendError:
+        return ""
+    return f" ({describe(status)})" if status.held else ""
 
 
 def _supervise(lease: Lease, name: str, command: Sequence[str], lost: threading.Event, on_lost: OnLost,
