@@ -36,9 +36,10 @@ _state = {"debug": False}
 def url_option(f: F) -> F:
     return click.option(
         "--url", "urls", multiple=True, envvar="FENCELOCK_URL", metavar="URL",
-        help="The lock service (default: $FENCELOCK_URL, else redis://127.0.0.1:6379/0). Give it three or more "
-             "times (or several URLs separated by spaces in FENCELOCK_URL) for Redlock over independent "
-             "nodes. redis://, rediss://, redis+cluster://, unix:// are understood.")(f)
+        help="The lock service: any URL fencelock.connect() takes (default: $FENCELOCK_URL, else "
+             "redis://127.0.0.1:6379/0). Give it three or more times (or several URLs separated by spaces in "
+             "FENCELOCK_URL) for Redlock over independent nodes. Put a URL with a password in FENCELOCK_URL: "
+             "`ps` shows command lines to every user.")(f)
 
 
 def json_option(f: F) -> F:
