@@ -500,9 +500,11 @@ def test_the_url_comes_from_fencelock_url_when_not_given(standalone: RedisServer
                                                          held: fencelock.Lease) -> None:
     done = fl("status", name, "--json", env=_env(FENCELOCK_URL=standalone.url))
     assert json.loads(done.stdout)["held"] is True
-    done = fl("status", name, env=_env(FENCELOCK_URL="redis://127.0.0.1:1/0"))
+    done = fl("status", name, env=_env(FENCELOCK_URL="redis://:hunter2@127.0.0.1:1/0"))
     assert done.returncode == 69
-    assert "redis://127.0.0.1:1/0" in one_line(done.stderr)
+    line = one_line(done.stderr)
+    assert "redis://:***@127.0.0.1:1/0" in line
+    assert "hunter2" not in line
 
 
 def test_debug_shows_the_traceback() -> None:
