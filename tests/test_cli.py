@@ -23,9 +23,23 @@ import pytest
 
 import fencelock
 from fencelock._logic.keys import redis_keys
+from fencelock.testing import Deployment
 from fencelock.testing.servers import RedisServer
 
-from .conftest import Deployment
+from .conftest import BACKENDS, SharedDeployments
+
+
+@pytest.fixture(params=list(BACKENDS))
+def any_deployment(request: pytest.FixtureRequest, shared_deployments: SharedDeployments) -> Deployment:
+    """Every backend in the registry (etcd and ZooKeeper too, once they are registered)."""
+    return shared_deployments.get(request.param)
+
+
+def urls_of(deployment: Deployment) -> str | list[str]:
+    """The deployment's target as --url values: one URL, or several (Redlock)."""
+    target = deployment.target
+    assert isinstance(target, str) or (isinstance(target, list) and all(isinstance(t, str) for t in target))
+    return target
 
 FENCELOCK = [sys.executable, "-m", "fencelock"]
 
@@ -516,9 +530,10 @@ def test_debug_shows_the_traceback() -> None:
 # -- every backend --------------------------------------------------------------------------------------------
 
 
-def test_status_list_and_release_on_every_deployment(deployment: Deployment, name: str) -> None:
-    urls = deployment.url
-    with fencelock.connect(urls) as locks:
+def test_status_list_and_release_on_every_deployment(any_deployment: Deployment, name: str) -> None:
+    deployment = any_deployment
+    urls = urls_of(deployment)
+    with deployment.connect() as locks:
         lease = locks.acquire(f"{name}:a", ttl=30.0)
         status = json.loads(fl("status", f"{name}:a", "--json", url=urls).stdout)
         assert status["held"] is True
@@ -534,8 +549,9 @@ def test_status_list_and_release_on_every_deployment(deployment: Deployment, nam
             lease.extend()
 
 
-def test_run_on_every_deployment(deployment: Deployment, name: str) -> None:
-    done = fl("run", name, "--", "sh", "-c", 'test -n "$FENCELOCK_FENCE" && exit 5', url=deployment.url)
+def test_run_on_every_deployment(any_deployment: Deployment, name: str) -> None:
+    deployment = any_deployment
+    done = fl("run", name, "--", "sh", "-c", 'test -n "$FENCELOCK_FENCE" && exit 5', url=urls_of(deployment))
     assert done.returncode == 5, done.stderr
     assert deployment.holder(name) is None
 

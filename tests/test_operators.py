@@ -7,6 +7,7 @@ import asyncio
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -14,28 +15,43 @@ import fencelock
 from fencelock._logic.exits import OnLost, Step, after_loss, shell_status
 from fencelock._logic.keys import name_of_lock_key, redis_keys, scan_match
 from fencelock._logic.status import LockStatus, NodeView, majority_status, single_status
+from fencelock.testing import Deployment
 from fencelock.testing.servers import RedisNodes, RedisServer
 
-from .conftest import Deployment, _require_server_binary, initialise_redlock
+from .conftest import BACKENDS, SharedDeployments, _require_server_binary, initialise_redlock
+
+
+@pytest.fixture(params=list(BACKENDS))
+def any_deployment(request: pytest.FixtureRequest, shared_deployments: SharedDeployments) -> Deployment:
+    """Every backend in the registry (etcd and ZooKeeper too, once they are registered)."""
+    return shared_deployments.get(request.param)
+
+
+@pytest.fixture
+def any_locks(any_deployment: Deployment) -> Iterator[fencelock.Locks]:
+    client = any_deployment.connect()
+    yield client
+    client.close()
 
 
 def glob_escape(name: str) -> str:
     return name.replace("[", "[[]")
 
 
-def test_status_of_a_held_a_released_and_a_never_used_lock(locks: fencelock.Locks, deployment: Deployment,
-                                                           name: str) -> None:
-    fair_queue = None if deployment.kind == "redlock" else 0
-    assert locks.status(name) == LockStatus(name, held=False, fence=None, remaining=None, queued=fair_queue)
+def test_status_of_a_held_a_released_and_a_never_used_lock(any_locks: fencelock.Locks, name: str) -> None:
+    locks = any_locks
+    never = locks.status(name)
+    assert (never.name, never.held, never.fence, never.remaining) == (name, False, None, None)
+    assert never.queued in (None, 0)             # None: the service keeps no queue
     lease = locks.acquire(name, ttl=20.0)
     status = locks.status(name)
     assert status.held
     assert status.fence == lease.fence
     assert status.remaining is not None
-    assert 19.0 < status.remaining <= 20.0
+    assert 10.0 < status.remaining <= 21.0        # (etcd counts whole seconds)
     lease.release()
-    assert locks.status(name) == LockStatus(name, held=False, fence=lease.fence, remaining=None, queued=fair_queue)
-    assert "token" not in repr(status)
+    free = locks.status(name)
+    assert (free.held, free.fence, free.remaining) == (False, lease.fence, None)
     assert lease.token not in repr(status)
 
 
@@ -58,7 +74,8 @@ def test_status_counts_live_fair_waiters(standalone: RedisServer, name: str) -> 
         lease.release()
 
 
-def test_list_returns_held_locks_matching_the_glob_sorted(locks: fencelock.Locks, name: str) -> None:
+def test_list_returns_held_locks_matching_the_glob_sorted(any_locks: fencelock.Locks, name: str) -> None:
+    locks = any_locks
     base = glob_escape(name)
     held = [locks.acquire(f"{name}:{suffix}", ttl=20.0) for suffix in ("b", "a", "{x}%", "a2")]
     locks.acquire(f"{name}:free", ttl=20.0).release()
@@ -76,8 +93,9 @@ def test_list_returns_held_locks_matching_the_glob_sorted(locks: fencelock.Locks
             lease.release()
 
 
-def test_force_release_removes_any_holders_lock_and_says_what(locks: fencelock.Locks, deployment: Deployment,
-                                                              name: str) -> None:
+def test_force_release_removes_any_holders_lock_and_says_what(any_locks: fencelock.Locks,
+                                                              any_deployment: Deployment, name: str) -> None:
+    locks, deployment = any_locks, any_deployment
     lease = locks.acquire(name, ttl=20.0)
     removed = locks.force_release(name)
     assert removed.held
@@ -92,7 +110,8 @@ def test_force_release_removes_any_holders_lock_and_says_what(locks: fencelock.L
     again.release()
 
 
-def test_force_release_wakes_a_waiter(locks: fencelock.Locks, name: str) -> None:
+def test_force_release_wakes_a_waiter(any_locks: fencelock.Locks, name: str) -> None:
+    locks = any_locks
     locks.acquire(name, ttl=30.0)
     got: list[float] = []
 
@@ -108,12 +127,12 @@ def test_force_release_wakes_a_waiter(locks: fencelock.Locks, name: str) -> None
     locks.force_release(name)
     thread.join(20)
     assert got
-    assert got[0] - removed_at < 1.0
+    assert got[0] - removed_at < 2.0
 
 
-def test_async_operators(deployment: Deployment, name: str) -> None:
+def test_async_operators(any_deployment: Deployment, name: str) -> None:
     async def check() -> None:
-        async with fencelock.aio.connect(deployment.url) as alocks:
+        async with any_deployment.aconnect() as alocks:
             lease = await alocks.acquire(name, ttl=20.0)
             assert (await alocks.status(name)).fence == lease.fence
             assert [s.name for s in await alocks.list(glob_escape(name))] == [name]
@@ -123,7 +142,8 @@ def test_async_operators(deployment: Deployment, name: str) -> None:
     asyncio.run(check())
 
 
-def test_operators_check_their_arguments_before_sending(locks: fencelock.Locks) -> None:
+def test_operators_check_their_arguments_before_sending(any_locks: fencelock.Locks) -> None:
+    locks = any_locks
     with pytest.raises(TypeError, match="name must be a str"):
         locks.status(3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="name must be a non-empty str"):
