@@ -24,6 +24,7 @@ from typing import Any
 
 from .._errors import StaleFence
 from .._guards_sql import SQLGuard
+from ..testing.proxy import wind_down
 from .history import Event
 
 START_TIMEOUT = 5.0
@@ -47,6 +48,7 @@ class Resource:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._transports: set[asyncio.Transport] = set()
+        self._closing = False
 
     @property
     def address(self) -> tuple[str, int]:
@@ -97,21 +99,17 @@ class Resource:
             self.port = int(server.sockets[0].getsockname()[1])
             self._ready.set()
             loop.run_forever()
-            server.close()
-            for transport in list(self._transports):
-                transport.abort()
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(asyncio.sleep(0.01))  # let the aborted transports finish closing
+            self._closing = True
+            wind_down(loop, server, lambda: list(self._transports))
         finally:
             self._ready.set()
             loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         transport: Any = writer.transport
+        if self._closing:
+            transport.abort()
+            return
         self._transports.add(transport)
         try:
             while line := await reader.readline():

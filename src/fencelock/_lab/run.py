@@ -226,7 +226,10 @@ def build_report(results: dict[str, Any], out: Path) -> tuple[Path | None, str]:
 
 
 def main(argv: list[str]) -> int:
-    args = parse(argv)
+    try:
+        args = parse(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse has already explained
+        return exc.code if isinstance(exc.code, int) else 2
     out = args.out
     if out is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -236,7 +239,13 @@ def main(argv: list[str]) -> int:
             k += 1
             out = Path("out") / "lab" / f"{stamp}-{k}"
     progress = sys.stderr if args.json else sys.stdout
-    results = run(args, progress)
+    try:
+        results = run(args, progress)
+    except SystemExit as exc:  # an unknown scenario or configuration id
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+            return 2
+        raise
     path = write_results(results, out)
     report, message = build_report(results, out)
     if args.json:

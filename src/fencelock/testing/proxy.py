@@ -18,12 +18,36 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable, Iterable
 from types import TracebackType
+from typing import Any
 
-__all__ = ["Proxy"]
+__all__ = ["Proxy", "wind_down"]
 
 #: Seconds `Proxy.start` waits for the listening socket.
 START_TIMEOUT = 5.0
+
+
+def wind_down(loop: asyncio.AbstractEventLoop, server: asyncio.Server,
+              transports: Callable[[], Iterable[asyncio.BaseTransport]], timeout: float = 2.0) -> None:
+    """End a stopped loop's server so that no socket is left open: stop accepting, then abort every connection
+    and let every task finish by itself (a connection accepted a moment ago still reaches its handler, which
+    must abort it at once when it sees the server closing), and only then cancel what is left."""
+    server.close()
+    deadline = time.monotonic() + timeout
+    while True:
+        for transport in list(transports()):
+            abort: Any = getattr(transport, "abort", transport.close)
+            abort()
+        pending = asyncio.all_tasks(loop)
+        if not pending or time.monotonic() >= deadline:
+            break
+        loop.run_until_complete(asyncio.wait(pending, timeout=0.05))
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(asyncio.sleep(0.01))  # let the aborted transports finish closing
 
 
 class Proxy:
@@ -50,6 +74,7 @@ class Proxy:
         self._server: asyncio.Server | None = None
         self._ready = threading.Event()
         self._writers: set[asyncio.StreamWriter] = set()
+        self._closing = False
         #: connections accepted so far
         self.connections = 0
 
@@ -81,7 +106,6 @@ class Proxy:
         loop, self._loop = self._loop, None
         if loop is None:
             return
-        self._open.set()
         with contextlib.suppress(RuntimeError):  # the loop already ended
             loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
@@ -104,27 +128,25 @@ class Proxy:
             self.port = int(self._server.sockets[0].getsockname()[1])
             self._ready.set()
             loop.run_forever()
-            self._server.close()
-            for writer in list(self._writers):
-                writer.transport.abort()
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(asyncio.sleep(0.01))  # let the aborted transports finish closing
+            self._closing = True
+            wind_down(loop, self._server, lambda: [w.transport for w in self._writers])
         finally:
             self._ready.set()
             loop.close()
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        if self._closing:
+            client_w.transport.abort()
+            return
         self.connections += 1
+        self._writers.add(client_w)
         try:
             server_r, server_w = await asyncio.open_connection(self.target_host, self.target_port)
         except OSError:
+            self._writers.discard(client_w)
             client_w.transport.abort()
             return
-        self._writers.update((client_w, server_w))
+        self._writers.add(server_w)
         pumps = [asyncio.create_task(self._pump(client_r, server_w, True)),
                  asyncio.create_task(self._pump(server_r, client_w, self.delay_replies))]
         try:
