@@ -49,6 +49,7 @@ class Resource:
         self._ready = threading.Event()
         self._transports: set[asyncio.Transport] = set()
         self._closing = False
+        self._server: asyncio.Server | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -65,10 +66,18 @@ class Resource:
         loop, self._loop = self._loop, None
         if loop is not None:
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(loop.stop)
+                asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
             if self._thread is not None:
                 self._thread.join(START_TIMEOUT)
         self._db.close()
+
+    async def _shutdown(self) -> None:
+        self._closing = True
+        try:
+            assert self._server is not None
+            await wind_down(self._server, lambda: list(self._transports))
+        finally:
+            asyncio.get_running_loop().stop()
 
     def __enter__(self) -> Resource:
         return self.start()
@@ -97,10 +106,9 @@ class Resource:
         try:
             server = loop.run_until_complete(asyncio.start_server(self._serve, self.host, 0))
             self.port = int(server.sockets[0].getsockname()[1])
+            self._server = server
             self._ready.set()
-            loop.run_forever()
-            self._closing = True
-            wind_down(loop, server, lambda: list(self._transports))
+            loop.run_forever()  # until `_shutdown` has closed every connection
         finally:
             self._ready.set()
             loop.close()

@@ -28,26 +28,33 @@ __all__ = ["Proxy", "wind_down"]
 START_TIMEOUT = 5.0
 
 
-def wind_down(loop: asyncio.AbstractEventLoop, server: asyncio.Server,
-              transports: Callable[[], Iterable[asyncio.BaseTransport]], timeout: float = 2.0) -> None:
-    """End a stopped loop's server so that no socket is left open: stop accepting, then abort every connection
-    and let every task finish by itself (a connection accepted a moment ago still reaches its handler, which
-    must abort it at once when it sees the server closing), and only then cancel what is left."""
+async def wind_down(server: asyncio.Server, transports: Callable[[], Iterable[asyncio.BaseTransport]],
+                    timeout: float = 2.0) -> None:
+    """End a server so that no socket is left open, from inside its running loop: stop accepting, then abort every
+    connection and let every task finish by itself (a connection accepted a moment ago still reaches its
+    handler, which must abort it at once when it sees the server closing), and only then cancel what is left."""
     server.close()
+    me = asyncio.current_task()
     deadline = time.monotonic() + timeout
     while True:
         for transport in list(transports()):
             abort: Any = getattr(transport, "abort", transport.close)
             abort()
-        pending = asyncio.all_tasks(loop)
+        pending = asyncio.all_tasks() - {me}
         if not pending or time.monotonic() >= deadline:
             break
-        loop.run_until_complete(asyncio.wait(pending, timeout=0.05))
+        await asyncio.wait(pending, timeout=0.05)
     for task in pending:
         task.cancel()
     if pending:
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-    loop.run_until_complete(asyncio.sleep(0.01))  # let the aborted transports finish closing
+        await asyncio.gather(*pending, return_exceptions=True)
+    # A connection accepted as the server closed can be left with its protocol never told (connection_made not
+    # run, so no handler to abort it); the loop still knows it by its file descriptor.
+    known: Any = getattr(asyncio.get_running_loop(), "_transports", {})
+    for transport in list(known.values()):
+        if not transport.is_closing():
+            transport.abort()
+    await asyncio.sleep(0.01)  # let the aborted transports finish closing
 
 
 class Proxy:
@@ -107,9 +114,17 @@ class Proxy:
         if loop is None:
             return
         with contextlib.suppress(RuntimeError):  # the loop already ended
-            loop.call_soon_threadsafe(loop.stop)
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
         if self._thread is not None:
             self._thread.join(START_TIMEOUT)
+
+    async def _shutdown(self) -> None:
+        self._closing = True
+        try:
+            assert self._server is not None
+            await wind_down(self._server, lambda: [w.transport for w in self._writers])
+        finally:
+            asyncio.get_running_loop().stop()
 
     def __enter__(self) -> Proxy:
         return self.start() if self._thread is None else self
@@ -127,9 +142,7 @@ class Proxy:
             self._server = loop.run_until_complete(asyncio.start_server(self._serve, self.host, 0))
             self.port = int(self._server.sockets[0].getsockname()[1])
             self._ready.set()
-            loop.run_forever()
-            self._closing = True
-            wind_down(loop, self._server, lambda: [w.transport for w in self._writers])
+            loop.run_forever()  # until `_shutdown` has closed every connection
         finally:
             self._ready.set()
             loop.close()
