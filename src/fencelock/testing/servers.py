@@ -965,10 +965,12 @@ class RedisPrimaryReplica(_ServerGroup):
         self.link.stall()
 
     def fail_over(self) -> None:
-        """SIGKILL the primary, cut the replication link (dropping what it held back), promote the replica."""
-        self.primary.kill()
+        """Cut the replication link (dropping what it held back), SIGKILL the primary, promote the replica.
+
+        The link goes first, so that the replica, which reconnects at once, finds nothing to connect to."""
         if self.link is not None:
             self.link.close()
+        self.primary.kill()
         _command(self.replica.client(), "REPLICAOF", "NO", "ONE")
 
     def close(self) -> None:
