@@ -1,0 +1,378 @@
+"""Start and control real ``etcd`` processes for tests: one member, or a cluster of several.
+
+Every member is a genuine ``etcd`` process (Debian's ``etcd-server`` package, 3.4) on free loopback ports, with its
+own temporary directory. The caller can pause a member (``SIGSTOP``), resume it, kill it (``SIGKILL``), restart it
+on the same ports and data, and ask which member leads. Only the standard library is used (the members' JSON
+gateway over ``urllib``), so the harness needs nothing that fencelock's etcd extra brings. Typical use::
+
+    with EtcdCluster(3) as cluster:
+        locks = fencelock.connect(cluster.url)         # etcd://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3
+        leader = cluster.leader()
+        cluster.kill(leader)                           # the others elect a new leader
+        cluster.restart(leader)
+
+Rules (see also /work/shared/servers.md): ports come from binding ``127.0.0.1:0``; each cluster gets its own
+``tempfile.mkdtemp`` directory; every wait has a deadline; only processes started here are signalled, by PID;
+teardown is SIGKILL (SIGTERM on a last leader waits about 7 s). Members still running when the interpreter exits
+are killed by an ``atexit`` hook.
+
+`EtcdServer` is a cluster of one member. `EtcdDeployment` is the `fencelock.testing.deployment.Deployment` that the
+conformance suite runs on.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .._logic.etcd import name_dir, range_end
+from .deployment import Deployment
+from .servers import free_port
+
+__all__ = ["EtcdCluster", "EtcdDeployment", "EtcdServer", "find_etcd_binary"]
+
+START_TIMEOUT = 20.0
+"""Seconds `start` and `restart` wait for every member to say it is healthy."""
+
+LEADER_TIMEOUT = 15.0
+"""Seconds `wait_leader` waits for the members to agree on a leader."""
+
+_INSTALL_HINT = (
+    "No etcd binary found. Install it with:\n"
+    "  apt-get install -y etcd-server etcd-client   (Debian/Ubuntu, puts etcd on PATH)\n"
+    "or point the FENCELOCK_ETCD environment variable at an etcd binary."
+)
+
+_LIVE: set[EtcdCluster] = set()
+
+
+@atexit.register
+def _close_live() -> None:
+    for cluster in list(_LIVE):
+        try:
+            cluster.close()
+        except Exception:  # pragma: no cover - best effort at exit
+            pass
+
+
+def find_etcd_binary() -> str:
+    """``$FENCELOCK_ETCD``, else ``etcd`` on ``PATH``, else ``/usr/bin/etcd``. Raises RuntimeError saying how to
+    install it."""
+    env = os.environ.get("FENCELOCK_ETCD")
+    if env:
+        return env
+    found = shutil.which("etcd")
+    if found:
+        return found
+    if os.access("/usr/bin/etcd", os.X_OK):
+        return "/usr/bin/etcd"
+    raise RuntimeError(_INSTALL_HINT)
+
+
+def _post(url: str, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        answer: dict[str, Any] = json.loads(response.read() or b"{}")
+        return answer
+
+
+class _Member:
+    """One etcd process of a cluster."""
+
+    def __init__(self, cluster: EtcdCluster, index: int) -> None:
+        self.cluster = cluster
+        self.index = index
+        self.name = f"m{index}"
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.dir = Path(cluster.dir) / self.name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
+
+    @property
+    def client_url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def command_line(self) -> list[str]:
+        initial = ",".join(f"{m.name}={m.peer_url}" for m in self.cluster.members)
+        return [
+            self.cluster.binary, "--name", self.name, "--data-dir", str(self.dir / "data"),
+            "--listen-client-urls", self.client_url, "--advertise-client-urls", self.client_url,
+            "--listen-peer-urls", self.peer_url, "--initial-advertise-peer-urls", self.peer_url,
+            "--initial-cluster", initial, "--initial-cluster-state", "new",
+            "--initial-cluster-token", self.cluster.token,
+            "--heartbeat-interval", str(self.cluster.heartbeat_ms),
+            "--election-timeout", str(self.cluster.election_ms),
+            "--logger", "zap", "--log-outputs", str(self.dir / "etcd.log"),
+        ]
+
+    def spawn(self) -> None:
+        if self.running:
+            raise RuntimeError(f"member {self.name} is already running")
+        with open(self.dir / "stdio.log", "ab") as stdio:
+            self.proc = subprocess.Popen(self.command_line(), stdin=subprocess.DEVNULL, stdout=stdio,
+                                         stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True)
+        self.paused = False
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.client_url + "/health", timeout=0.5) as response:
+                return bool(json.loads(response.read()).get("health") == "true")
+        except (OSError, ValueError):
+            return False
+
+    def log_tail(self, lines: int = 15) -> str:
+        parts = []
+        for path in (self.dir / "stdio.log", self.dir / "etcd.log"):
+            try:
+                parts += path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                pass
+        return "\n".join(parts) or "(no log output)"
+
+    def signal(self, sig: signal.Signals) -> None:
+        if not self.running or self.proc is None:
+            raise RuntimeError(f"member {self.name} is not running")
+        os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.kill()  # SIGKILL also ends a SIGSTOPped process
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        self.paused = False
+
+
+class EtcdCluster:
+    """`n` etcd members on loopback, started together (one member is a plain single server).
+
+    `heartbeat_ms` and `election_ms` are etcd's `--heartbeat-interval` and `--election-timeout`; the shortest
+    lease the members grant is 3/2 of the election timeout, rounded up to whole seconds.
+    """
+
+    def __init__(self, n: int = 3, binary: str | None = None, *, heartbeat_ms: int = 100,
+                 election_ms: int = 1000) -> None:
+        if n < 1:
+            raise ValueError(f"n must be at least 1, got {n}")
+        self.binary = binary or find_etcd_binary()
+        self.heartbeat_ms = heartbeat_ms
+        self.election_ms = election_ms
+        self.dir = tempfile.mkdtemp(prefix="fencelock-etcd-")
+        self.token = f"fencelock-{uuid.uuid4().hex[:12]}"
+        self.members: list[_Member] = []
+        self.members = [_Member(self, i) for i in range(n)]
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<EtcdCluster {','.join(str(m.client_port) for m in self.members)}>"
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Each member's client URL (``http://127.0.0.1:port``)."""
+        return [member.client_url for member in self.members]
+
+    @property
+    def url(self) -> str:
+        """What `fencelock.connect` takes: ``etcd://127.0.0.1:p1,127.0.0.1:p2,...``."""
+        return "etcd://" + ",".join(f"127.0.0.1:{m.client_port}" for m in self.members)
+
+    def pids(self) -> list[int | None]:
+        return [m.proc.pid if m.running and m.proc is not None else None for m in self.members]
+
+    def start(self) -> EtcdCluster:
+        """Start every member and wait until each one is healthy (it has a leader)."""
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+        _LIVE.add(self)
+        for member in self.members:
+            member.spawn()
+        self._wait_healthy(self.members, time.monotonic() + START_TIMEOUT)
+        return self
+
+    def _wait_healthy(self, members: list[_Member], deadline: float) -> None:
+        waiting = list(members)
+        while waiting:
+            for member in list(waiting):
+                if member.proc is not None and member.proc.poll() is not None:
+                    self.close()
+                    raise RuntimeError(f"etcd member {member.name} exited with code {member.proc.returncode}\n"
+                                       f"{member.log_tail()}")
+                if member.healthy():
+                    waiting.remove(member)
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                tails = "\n".join(m.log_tail() for m in waiting)
+                self.close()
+                raise RuntimeError(f"etcd members {[m.name for m in waiting]} not healthy within "
+                                   f"{START_TIMEOUT:g} s\n{tails}")
+            time.sleep(0.02)
+
+    def request(self, path: str, body: dict[str, Any], member: int | None = None,
+                timeout: float = 2.0) -> dict[str, Any]:
+        """One JSON gateway request (``/v3/kv/range``, ...), to `member` or to the first running member that
+        answers."""
+        order = [member] if member is not None else [m.index for m in self.members if m.running and not m.paused]
+        error: Exception | None = None
+        for index in order:
+            try:
+                return _post(self.members[index].client_url, path, body, timeout)
+            except (OSError, ValueError) as exc:
+                error = exc
+        raise RuntimeError(f"no etcd member answered {path}: {error}")
+
+    def leader(self) -> int:
+        """The index of the member that leads now (asked of the running members)."""
+        for member in self.members:
+            if not member.running or member.paused:
+                continue
+            try:
+                status = _post(member.client_url, "/v3/maintenance/status", {}, 1.0)
+            except (OSError, ValueError):
+                continue
+            lead = int(status.get("leader", 0))
+            for other in self.members:
+                if other.running and self._member_id(other) == lead:
+                    return other.index
+        raise RuntimeError("no running etcd member knows a leader")
+
+    def _member_id(self, member: _Member) -> int | None:
+        if member.paused:
+            return None
+        try:
+            status = _post(member.client_url, "/v3/maintenance/status", {}, 1.0)
+        except (OSError, ValueError):
+            return None
+        return int(status["header"]["member_id"])
+
+    def wait_leader(self, timeout: float = LEADER_TIMEOUT, *, other_than: int | None = None) -> int:
+        """Wait until the running members agree on a leader (not `other_than`); returns its index."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                index = self.leader()
+                if index != other_than:
+                    return index
+            except RuntimeError:
+                pass
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"no etcd leader within {timeout:g} s")
+            time.sleep(0.05)
+
+    def pause(self, index: int | None = None) -> None:
+        """SIGSTOP one member (or all): connections open, nothing answers."""
+        for member in self.members if index is None else [self.members[index]]:
+            member.signal(signal.SIGSTOP)
+            member.paused = True
+
+    def resume(self, index: int | None = None) -> None:
+        for member in self.members if index is None else [self.members[index]]:
+            if member.running:
+                member.signal(signal.SIGCONT)
+                member.paused = False
+
+    def kill(self, index: int) -> None:
+        """SIGKILL one member; its data directory stays for `restart`."""
+        self.members[index].kill()
+
+    def restart(self, index: int) -> None:
+        """Start a killed member again, on the same ports and data, and wait until it is healthy."""
+        member = self.members[index]
+        member.kill()
+        member.spawn()
+        self._wait_healthy([member], time.monotonic() + START_TIMEOUT)
+
+    def close(self) -> None:
+        """SIGKILL every member and remove the directory. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for member in self.members:
+            member.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        _LIVE.discard(self)
+
+    def __enter__(self) -> EtcdCluster:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class EtcdServer(EtcdCluster):
+    """One etcd member. Its election timeout is 500 ms, so that it grants leases of 1 s (3/2 of it, rounded up)."""
+
+    def __init__(self, binary: str | None = None) -> None:
+        super().__init__(1, binary, heartbeat_ms=50, election_ms=500)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class EtcdDeployment(Deployment):
+    """fencelock on etcd (one member or a cluster), for the conformance suite.
+
+    `min_ttl` is the shortest lease the members grant (whole seconds: 1 s on an `EtcdServer`, 2 s with etcd's
+    default election timeout).
+    """
+
+    kind = "etcd"
+    supports_fair = True
+
+    def __init__(self, cluster: EtcdCluster, prefix: str = "fencelock") -> None:
+        super().__init__(cluster.url)
+        self.cluster = cluster
+        self.prefix = prefix
+        self.min_ttl = float(max(1, -(-3 * cluster.election_ms // 2000)))
+
+    def _holder_key(self, name: str) -> dict[str, Any] | None:
+        directory = name_dir(self.prefix, name)
+        answer = self.cluster.request("/v3/kv/range", {
+            "key": _b64(directory), "range_end": _b64(range_end(directory)), "sort_order": "ASCEND",
+            "sort_target": "CREATE", "limit": 1})
+        found: list[dict[str, Any]] = answer.get("kvs", [])
+        return found[0] if found else None
+
+    def holder(self, name: str) -> str | None:
+        kv = self._holder_key(name)
+        return None if kv is None else base64.b64decode(kv.get("value", "")).decode()
+
+    def steal(self, name: str) -> None:
+        """Delete the holder's key (its lease goes on: the holder must notice the key, not the lease)."""
+        kv = self._holder_key(name)
+        if kv is not None:
+            self.cluster.request("/v3/kv/deleterange", {"key": kv["key"]})
+
+    def pause(self) -> None:
+        self.cluster.pause()
+
+    def resume(self) -> None:
+        self.cluster.resume()
