@@ -17,6 +17,7 @@ import redis
 
 import fencelock
 from fencelock._logic.keys import redis_keys
+from fencelock.testing.etcd import EtcdCluster, EtcdServer, find_etcd_binary
 from fencelock.testing.servers import RedisClusterServers, RedisNodes, RedisServer, find_server_binary
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -169,3 +170,40 @@ def lock_value(raw: redis.Redis | redis.RedisCluster, name: str) -> str | None:
     """The token stored in `name`'s lock key, read directly from the server (None: no key)."""
     value: Any = raw.get(redis_keys(name).lock)
     return None if value is None else bytes(value).decode()
+
+
+# ------------------------------------------------------------------------------------------------ etcd
+
+
+def require_etcd_binary() -> str:
+    """The etcd binary; in CI its absence fails the test, locally it skips with how to install it."""
+    try:
+        return find_etcd_binary()
+    except RuntimeError as exc:
+        if IN_CI:
+            pytest.fail(f"CI must run every backend's tests: {exc}")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[EtcdServer]:
+    """One etcd member shared by the tests that do not inject faults (each uses its own lock names)."""
+    require_etcd_binary()
+    with EtcdServer() as server:
+        yield server
+
+
+@pytest.fixture
+def own_etcd_server() -> Iterator[EtcdServer]:
+    """One etcd member for this test alone: for tests that pause or kill it."""
+    require_etcd_binary()
+    with EtcdServer() as server:
+        yield server
+
+
+@pytest.fixture
+def etcd_cluster() -> Iterator[EtcdCluster]:
+    """Three etcd members for this test alone (etcd's default timing: 100 ms heartbeat, 1 s election)."""
+    require_etcd_binary()
+    with EtcdCluster(3) as cluster:
+        yield cluster

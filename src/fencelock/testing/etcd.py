@@ -36,7 +36,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from .._logic.etcd import name_dir, range_end
 from .deployment import Deployment
@@ -57,6 +57,8 @@ _INSTALL_HINT = (
 )
 
 _LIVE: set[EtcdCluster] = set()
+
+C = TypeVar("C", bound="EtcdCluster")
 
 
 @atexit.register
@@ -205,7 +207,7 @@ class EtcdCluster:
     def pids(self) -> list[int | None]:
         return [m.proc.pid if m.running and m.proc is not None else None for m in self.members]
 
-    def start(self) -> EtcdCluster:
+    def start(self: C) -> C:
         """Start every member and wait until each one is healthy (it has a leader)."""
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
@@ -318,7 +320,7 @@ class EtcdCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
         _LIVE.discard(self)
 
-    def __enter__(self) -> EtcdCluster:
+    def __enter__(self: C) -> C:
         return self.start()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
