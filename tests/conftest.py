@@ -189,7 +189,7 @@ def require_etcd_binary() -> str:
 def etcd_server() -> Iterator[EtcdServer]:
     """One etcd member shared by the tests that do not inject faults (each uses its own lock names)."""
     require_etcd_binary()
-    with EtcdServer() as server:
+    with EtcdServer(memory=True) as server:
         yield server
 
 
@@ -197,13 +197,16 @@ def etcd_server() -> Iterator[EtcdServer]:
 def own_etcd_server() -> Iterator[EtcdServer]:
     """One etcd member for this test alone: for tests that pause or kill it."""
     require_etcd_binary()
-    with EtcdServer() as server:
+    with EtcdServer(memory=True) as server:
         yield server
 
 
 @pytest.fixture
 def etcd_cluster() -> Iterator[EtcdCluster]:
-    """Three etcd members for this test alone (etcd's default timing: 100 ms heartbeat, 1 s election)."""
+    """Three etcd members for this test alone (etcd's default timing: 100 ms heartbeat, 1 s election).
+
+    Tests keep etcd's data in memory (/dev/shm): they check the protocol, and a disk fsync per write would only
+    make them slower on a busy machine."""
     require_etcd_binary()
-    with EtcdCluster(3) as cluster:
+    with EtcdCluster(3, memory=True) as cluster:
         yield cluster

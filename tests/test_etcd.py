@@ -79,7 +79,8 @@ def locks(etcd_server: EtcdServer) -> Any:
 
 
 def test_a_lease_is_one_key_on_its_own_lease_and_the_fence_is_its_create_revision(
-        locks: fencelock.Locks, etcd: EtcdDeployment, etcd_server: EtcdServer, name: str) -> None:
+        etcd: EtcdDeployment, etcd_server: EtcdServer, name: str) -> None:
+    locks = fencelock.connect(etcd_server.url)
     before = leases_of(etcd_server)
     lease = locks.acquire(name, ttl=5.0, wait=0)
     [kv] = keys_of(etcd_server, name)
@@ -90,8 +91,19 @@ def test_a_lease_is_one_key_on_its_own_lease_and_the_fence_is_its_create_revisio
     assert 4.9 < lease.remaining() <= 5.0 - 0.052  # validity: the TTL asked for, never the rounded-up lease
     lease.release()
     assert keys_of(etcd_server, name) == []
-    assert lease_ttl(etcd_server, int(kv["lease"])) == -1  # the release revoked the lease too
     lease.release()  # a second release does nothing
+    # The client keeps the released lease, without its key, for its next acquisition of that TTL...
+    answer = etcd_server.request("/v3/lease/timetolive", {"ID": int(kv["lease"]), "keys": True})
+    assert int(answer["TTL"]) > 0
+    assert "keys" not in answer
+    again = locks.acquire(name + ":again", ttl=5.0, wait=0)
+    [kv2] = keys_of(etcd_server, name + ":again")
+    assert kv2["lease"] == kv["lease"]
+    again.release()
+    # ... and ends it when it is closed.
+    locks.close()
+    assert lease_ttl(etcd_server, int(kv["lease"])) == -1
+    assert leases_of(etcd_server) - before == set()
 
 
 def test_fences_increase_with_every_grant(locks: fencelock.Locks, name: str) -> None:

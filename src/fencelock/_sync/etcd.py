@@ -24,6 +24,7 @@ Keys and values are base64 on the gateway, 64-bit numbers come back as strings, 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import ssl
 import time
@@ -61,6 +62,11 @@ from .._logic.etcd import (
 )
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
+
+SPARE_LEASES = 16
+"""Leases a client keeps, per TTL, from acquisitions it released, for its next acquisitions: a spare lease needs a
+keep-alive (the leader answers it without a disk write) where a new one needs a grant (a raft write and an fsync).
+"""
 
 KEEPALIVE_BATCH = 1000
 """Leases refreshed by one keep-alive request (one JSON object per lease in its body)."""
@@ -230,6 +236,7 @@ class _Held:
     key: bytes
     lease: int
     seconds: int      # the lease's TTL as the server granted it
+    asked: int        # the lease's TTL as we asked for it
     rev: int = 0      # our key's create revision, once known
 
 
@@ -261,6 +268,8 @@ class EtcdBackend:
         self.supports_fair = True   # every waiter queues in arrival order; fair=True changes nothing
         self.always_queues = True
         self._held: dict[str, _Held] = {}   # by token: the leases of acquisitions in progress or held
+        self._spare: dict[int, list[tuple[int, int]]] = {}  # asked TTL: (lease, granted TTL), carrying no key
+        self._spare_pid = os.getpid()  # a forked child never shares its parent's spare leases
         self.renewal_requests = 0  # keep-alive requests the watchdog made (for benchmarks)
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
@@ -294,10 +303,8 @@ class EtcdBackend:
         """
         started = time.monotonic()
         value = token.encode()
-        held, mine, owner = self._join(name, token, ttl_ms)
+        held, mine, owner, before, revision = self._join(name, token, ttl_ms)
         state = verdict(mine, value, owner)
-        before: Kv | None = None
-        revision = 0
         while state is Verdict.WAITING and time.monotonic() - started < wait:
             if before is None:
                 mine, owner, before, revision = self._look(name, held)
@@ -312,18 +319,32 @@ class EtcdBackend:
             return Attempt(True, mine.create_revision, None)
         return Attempt(False, 0, None)
 
-    def _join(self, name: str, token: str, ttl_ms: int) -> tuple[_Held, Kv | None, Kv | None]:
-        """Our lease, refreshed (or granted), and our key, put if it is absent; then our key and the holder's."""
+    def _join(self, name: str, token: str,
+                    ttl_ms: int) -> tuple[_Held, Kv | None, Kv | None, Kv | None, int]:
+        """Our lease, refreshed (or granted), and our key, put if it is absent; then our key, the holder's, and
+        (when known) our predecessor's with the revision it was read at."""
         held = self._held.get(token)
         if held is not None:
             # Refresh first: the validity of a lease won now counts from before this attempt.
             ttl = (self._gateway.keepalive([held.lease], name))[held.lease]
             if ttl <= 0:
                 held = None  # our lease ended (we paused, or it was revoked), and took our key: queue again
+            elif held.rev:
+                # Queued already: a look (a read) is enough, unless our key went (an operator removed it).
+                mine, owner, before, revision = self._look(name, held)
+                if verdict(mine, token.encode(), owner) is not Verdict.GONE:
+                    return held, mine, owner, before, revision
+        seconds = lease_seconds(ttl_ms)
+        if held is None:
+            spare = self._take_spare(seconds)
+            if spare is not None:
+                held = _Held(lock_key(self._prefix, name, spare[0]), spare[0], spare[1], seconds)
+                self._held[token] = held
+                if (self._gateway.keepalive([held.lease], name))[held.lease] <= 0:
+                    held = None  # it ran out while spare
         if held is None:
             lease = new_lease_id(secrets.randbits(63))
-            seconds = lease_seconds(ttl_ms)
-            held = _Held(lock_key(self._prefix, name, lease), lease, seconds)
+            held = _Held(lock_key(self._prefix, name, lease), lease, seconds, seconds)
             self._held[token] = held  # before the grant: a retry after a lost answer finds this lease
             held.seconds = self._grant(lease, seconds, name)
         key = b64(held.key)
@@ -338,7 +359,7 @@ class EtcdBackend:
         mine = ranges[0][0] if ranges[0] else None
         if mine is not None:
             held.rev = mine.create_revision
-        return held, mine, ranges[1][0] if ranges[1] else None
+        return held, mine, ranges[1][0] if ranges[1] else None, None, 0
 
     def _look(self, name: str, held: _Held) -> tuple[Kv | None, Kv | None, Kv | None, int]:
         """Our key, the holder's, and our predecessor's (the newest key older than ours), at one revision."""
@@ -376,10 +397,27 @@ class EtcdBackend:
         data = self._txn({"compare": compare, "success": [{"request_delete_range": {"key": key}}],
                                 "failure": [newer]}, "release", name)
         self._held.pop(token, None)  # the server answered: the token's work is done either way
-        self._revoke(held.lease, name)
         deleted = bool(data.get("succeeded"))
+        if not (deleted and self._keep_spare(held)):
+            self._revoke(held.lease, name)
         count = 0 if deleted else number(data["responses"][0]["response_range"].get("count"))
         return released(deleted, count)
+
+    def _take_spare(self, asked: int) -> tuple[int, int] | None:
+        if self._spare_pid != os.getpid():
+            self._spare, self._spare_pid = {}, os.getpid()
+        try:
+            return self._spare.get(asked, []).pop()
+        except IndexError:
+            return None
+
+    def _keep_spare(self, held: _Held) -> bool:
+        """Keep the lease of a released acquisition (its key is deleted) for a next one, if there is room."""
+        spare = self._spare.setdefault(held.asked, [])
+        if self._spare_pid != os.getpid() or len(spare) >= SPARE_LEASES:
+            return False
+        spare.append((held.lease, held.seconds))
+        return True
 
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         held = self._held.get(token)
@@ -428,7 +466,7 @@ class EtcdBackend:
             self._revoke(lease, name)
             self._lost(name, token, held, True)
             return False
-        old, held.lease, held.seconds = held.lease, lease, seconds
+        old, held.lease, held.seconds, held.asked = held.lease, lease, seconds, lease_seconds(ttl_ms)
         self._revoke(old, name)
         return True
 
@@ -549,4 +587,14 @@ class EtcdBackend:
         raise BackendError("the holder kept changing while it was being removed", name=name)
 
     def close(self) -> None:
+        """End the spare leases (best effort: else their TTL ends them) and close the connections."""
+        spare, self._spare = self._spare, {}
+        if self._spare_pid == os.getpid():
+            try:
+                for leases in spare.values():
+                    for lease, _ in leases:
+                        self._gateway.call("/v3/lease/revoke", {"ID": lease}, "revoke", None,
+                                                 accept=(_LEASE_GONE,))
+            except BackendError:
+                pass  # the server does not answer: do not make close() wait for each one
         self._gateway.close()
