@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -22,6 +23,8 @@ import fencelock
 from fencelock._logic.etcd import BLOCK_CAP, name_dir, range_end
 from fencelock.testing.etcd import EtcdCluster, EtcdDeployment, EtcdServer
 from fencelock.testing.servers import free_port
+
+from .conftest import IN_CI, require_etcd_binary
 
 
 def _b64(data: bytes) -> str:
@@ -406,6 +409,63 @@ def test_asyncio_stopped_server_gives_backend_error(own_etcd_server: EtcdServer,
             await locks.aclose()
 
     asyncio.run(main())
+
+
+def test_user_and_password_from_the_url(own_etcd_server: EtcdServer, name: str) -> None:
+    for path, body in (("/v3/auth/user/add", {"name": "root", "password": "s3cret"}),
+                       ("/v3/auth/user/grant", {"user": "root", "role": "root"}),
+                       ("/v3/auth/enable", {})):
+        own_etcd_server.request(path, body)
+    host = own_etcd_server.url.removeprefix("etcd://")
+    locks = fencelock.connect(f"etcd://root:s3cret@{host}")
+    try:
+        assert "s3cret" not in repr(locks)
+        holder = locks.acquire(name, ttl=10.0)
+        threading.Timer(0.3, holder.release).start()
+        with locks.lock(name, ttl=10.0, wait=5.0) as lease:  # the waiter's watch is authenticated too
+            assert lease.fence > holder.fence
+    finally:
+        locks.close()
+    wrong = fencelock.connect(f"etcd://root:hunter2@{host}")
+    try:
+        with pytest.raises(fencelock.BackendError, match="authentication as 'root' failed") as info:
+            wrong.acquire(name, wait=0)
+        assert "hunter2" not in str(info.value)
+    finally:
+        wrong.close()
+
+
+def test_etcds_urls_use_tls(tmp_path: Any, name: str) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        if IN_CI:
+            pytest.fail("the etcd TLS test needs openssl (apt-get install openssl)")
+        pytest.skip("the etcd TLS test needs openssl (apt-get install openssl)")
+    require_etcd_binary()
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    with EtcdServer(memory=True, tls=(cert, key)) as server:
+        assert server.url.startswith("etcds://")
+        locks = fencelock.connect(f"{server.url}?ssl_ca_certs={cert}")
+        try:
+            with locks.lock(name, ttl=5.0, wait=0) as lease:
+                assert lease.fence > 0
+        finally:
+            locks.close()
+        untrusted = fencelock.connect(server.url)  # the system's CAs do not know this certificate
+        try:
+            with pytest.raises(fencelock.BackendError):
+                untrusted.acquire(name, wait=0)
+        finally:
+            untrusted.close()
+        plain = fencelock.connect(server.url.replace("etcds://", "etcd://"))
+        try:
+            with pytest.raises(fencelock.BackendError):
+                plain.acquire(name, wait=0)
+        finally:
+            plain.close()
 
 
 # ------------------------------------------------------------------------------------------------ a cluster

@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import time
@@ -84,10 +85,11 @@ def find_etcd_binary() -> str:
     raise RuntimeError(_INSTALL_HINT)
 
 
-def _post(url: str, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+def _post(url: str, path: str, body: dict[str, Any], timeout: float,
+          context: ssl.SSLContext | None = None) -> dict[str, Any]:
     request = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
         answer: dict[str, Any] = json.loads(response.read() or b"{}")
         return answer
 
@@ -108,7 +110,7 @@ class _Member:
 
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{'https' if self.cluster.tls else 'http'}://127.0.0.1:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
@@ -129,6 +131,7 @@ class _Member:
             "--heartbeat-interval", str(self.cluster.heartbeat_ms),
             "--election-timeout", str(self.cluster.election_ms),
             "--logger", "zap", "--log-outputs", str(self.dir / "etcd.log"),
+            *(["--cert-file", self.cluster.tls[0], "--key-file", self.cluster.tls[1]] if self.cluster.tls else []),
         ]
 
     def spawn(self) -> None:
@@ -141,7 +144,8 @@ class _Member:
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(self.client_url + "/health", timeout=0.5) as response:
+            with urllib.request.urlopen(self.client_url + "/health", timeout=0.5,
+                                        context=self.cluster.ssl_context) as response:
                 return bool(json.loads(response.read()).get("health") == "true")
         except (OSError, ValueError):
             return False
@@ -177,14 +181,18 @@ class EtcdCluster:
     `heartbeat_ms` and `election_ms` are etcd's `--heartbeat-interval` and `--election-timeout`; the shortest
     lease the members grant is 3/2 of the election timeout, rounded up to whole seconds. `memory=True` puts the
     data directories on /dev/shm (where it exists): etcd's fsync of every write then costs nothing, which
-    measures the protocol rather than the disk, and keeps tests quick on a busy machine.
+    measures the protocol rather than the disk, and keeps tests quick on a busy machine. `tls=(certfile,
+    keyfile)` makes the members serve clients over TLS only, with that certificate (its file is also the CA the
+    harness trusts); `url` is then `etcds://...`.
     """
 
     def __init__(self, n: int = 3, binary: str | None = None, *, heartbeat_ms: int = 100,
-                 election_ms: int = 1000, memory: bool = False) -> None:
+                 election_ms: int = 1000, memory: bool = False, tls: tuple[str, str] | None = None) -> None:
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
         self.binary = binary or find_etcd_binary()
+        self.tls = tls
+        self.ssl_context = ssl.create_default_context(cafile=tls[0]) if tls else None
         self.heartbeat_ms = heartbeat_ms
         self.election_ms = election_ms
         root = "/dev/shm" if memory and os.path.isdir("/dev/shm") else None
@@ -205,7 +213,8 @@ class EtcdCluster:
     @property
     def url(self) -> str:
         """What `fencelock.connect` takes: ``etcd://127.0.0.1:p1,127.0.0.1:p2,...``."""
-        return "etcd://" + ",".join(f"127.0.0.1:{m.client_port}" for m in self.members)
+        scheme = "etcds" if self.tls else "etcd"
+        return f"{scheme}://" + ",".join(f"127.0.0.1:{m.client_port}" for m in self.members)
 
     def pids(self) -> list[int | None]:
         return [m.proc.pid if m.running and m.proc is not None else None for m in self.members]
@@ -247,7 +256,7 @@ class EtcdCluster:
         error: Exception | None = None
         for index in order:
             try:
-                return _post(self.members[index].client_url, path, body, timeout)
+                return _post(self.members[index].client_url, path, body, timeout, self.ssl_context)
             except (OSError, ValueError) as exc:
                 error = exc
         raise RuntimeError(f"no etcd member answered {path}: {error}")
@@ -258,7 +267,7 @@ class EtcdCluster:
             if not member.running or member.paused:
                 continue
             try:
-                status = _post(member.client_url, "/v3/maintenance/status", {}, 1.0)
+                status = _post(member.client_url, "/v3/maintenance/status", {}, 1.0, self.ssl_context)
             except (OSError, ValueError):
                 continue
             lead = int(status.get("leader", 0))
@@ -271,7 +280,7 @@ class EtcdCluster:
         if member.paused:
             return None
         try:
-            status = _post(member.client_url, "/v3/maintenance/status", {}, 1.0)
+            status = _post(member.client_url, "/v3/maintenance/status", {}, 1.0, self.ssl_context)
         except (OSError, ValueError):
             return None
         return int(status["header"]["member_id"])
@@ -334,8 +343,9 @@ class EtcdCluster:
 class EtcdServer(EtcdCluster):
     """One etcd member. Its election timeout is 500 ms, so that it grants leases of 1 s (3/2 of it, rounded up)."""
 
-    def __init__(self, binary: str | None = None, *, memory: bool = False) -> None:
-        super().__init__(1, binary, heartbeat_ms=50, election_ms=500, memory=memory)
+    def __init__(self, binary: str | None = None, *, memory: bool = False,
+                 tls: tuple[str, str] | None = None) -> None:
+        super().__init__(1, binary, heartbeat_ms=50, election_ms=500, memory=memory, tls=tls)
 
 
 def _b64(data: bytes) -> str:
