@@ -94,10 +94,12 @@ class AsyncGateway:
             verify = ssl.create_default_context(cafile=target.ssl_ca_certs)
             if target.ssl_certfile:
                 verify.load_cert_chain(target.ssl_certfile, target.ssl_keyfile)
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(target.timeout), verify=verify, trust_env=False,
-            # one connection per watching waiter: no pool limit that would make waiters queue for a connection
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+        # One connection per watching waiter: no pool limit that would make waiters queue for a connection.
+        self._transport = httpx.AsyncHTTPTransport(
+            verify=verify, limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(target.timeout), transport=self._transport,
+                                       trust_env=False)
+        self._closed = False
         self._target = target
         self._endpoints = target.endpoints
         self._current = 0
@@ -116,10 +118,20 @@ class AsyncGateway:
 
     async def _post(self, path: str, content: bytes, what: str, name: str | None) -> httpx.Response:
         """POST to the current endpoint; a refused connection (nothing sent) moves on to the next one."""
+        try:
+            return await self._post_once(path, content, what, name)
+        finally:
+            if self._closed:
+                # Closed while this request was out (a background cleanup): close the connection it used too.
+                await self._transport.aclose()
+
+    async def _post_once(self, path: str, content: bytes, what: str, name: str | None) -> httpx.Response:
         for tried in range(len(self._endpoints)):
             endpoint = self._endpoints[self._current]
             try:
                 return await self._http.post(endpoint + path, content=content, headers=self._headers())
+            except RuntimeError as exc:  # httpx: the client has been closed
+                raise self._failed(exc, what, name) from exc
             except httpx.ConnectError as exc:
                 self._current = (self._current + 1) % len(self._endpoints)
                 if tried == len(self._endpoints) - 1:
@@ -221,10 +233,14 @@ class AsyncGateway:
                     result = json.loads(line).get("result") if line.strip() else None
                     if not isinstance(result, dict) or result.get("canceled") or result.get("events"):
                         return  # an error, a cancelled watch (e.g. compacted history), or the delete
-        except (httpx.HTTPError, httpx.StreamError, ValueError):
+        except (httpx.HTTPError, httpx.StreamError, ValueError, RuntimeError):
             return
+        finally:
+            if self._closed:
+                await self._transport.aclose()
 
     async def aclose(self) -> None:
+        self._closed = True
         await self._http.aclose()
 
 

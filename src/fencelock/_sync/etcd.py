@@ -95,10 +95,12 @@ class Gateway:
             verify = ssl.create_default_context(cafile=target.ssl_ca_certs)
             if target.ssl_certfile:
                 verify.load_cert_chain(target.ssl_certfile, target.ssl_keyfile)
-        self._http = httpx.Client(
-            timeout=httpx.Timeout(target.timeout), verify=verify, trust_env=False,
-            # one connection per watching waiter: no pool limit that would make waiters queue for a connection
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+        # One connection per watching waiter: no pool limit that would make waiters queue for a connection.
+        self._transport = httpx.HTTPTransport(
+            verify=verify, limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+        self._http = httpx.Client(timeout=httpx.Timeout(target.timeout), transport=self._transport,
+                                       trust_env=False)
+        self._closed = False
         self._target = target
         self._endpoints = target.endpoints
         self._current = 0
@@ -117,10 +119,20 @@ class Gateway:
 
     def _post(self, path: str, content: bytes, what: str, name: str | None) -> httpx.Response:
         """POST to the current endpoint; a refused connection (nothing sent) moves on to the next one."""
+        try:
+            return self._post_once(path, content, what, name)
+        finally:
+            if self._closed:
+                # Closed while this request was out (a background cleanup): close the connection it used too.
+                self._transport.close()
+
+    def _post_once(self, path: str, content: bytes, what: str, name: str | None) -> httpx.Response:
         for tried in range(len(self._endpoints)):
             endpoint = self._endpoints[self._current]
             try:
                 return self._http.post(endpoint + path, content=content, headers=self._headers())
+            except RuntimeError as exc:  # httpx: the client has been closed
+                raise self._failed(exc, what, name) from exc
             except httpx.ConnectError as exc:
                 self._current = (self._current + 1) % len(self._endpoints)
                 if tried == len(self._endpoints) - 1:
@@ -222,10 +234,14 @@ class Gateway:
                     result = json.loads(line).get("result") if line.strip() else None
                     if not isinstance(result, dict) or result.get("canceled") or result.get("events"):
                         return  # an error, a cancelled watch (e.g. compacted history), or the delete
-        except (httpx.HTTPError, httpx.StreamError, ValueError):
+        except (httpx.HTTPError, httpx.StreamError, ValueError, RuntimeError):
             return
+        finally:
+            if self._closed:
+                self._transport.close()
 
     def close(self) -> None:
+        self._closed = True
         self._http.close()
 
 

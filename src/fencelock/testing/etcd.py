@@ -353,41 +353,76 @@ def _b64(data: bytes) -> str:
 
 
 class EtcdDeployment(Deployment):
-    """fencelock on etcd (one member or a cluster), for the conformance suite.
+    """fencelock on etcd (one member or a cluster), for the conformance suite. It owns its members: `close()` stops
+    them.
 
-    `min_ttl` is the shortest lease the members grant (whole seconds: 1 s on an `EtcdServer`, 2 s with etcd's
-    default election timeout).
+    - `min_ttl` is the shortest lease the members grant (whole seconds: 1 s on an `EtcdServer`, 2 s with etcd's
+      default election timeout).
+    - `expiry_slack`: a lease's TTL is rounded up to whole seconds (under 1 s more), and the leader looks for
+      expired leases every 0.5 s, then commits their revocation.
+    - `stall_timeout`: a request to a stalled member fails after the client's 2 s timeout, and an acquire is tried
+      once more (on the next member, if there is one).
     """
 
     kind = "etcd"
+    """"etcd" on one member, "etcd3" on a cluster of three."""
     supports_fair = True
+    expiry_slack = 1.0 + 0.5 + 0.3
 
     def __init__(self, cluster: EtcdCluster, prefix: str = "fencelock") -> None:
         super().__init__(cluster.url)
         self.cluster = cluster
         self.prefix = prefix
+        if len(cluster.members) > 1:
+            self.kind = f"etcd{len(cluster.members)}"  # "etcd3": a cluster of three members
         self.min_ttl = float(max(1, -(-3 * cluster.election_ms // 2000)))
+        self.stall_timeout = 2.0 * 2 + 0.5
 
-    def _holder_key(self, name: str) -> dict[str, Any] | None:
+    @classmethod
+    def start(cls, n: int = 1, binary: str | None = None, *, memory: bool = True) -> EtcdDeployment:
+        """A new deployment: one `EtcdServer` (n=1), or a cluster of `n` members, started and healthy."""
+        cluster = EtcdServer(binary, memory=memory) if n == 1 else EtcdCluster(n, binary, memory=memory)
+        return cls(cluster.start())
+
+    def close(self) -> None:
+        self.cluster.close()
+
+    def _keys(self, name: str, limit: int = 0) -> list[dict[str, Any]]:
         directory = name_dir(self.prefix, name)
         answer = self.cluster.request("/v3/kv/range", {
             "key": _b64(directory), "range_end": _b64(range_end(directory)), "sort_order": "ASCEND",
-            "sort_target": "CREATE", "limit": 1})
+            "sort_target": "CREATE", "limit": limit})
         found: list[dict[str, Any]] = answer.get("kvs", [])
-        return found[0] if found else None
+        return found
 
     def holder(self, name: str) -> str | None:
-        kv = self._holder_key(name)
-        return None if kv is None else base64.b64decode(kv.get("value", "")).decode()
+        found = self._keys(name, 1)
+        return base64.b64decode(found[0].get("value", "")).decode() if found else None
 
     def steal(self, name: str) -> None:
         """Delete the holder's key (its lease goes on: the holder must notice the key, not the lease)."""
-        kv = self._holder_key(name)
-        if kv is not None:
-            self.cluster.request("/v3/kv/deleterange", {"key": kv["key"]})
+        found = self._keys(name, 1)
+        if found:
+            self.cluster.request("/v3/kv/deleterange", {"key": found[0]["key"]})
 
     def pause(self) -> None:
         self.cluster.pause()
 
     def resume(self) -> None:
         self.cluster.resume()
+
+    def ttl_left(self, name: str) -> float | None:
+        """The holder's lease's TTL left, at most. etcd answers in whole seconds, rounded down, so the lease has
+        between that and one second more: this is the upper end (0 when the lease or the key is gone)."""
+        found = self._keys(name, 1)
+        if not found:
+            return 0.0
+        answer = self.cluster.request("/v3/lease/timetolive", {"ID": int(found[0].get("lease", 0))})
+        ttl = int(answer.get("TTL", -1))
+        return 0.0 if ttl < 0 else ttl + 1.0
+
+    def leftovers(self, name: str) -> list[str] | None:
+        return [base64.b64decode(kv["key"]).decode() for kv in self._keys(name)]
+
+    def queued(self, name: str) -> int | None:
+        return max(0, len(self._keys(name)) - 1)
