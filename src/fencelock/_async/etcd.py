@@ -216,10 +216,11 @@ class AsyncGateway:
             ttls[number(result.get("ID"))] = number(result.get("TTL"))
         return {lease: ttls.get(lease, 0) for lease in leases}
 
-    async def watch_delete(self, key: bytes, start_revision: int, wait: float) -> None:
-        """Return when `key` is deleted at or after `start_revision`, or after about `wait` seconds.
+    async def watch_delete(self, key: bytes, start_revision: int, wait: float) -> bool:
+        """Return when `key` is deleted at or after `start_revision` (True), or after about `wait` seconds with no
+        news (False).
 
-        Any fault ends the watch early and quietly: the look that follows meets it and reports it.
+        Any fault ends the watch early and quietly (True): the look that follows meets it and reports it.
         """
         request = {"create_request": {"key": b64(key), "start_revision": start_revision, "filters": ["NOPUT"]}}
         endpoint = self._endpoints[self._current]
@@ -228,13 +229,16 @@ class AsyncGateway:
             async with self._http.stream("POST", endpoint + "/v3/watch", content=json.dumps(request).encode(),
                                          headers=self._headers(), timeout=timeout) as response:
                 if response.status_code != 200:
-                    return
+                    return True
                 async for line in response.aiter_lines():
                     result = json.loads(line).get("result") if line.strip() else None
                     if not isinstance(result, dict) or result.get("canceled") or result.get("events"):
-                        return  # an error, a cancelled watch (e.g. compacted history), or the delete
+                        return True  # an error, a cancelled watch (e.g. compacted history), or the delete
+            return True
+        except httpx.ReadTimeout:
+            return False
         except (httpx.HTTPError, httpx.StreamError, ValueError, RuntimeError):
-            return
+            return True
         finally:
             if self._closed:
                 await self._transport.aclose()
@@ -326,8 +330,9 @@ class AsyncEtcdBackend:
                 state = verdict(mine, value, owner)
                 if state is not Verdict.WAITING or before is None:
                     break
-            await self._gateway.watch_delete(before.key, revision + 1, wait - (time.monotonic() - started))
-            # After any wait, look again, our own key first: it may have gone with our lease meanwhile.
+            if not await self._gateway.watch_delete(before.key, revision + 1, wait - (time.monotonic() - started)):
+                break  # the wait ended with our predecessor still there: not granted, nothing to look at
+            # After a wake-up, look again, our own key first: it may have gone with our lease meanwhile.
             mine, owner, before, revision = await self._look(name, held)
             state = verdict(mine, value, owner)
         if state is Verdict.GRANTED and mine is not None:

@@ -39,7 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .._logic.etcd import name_dir, range_end
+from .._logic.etcd import DEFAULT_TIMEOUT, name_dir, range_end, retry_after
 from .deployment import Deployment
 from .servers import free_port
 
@@ -361,7 +361,8 @@ class EtcdDeployment(Deployment):
     - `expiry_slack`: a lease's TTL is rounded up to whole seconds (under 1 s more), and the leader looks for
       expired leases every 0.5 s, then commits their revocation.
     - `stall_timeout`: a request to a stalled member fails after the client's 2 s timeout, and an acquire is tried
-      once more (on the next member, if there is one).
+      again once per member (after short pauses), as long as its `wait` allows: 4 s on one member, 9.25 s on
+      three.
     """
 
     kind = "etcd"
@@ -376,7 +377,11 @@ class EtcdDeployment(Deployment):
         if len(cluster.members) > 1:
             self.kind = f"etcd{len(cluster.members)}"  # "etcd3": a cluster of three members
         self.min_ttl = float(max(1, -(-3 * cluster.election_ms // 2000)))
-        self.stall_timeout = 2.0 * 2 + 0.5
+        # One request per try, each up to the client's timeout, and the pauses between the tries.
+        delays: list[float] = []
+        while (delay := retry_after(len(delays) + 1, True, len(cluster.members))) is not None:
+            delays.append(delay)
+        self.stall_timeout = DEFAULT_TIMEOUT * (len(delays) + 1) + sum(delays)
 
     @classmethod
     def start(cls, n: int = 1, binary: str | None = None, *, memory: bool = True) -> EtcdDeployment:
