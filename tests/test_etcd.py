@@ -352,6 +352,11 @@ def test_bad_urls_are_refused_before_anything_is_sent(url: str) -> None:
         assert "hunter2" not in str(info.value)
 
 
+def test_etcd_endpoints_go_in_one_url_not_a_list() -> None:
+    with pytest.raises(ValueError, match="one URL"):
+        fencelock.connect(["etcd://127.0.0.1:2379", "etcd://127.0.0.2:2379", "etcd://127.0.0.3:2379"])
+
+
 def test_a_missing_extra_is_named() -> None:
     code = "import sys; sys.modules['httpx'] = None; import fencelock; fencelock.connect('etcd://127.0.0.1:1')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

@@ -39,6 +39,8 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
         raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
     if is_etcd_url(target):
         return _etcd(str(target), prefix)
+    if isinstance(target, (list, tuple)) and any(is_etcd_url(item) for item in target):
+        raise ValueError("url: give an etcd cluster's endpoints in one URL, etcd://h1:2379,h2:2379, not as a list")
     if isinstance(target, (Redis, RedisCluster)):
         return AsyncLocks(AsyncRedisBackend(target, owns_client=False, prefix=prefix, shown=_describe(target)))
     _not_another_client(target)
