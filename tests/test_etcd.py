@@ -189,7 +189,7 @@ def test_waiters_are_served_in_arrival_order(locks: fencelock.Locks, name: str) 
         thread = threading.Thread(target=waiter, args=(i,))
         thread.start()
         threads.append(thread)
-        eventually(lambda i=i: locks.backend.status(name).queued == i + 1, 5.0, f"waiter {i} queued")  # type: ignore[attr-defined]
+        eventually(lambda i=i: locks.backend.status(name).queued == i + 1, 5.0, f"waiter {i} queued")
     holder.release()
     for thread in threads:
         thread.join(30)
@@ -205,7 +205,7 @@ def test_a_release_wakes_the_waiter_at_once_not_at_its_next_poll(locks: fenceloc
     thread = threading.Thread(target=lambda: got.append(time.monotonic()) if locks.acquire(name, ttl=30.0, wait=20)
                               else None)
     thread.start()
-    eventually(lambda: locks.backend.status(name).queued == 1, 5.0, "the waiter queued")  # type: ignore[attr-defined]
+    eventually(lambda: locks.backend.status(name).queued == 1, 5.0, "the waiter queued")
     time.sleep(BLOCK_CAP / 2)  # half-way through its watch: a poller would look again only at its end
     released_at = time.monotonic()
     holder.release()
@@ -230,7 +230,7 @@ def test_a_cancelled_asyncio_waiter_leaves_no_key_and_no_lease(etcd_server: Etcd
             while len(keys_of(etcd_server, name)) != 1 or leases_of(etcd_server) - before:
                 assert time.monotonic() < deadline, "the cancelled waiter's key or lease is still there"
                 await asyncio.sleep(0.05)
-            assert (await locks.backend.status(name)).queued == 0  # type: ignore[attr-defined]
+            assert (await locks.backend.status(name)).queued == 0
             await holder.release()
         finally:
             await locks.aclose()
@@ -391,7 +391,7 @@ def test_a_stopped_server_gives_backend_error_in_bounded_time_and_the_lease_stay
             with pytest.raises(fencelock.BackendError):
                 lease.release()
             with pytest.raises(fencelock.BackendError):
-                locks.backend.status(name)  # type: ignore[attr-defined]
+                locks.backend.status(name)
         finally:
             own_etcd_server.resume()
         lease.release()  # it kept its token

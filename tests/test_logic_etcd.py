@@ -10,6 +10,7 @@ from fencelock._logic.etcd import (
     DEFAULT_TIMEOUT,
     Kv,
     Verdict,
+    fence_key,
     is_etcd_url,
     keepalive_suffices,
     lease_seconds,
@@ -119,6 +120,14 @@ def test_one_names_range_never_covers_another_name() -> None:
         key = lock_key("fencelock", other, 1)
         assert not directory <= key < end, other
     assert directory <= lock_key("fencelock", "a", 2**63 - 1) < end
+
+
+@given(st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=20))
+def test_the_fence_record_is_in_no_names_queue(name: str, other: str) -> None:
+    key = fence_key("fencelock", name)
+    directory = name_dir("fencelock", other)
+    assert not directory <= key < range_end(directory)
+    assert name_of("fencelock", key) is None  # and listing locks never takes it for one
 
 
 def test_range_end_is_etcds_prefix_rule() -> None:

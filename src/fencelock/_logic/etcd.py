@@ -3,6 +3,7 @@
 One lock name is a queue of keys under one directory, as in etcd's `concurrency.Mutex`:
 
     <prefix>/<encoded name>/<lease id, 16 hex digits>     value = the acquisition's token, attached to its lease
+    <prefix>/<encoded name>                               the fence of the last lease released (no lease: it stays)
 
 - Every acquisition grants its own lease (an ID it picks itself, so a retried grant finds its own lease) and
   puts its key only if the key is absent (a transaction on `create_revision == 0`).
@@ -156,6 +157,12 @@ _ENCODE = str.maketrans({"%": "%25", "/": "%2F"})
 def name_dir(prefix: str, name: str) -> bytes:
     """Where the keys of `name` live: `<prefix>/<encoded name>/`."""
     return f"{prefix}/{name.translate(_ENCODE)}/".encode()
+
+
+def fence_key(prefix: str, name: str) -> bytes:
+    """The key a release (in its own transaction) sets to the fence it released, so that an operator sees the last
+    fence of a free lock. It lies outside the name's directory, so it never counts as a holder or a waiter."""
+    return f"{prefix}/{name.translate(_ENCODE)}".encode()
 
 
 def lock_key(prefix: str, name: str, lease_id: int) -> bytes:

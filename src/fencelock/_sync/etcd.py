@@ -47,6 +47,7 @@ from .._logic.etcd import (
     Kv,
     Verdict,
     b64,
+    fence_key,
     keepalive_suffices,
     kvs,
     lease_seconds,
@@ -301,6 +302,10 @@ class EtcdBackend:
     def _txn(self, body: dict[str, Any], what: str, name: str) -> dict[str, Any]:
         return self._gateway.call("/v3/kv/txn", body, what, name)
 
+    def _fence_put(self, name: str, fence: int) -> dict[str, Any]:
+        """Record the fence of a lease that is being released (in the release's transaction)."""
+        return {"request_put": {"key": b64(fence_key(self._prefix, name)), "value": b64(str(fence).encode())}}
+
     def _revoke(self, lease: int, name: str) -> None:
         """Best effort: end a lease (and delete the key on it). Unreachable: it ends with its TTL."""
         try:
@@ -415,8 +420,10 @@ class EtcdBackend:
             {"key": key, "target": "VALUE", "result": "EQUAL", "value": b64(token.encode())}]
         if fence:
             compare.append({"key": key, "target": "CREATE", "result": "EQUAL", "create_revision": fence})
-        data = self._txn({"compare": compare, "success": [{"request_delete_range": {"key": key}}],
-                                "failure": [newer]}, "release", name)
+        success: list[dict[str, Any]] = [{"request_delete_range": {"key": key}}]
+        if fence:
+            success.append(self._fence_put(name, fence))
+        data = self._txn({"compare": compare, "success": success, "failure": [newer]}, "release", name)
         self._held.pop(token, None)  # the server answered: the token's work is done either way
         deleted = bool(data.get("succeeded"))
         if not (deleted and self._keep_spare(held)):
@@ -552,11 +559,16 @@ class EtcdBackend:
     def status(self, name: str) -> LockStatus:
         """The holder (the oldest key), its fence, its lease's TTL left (whole seconds) and the waiters.
 
-        etcd keeps nothing of a name once its last key is gone, so a free lock shows `fence=None`.
+        A free lock shows the fence of the last lease released through fencelock (`release()` or `force_release`
+        record it in their transaction); None if none was: etcd keeps nothing of a lease that expired.
         """
         owner, count = self._head(name)
         if owner is None:
-            return LockStatus(name, False, None, None, 0)
+            data = self._gateway.call("/v3/kv/range", {"key": b64(fence_key(self._prefix, name))}, "status",
+                                            name)
+            found = kvs(data)
+            last = int(found[0].value) if found and found[0].value.isdigit() else None
+            return LockStatus(name, False, last, None, 0)
         return LockStatus(name, True, owner.create_revision, self._time_to_live(owner.lease, name), count - 1)
 
     def scan(self, pattern: str) -> list[LockStatus]:
@@ -601,7 +613,8 @@ class EtcdBackend:
             data = self._txn({
                 "compare": [{"key": key, "target": "CREATE", "result": "EQUAL",
                              "create_revision": owner.create_revision}],
-                "success": [{"request_delete_range": {"key": key}}]}, "force-release", name)
+                "success": [{"request_delete_range": {"key": key}}, self._fence_put(name, owner.create_revision)],
+            }, "force-release", name)
             if data.get("succeeded"):
                 self._revoke(owner.lease, name)
                 return LockStatus(name, True, owner.create_revision, remaining, count - 1)
