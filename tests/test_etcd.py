@@ -293,6 +293,28 @@ def test_renewal_keeps_a_short_lease_alive(locks: fencelock.Locks, etcd: EtcdDep
         assert etcd.holder(name) == lease.token
 
 
+def test_the_watchdog_renews_many_leases_in_few_requests(etcd_server: EtcdServer, name: str) -> None:
+    locks = fencelock.connect(etcd_server.url)
+    backend: Any = locks.backend
+    try:
+        leases = [locks.acquire(f"{name}:{i}", ttl=3.0, renew=True) for i in range(200)]
+        time.sleep(4.0)  # past the TTL: only renewals keep them
+        assert not [lease for lease in leases if lease.lost]
+        renewed = locks.watchdog.renewals
+        assert renewed >= 200
+        assert backend.renewal_requests * 10 <= renewed  # batched: one keep-alive request carries many leases
+        # One batch of all 200 at once: the gateway answers long keep-alive requests only in part (a prefix);
+        # what it left unanswered is sent again, and never counts as lost.
+        sent = backend.renewal_requests
+        batch = [(lease.name, lease.token, lease.fence, 3000) for lease in leases]
+        assert backend.extend_many(batch) == [True] * 200
+        assert backend.renewal_requests - sent >= 200 // 32
+        for lease in leases:
+            lease.release()
+    finally:
+        locks.close()
+
+
 def test_extending_past_the_lease_ttl_moves_the_key_to_a_longer_lease_and_keeps_the_fence(
         locks: fencelock.Locks, etcd_server: EtcdServer, name: str) -> None:
     lease = locks.acquire(name, ttl=2.0)
