@@ -1,0 +1,1 @@
+"""The fault lab: scenarios x lock configurations on real servers, and its report."""
