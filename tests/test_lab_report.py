@@ -385,3 +385,20 @@ def test_chromium_renders_the_report_and_loads_every_picture(report: Path, brows
     assert dom.count('data-loaded="yes"') == drawn
     assert "data-pwned" not in body                                # the note's script did not run
     assert elapsed < 20, f"chromium took {elapsed:.1f} s"
+
+
+def test_a_cell_with_thousands_of_events_draws_quickly_and_lists_the_first_300(tmp_path: Path) -> None:
+    results = sample_results()
+    events: list[dict[str, Any]] = []
+    for i in range(500):                                           # four workers taking turns, 2000 events
+        t, worker = i * 0.01, f"w{i % 4}"
+        events += [_ev(t, worker, "acquire", i + 1, True, t + 0.008), _ev(t + 0.002, worker, "write", i + 1, True),
+                   _ev(t + 0.004, worker, "write", i, i % 50 == 0), _ev(t + 0.006, worker, "release", i + 1, True)]
+    results["cells"] = [{**results["cells"][0], "events": events}]
+    started = time.perf_counter()
+    page = write_report(results, tmp_path)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 15, f"{elapsed:.1f} s for one cell of 2000 events"    # about 1.3 s here
+    figure = _by_id(ET.parse(page).getroot(), "cell-pause-past-ttl--redis")
+    assert len(figure.findall(".//table[@class='events']/tbody/tr")) == 300
+    assert "and 1700 more events (see results.json)" in _text(figure)

@@ -14,7 +14,8 @@ How a cell's events become a timeline (`timeline()`; pure, no I/O):
   server, "lab") get no lane: their faults are drawn across all lanes.
 - A lease runs from a successful `acquire` to that worker's `release` (granted or refused) or `lost`, or to its
   last event (or lease end) if neither came. A successful `acquire` with the fence of the lease the worker
-  already holds (or, without fences, any `acquire` while it holds one) extends that lease: its `lease_end` moves.
+  already holds (or, without fences, any `acquire` while it holds one) extends that lease: its `lease_end` moves,
+  if the lease was still valid then (a late "extension" that succeeded, a naive PEXPIRE, extended another key).
 - A lease is valid until its `lease_end` or an `expire` event, whichever comes first. The part after that, where
   the holder still believed it held the lock, is drawn hatched.
 - An accepted write is *stale* when its fence is lower than a fence already accepted, or when its writer held
@@ -210,8 +211,10 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> Timeline:
         elif kind == "acquire" and ok:
             if current is not None and (fence == current.fence):
                 current.extensions += 1
-                current.lease_end = lease_end if lease_end is not None else current.lease_end
-                current.expired_at = None
+                # An extension counts only while the lease is valid: a "successful" one after the lease had
+                # ended (a naive PEXPIRE) extended somebody else's key, not this lease.
+                if lease_end is not None and current.valid_at(t):
+                    current.lease_end = lease_end
                 continue
             if current is not None:
                 current.end, current.ending = t, "open"
@@ -306,6 +309,7 @@ def describe(tl: Timeline) -> list[str]:
 BLUE, GREEN, YELLOW, RED, PURPLE = "#4477AA", "#228833", "#CCBB44", "#EE6677", "#AA3377"
 DARK_RED = "#B2182B"
 LANE_HEIGHT_IN = 0.40
+MAX_LABELLED_LEASES = 40          # past this, fence and fault labels would only cover each other
 WIDTH_IN = 5.4
 
 
@@ -378,33 +382,50 @@ def draw_timeline(fig: Figure, tl: Timeline) -> None:
         ax.axvspan(lo, hi, facecolor=YELLOW, alpha=0.28, edgecolor="none", zorder=0)
         ax.text((lo + hi) / 2, lanes - 0.5, "overlap", ha="center", va="bottom", fontsize=6.5, color="#6B5E00")
 
+    # One artist per kind of thing, not one per lease or write: a cell of thousands of events stays fast.
+    span = t_max + pad * 3
+    labels = len(tl.leases) <= MAX_LABELLED_LEASES
+    solid: list[tuple[float, float, float]] = []                  # (lane, start, width)
+    past: list[tuple[float, float, float]] = []
+    released: list[tuple[float, float]] = []
     for lease in tl.leases:
         y = lane[lease.worker]
         valid = lease.valid_until
         solid_end = lease.held_until if valid is None else min(lease.held_until, valid)
-        ax.barh(y, max(solid_end - lease.start, t_max * 0.004), left=lease.start, height=0.46, color=BLUE,
-                edgecolor="#22456B", linewidth=0.6, zorder=2)
+        solid.append((y, lease.start, max(solid_end - lease.start, t_max * 0.004)))
         if lease.past_end and valid is not None:
-            ax.barh(y, lease.held_until - valid, left=valid, height=0.46, facecolor="#FBE3E6", hatch="////",
-                    edgecolor=DARK_RED, linewidth=0.8, zorder=2)
-        ax.text(lease.start, y - 0.27, _fence(lease.fence), fontsize=6.8,
-                va="bottom", ha="left", color="#1A2E47", zorder=5)
+            past.append((y, valid, lease.held_until - valid))
+        if lease.ending == "released":
+            released.append((lease.held_until, y))
+        if not labels:
+            continue
+        if solid_end - lease.start > span * 0.13:                 # room inside the bar: white on blue
+            ax.annotate(_fence(lease.fence), (lease.start, y), xytext=(3, 0), textcoords="offset points",
+                        fontsize=6.8, va="center", ha="left", color="white", fontweight="bold", zorder=5)
+        else:
+            ax.text(lease.start, y - 0.27, _fence(lease.fence), fontsize=6.8, va="bottom", ha="left",
+                    color="#1A2E47", zorder=5)
         if lease.ending in ("release refused", "lost"):
-            ax.text(lease.held_until + pad * 0.3, y + 0.02, lease.ending, fontsize=6.3, va="center", ha="left",
-                    color=DARK_RED, zorder=5)
-        elif lease.ending == "released":
-            ax.plot([lease.held_until], [y], marker="|", markersize=11, markeredgewidth=1.6, color="#111111",
-                    zorder=4)
+            # Offset in points, so the word clears a marker drawn at the very end of the bar.
+            ax.annotate(lease.ending, (lease.held_until, y), xytext=(7, 0), textcoords="offset points",
+                        fontsize=6.3, va="center", ha="left", color=DARK_RED, zorder=5)
+    if solid:
+        ys, lefts, widths = zip(*solid, strict=True)
+        ax.barh(ys, widths, left=lefts, height=0.46, color=BLUE, edgecolor="#22456B", linewidth=0.6, zorder=2)
+    if past:
+        ys, lefts, widths = zip(*past, strict=True)
+        ax.barh(ys, widths, left=lefts, height=0.46, facecolor="#FBE3E6", hatch="////", edgecolor=DARK_RED,
+                linewidth=0.8, zorder=2)
+    _points(ax, released, marker="|", markersize=11, markeredgewidth=1.6, color="#111111", zorder=4)
 
-    for mark in tl.marks:
-        if mark.kind == "fault":
-            ax.axvline(mark.t, color=PURPLE, linestyle=(0, (4, 2)), linewidth=1.1, zorder=3)
+    for mark in tl.faults:
+        ax.axvline(mark.t, color=PURPLE, linestyle=(0, (4, 2)), linewidth=1.1, zorder=3)
+        if len(tl.faults) <= MAX_LABELLED_LEASES:
             ax.text(mark.t, -0.55, mark.label, ha="center", va="bottom", fontsize=7, color="white",
                     fontweight="bold", zorder=6,
                     bbox={"boxstyle": "round,pad=0.18", "facecolor": PURPLE, "edgecolor": "none"})
-        elif mark.kind == "refused" and mark.worker in lane:
-            ax.plot([mark.t], [lane[mark.worker]], marker=">", markersize=5, markerfacecolor="white",
-                    markeredgecolor="#555555", linestyle="none", zorder=4)
+    refused = [(m.t, lane[m.worker]) for m in tl.marks if m.kind == "refused" and m.worker in lane]
+    _points(ax, refused, marker=">", markersize=5, markerfacecolor="white", markeredgecolor="#555555", zorder=4)
 
     styles: dict[str, dict[str, Any]] = {
         "accepted": {"marker": "o", "markersize": 6.5, "markerfacecolor": GREEN, "markeredgecolor": "white"},
@@ -412,12 +433,21 @@ def draw_timeline(fig: Figure, tl: Timeline) -> None:
         "unanswered": {"marker": "o", "markersize": 6.5, "markerfacecolor": "white", "markeredgecolor": "#333333"},
         "stale": {"marker": "*", "markersize": 14, "markerfacecolor": RED, "markeredgecolor": "#5A0A12"},
     }
+    for outcome, style in styles.items():                          # stale last: on top of everything
+        _points(ax, [(w.t, lane[w.worker]) for w in tl.writes if w.outcome == outcome], zorder=7,
+                markeredgewidth=0.9, **style)
+    labelled: dict[str, float] = {}                               # lane -> time of its last STALE label
     for w in tl.writes:
-        y = lane[w.worker]
-        ax.plot([w.t], [y], linestyle="none", zorder=7, markeredgewidth=0.9, **styles[w.outcome])
-        if w.outcome == "stale":
-            ax.text(w.t, y + 0.36, "STALE", ha="center", va="center", fontsize=6.5, fontweight="bold",
-                    color=DARK_RED, zorder=7)
+        if w.outcome == "stale" and w.t - labelled.get(w.worker, -math.inf) > t_max * 0.08:
+            labelled[w.worker] = w.t                              # one label for stars close together
+            ax.annotate("STALE", (w.t, lane[w.worker]), xytext=(0, 7), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=6.5, fontweight="bold", color=DARK_RED, zorder=7)
+
+
+def _points(ax: Axes, points: Sequence[tuple[float, float]], **style: Any) -> None:
+    if points:
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, linestyle="none", **style)
 
 
 def draw_legend(fig: Figure) -> None:
@@ -511,6 +541,12 @@ def _source(source: str) -> str:
     return _e(source)
 
 
+def _sentence(text: str) -> str:
+    """`text` ending in a full stop, unless it already ends in punctuation."""
+    text = text.rstrip()
+    return text if not text or text[-1] in ".?!" else text + "."
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -554,6 +590,8 @@ p { margin: 6px 0; }
 dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; margin: 8px 0 10px; }
 dl.meta dt { color: var(--muted); }
 dl.meta dd { margin: 0; }
+nav { font-size: 13.5px; margin: 4px 0 8px; }
+nav a { margin: 0 2px; }
 code { font-family: "DejaVu Sans Mono", "Liberation Mono", monospace; font-size: 13px; background: var(--panel);
   padding: 1px 5px; border-radius: 3px; }
 table.matrix { border-collapse: separate; border-spacing: 3px; width: 100%; table-layout: fixed; }
@@ -740,6 +778,11 @@ def _head(results: Mapping[str, Any]) -> str:
 
 
 def _header(results: Mapping[str, Any]) -> str:
+    scenarios = sorted(results["scenarios"], key=lambda s: (s["number"], s["id"]))
+    nav = ('<nav aria-label="Contents"><a href="#verdicts">Verdicts</a> · <a href="#unavailable">Not run</a> · '
+           '<a href="#timelines">Timelines</a>: '
+           + " ".join(f'<a href="#scenario-{_slug(s["id"])}" title="{_e(s["title"])}">{_e(s["number"])}</a>'
+                      for s in scenarios) + "</nav>")
     mode = ("quick (<code>--quick</code>: fewer, shorter runs)" if results["quick"]
             else "full")
     return ("<header><h1>fencelock lab report</h1>"
@@ -751,7 +794,8 @@ def _header(results: Mapping[str, Any]) -> str:
             f"<dt>Started</dt><dd>{_e(results['started'])}</dd>"
             f"<dt>Duration</dt><dd>{float(results['duration_s']):.1f} s</dd>"
             f"<dt>Run it again</dt><dd><code>{_e(_rerun(results))}</code></dd>"
-            "</dl><p id=\"broken\" class=\"note\" hidden=\"hidden\"></p></header>")
+            "</dl><p id=\"broken\" class=\"note\" hidden=\"hidden\"></p>"
+            f"{nav}</header>")
 
 
 def _matrix(results: Mapping[str, Any], scenarios: Sequence[Mapping[str, Any]], configs: Mapping[str, Any],
@@ -837,8 +881,9 @@ def _scenario_timelines(scenario: Mapping[str, Any], configs: Mapping[str, Mappi
                         fig: Figure) -> str:
     out = [f'<section class="scenario" id="scenario-{_slug(scenario["id"])}">'
            f'<h3>{_e(scenario["number"])}. {_e(scenario["title"])}</h3>'
-           f'<p><strong>Fault:</strong> {_e(scenario["fault"])}. <strong>Source:</strong> '
-           f'{_source(scenario["source"])}.</p><div class="grid">']
+           f'<p><strong>Fault:</strong> {_e(_sentence(scenario["fault"]))} <strong>Source:</strong> '
+           f'{_source(scenario["source"])}{"" if _sentence(scenario["source"]) == scenario["source"] else "."}</p>'
+           '<div class="grid">']
     for cid, config in configs.items():
         cell = cells.get((scenario["id"], cid))
         if cell is None:
