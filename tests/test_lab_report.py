@@ -361,7 +361,9 @@ def test_chromium_renders_the_report_and_loads_every_picture(report: Path, brows
     shot = tmp_path / "report.png"
     started = time.perf_counter()
     _run([*browser, f"--screenshot={shot}", url])
-    dom = _run([*browser, "--dump-dom", url]).stdout.decode()
+    # The virtual-time budget lets the page's load handler finish before the DOM is dumped (it returns as soon
+    # as the page is idle, not after 5 s).
+    dom = _run([*browser, "--dump-dom", "--virtual-time-budget=5000", url]).stdout.decode()
     elapsed = time.perf_counter() - started
 
     width, height, depth, colour, pixels = _png(shot.read_bytes())
