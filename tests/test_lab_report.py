@@ -404,3 +404,16 @@ def test_a_cell_with_thousands_of_events_draws_quickly_and_lists_the_first_300(t
     figure = _by_id(ET.parse(page).getroot(), "cell-pause-past-ttl--redis")
     assert len(figure.findall(".//table[@class='events']/tbody/tr")) == 300
     assert "and 1700 more events (see results.json)" in _text(figure)
+
+
+def test_a_skipped_cell_of_an_available_configuration_gives_its_reason_not_an_install_hint(tmp_path: Path) -> None:
+    results = sample_results()
+    cell = next(c for c in results["cells"] if c["scenario"] == "failover" and c["config"] == "redlock")
+    cell.update(verdict="SKIPPED", note="does not apply: Redlock nodes have no replicas", events=[])
+    root = ET.parse(write_report(results, tmp_path)).getroot()
+    matrix = root.find(".//table[@class='matrix']")
+    assert matrix is not None
+    td = matrix.findall("tbody/tr")[3].findall("td")[2]
+    assert "does not apply: Redlock nodes have no replicas" in _text(td)
+    assert "how to add it" not in _text(td)
+    assert "Not run" in _text(_by_id(root, "cell-failover--redlock"))

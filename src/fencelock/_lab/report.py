@@ -833,10 +833,15 @@ def _matrix(results: Mapping[str, Any], scenarios: Sequence[Mapping[str, Any]], 
                 continue
             v = cell["verdict"]
             klass = f"cell {CLASS[v]}" + (" differs" if (s["id"], cid) in differs else "")
-            if v == "SKIPPED":
+            if v == "SKIPPED" and not configs[cid]["available"]:
                 out.append(f'<td class="{klass}"><a href="#unavailable">{_verdict_html(cell)}</a>'
                            f'<span class="note">not available here: <a href="#unavailable">how to add it</a>'
                            f"</span>{_expectation(cell)}</td>")
+                continue
+            if v == "SKIPPED":                                     # e.g. a scenario that does not apply
+                out.append(f'<td class="{klass}"><a href="#{anchors[(s["id"], cid)]}">{_verdict_html(cell)}</a>'
+                           f'<span class="note">{_e(_short(cell["note"] or "skipped", 160))}</span>'
+                           f"{_expectation(cell)}</td>")
                 continue
             body = [f'<a href="#{anchors[(s["id"], cid)]}">{_verdict_html(cell)}</a>']
             if v in ("SAFE", "UNSAFE"):
