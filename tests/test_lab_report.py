@@ -417,3 +417,18 @@ def test_a_skipped_cell_of_an_available_configuration_gives_its_reason_not_an_in
     assert "does not apply: Redlock nodes have no replicas" in _text(td)
     assert "how to add it" not in _text(td)
     assert "Not run" in _text(_by_id(root, "cell-failover--redlock"))
+
+
+def test_a_pause_then_a_burst_gets_a_zoom_panel_and_an_even_timeline_does_not() -> None:
+    from fencelock._lab.report import busy_window
+
+    burst = timeline([_ev(0.0, "a", "acquire", 1, True, 0.4), _ev(0.05, "lab", "fault"),
+                      _ev(0.60, "b", "acquire", 2, True, 3.6), _ev(0.61, "b", "write", 2, True),
+                      _ev(0.62, "a", "write", 1, True), _ev(0.63, "a", "release", 1, False),
+                      _ev(0.64, "b", "release", 2, True)])
+    assert burst.t_max == 0.64                                     # b's unused lease end (3.6 s) is not drawn
+    window = busy_window(burst)
+    assert window is not None
+    assert window[0] < 0.60 < 0.64 < window[1] < 0.7
+    even = timeline([_ev(t / 10, "a", "write", None, True) for t in range(10)])
+    assert busy_window(even) is None

@@ -199,7 +199,7 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> Timeline:
         t, worker, kind = float(e["t"]), str(e["worker"]), str(e["kind"])
         fence, ok, detail = e.get("fence"), e.get("ok"), str(e.get("detail", ""))
         lease_end = None if e.get("lease_end") is None else float(e["lease_end"])
-        tl.t_max = max(tl.t_max, t, lease_end or 0.0)
+        tl.t_max = max(tl.t_max, t)
         if kind != "fault" and worker not in tl.lanes:
             tl.lanes.append(worker)
         current = holding.get(worker)
@@ -355,36 +355,85 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def draw_timeline(fig: Figure, tl: Timeline) -> None:
-    """Draw one cell on `fig` (cleared first): lanes, lease bars, overlaps, faults, writes, fence labels."""
+def busy_window(tl: Timeline) -> tuple[float, float] | None:
+    """The stretch worth a zoomed second panel: the largest run of events closer together than 2 % of the
+    timeline, when it holds at least 4 events and spans under a fifth of it (a pause, then a burst)."""
+    span = max(tl.t_max, 1e-9)
+    times = sorted({w.t for w in tl.writes} | {m.t for m in tl.marks}
+                   | {x.start for x in tl.leases} | {x.held_until for x in tl.leases})
+    best: tuple[int, float, float] | None = None
+    i = 0
+    while i < len(times):
+        j = i
+        while j + 1 < len(times) and times[j + 1] - times[j] < span * 0.02:
+            j += 1
+        if best is None or j - i + 1 > best[0]:
+            best = (j - i + 1, times[i], times[j])
+        i = j + 1
+    if best is None or best[0] < 4 or best[2] - best[1] > span * 0.2:
+        return None
+    width = max(best[2] - best[1], span * 0.01)
+    return best[1] - width * 0.15, best[2] + width * 0.15
+
+
+def draw_timeline(fig: Figure, tl: Timeline) -> tuple[float, float] | None:
+    """Draw one cell on `fig` (cleared first): lanes, lease bars, overlaps, faults, writes, fence labels; and,
+    under it, a zoom on the busy stretch if there is one (returned)."""
     lanes = max(len(tl.lanes), 1)
-    top_in, bottom_in, left_in, right_in = 0.28, 0.40, 0.80, 0.12
-    height_in = top_in + bottom_in + LANE_HEIGHT_IN * lanes
+    top_in, bottom_in, left_in, right_in, gap_in = 0.28, 0.40, 0.80, 0.12, 0.62
+    zoom = busy_window(tl)
+    panel_in = LANE_HEIGHT_IN * lanes
+    height_in = top_in + bottom_in + panel_in + ((gap_in + panel_in) if zoom else 0.0)
     fig.clear()
     fig.set_size_inches(WIDTH_IN, height_in)
-    ax: Axes = fig.add_axes((left_in / WIDTH_IN, bottom_in / height_in, 1 - (left_in + right_in) / WIDTH_IN,
-                             LANE_HEIGHT_IN * lanes / height_in))
+    width = 1 - (left_in + right_in) / WIDTH_IN
     t_max = max(tl.t_max, 0.1)
     pad = t_max * 0.03
-    ax.set_xlim(-pad, t_max + pad * 2)
+    whole = (-pad, t_max + pad * 2)
+    main_bottom = bottom_in + ((gap_in + panel_in) if zoom else 0.0)
+    ax: Axes = fig.add_axes((left_in / WIDTH_IN, main_bottom / height_in, width, panel_in / height_in))
+    _draw_panel(ax, tl, whole, "seconds since the cell started", zoom)
+    if zoom is not None:
+        ax.axvspan(*zoom, facecolor="none", edgecolor="#777777", linewidth=0.9, linestyle=(0, (2, 2)), zorder=1)
+        zx: Axes = fig.add_axes((left_in / WIDTH_IN, bottom_in / height_in, width, panel_in / height_in))
+        _draw_panel(zx, tl, zoom, f"zoom on {zoom[0]:.3f} - {zoom[1]:.3f} s (the dotted box above)")
+    return zoom
+
+
+def _draw_panel(ax: Axes, tl: Timeline, xlim: tuple[float, float], xlabel: str,
+                zoomed: tuple[float, float] | None = None) -> None:
+    """One panel; the labels of what falls inside `zoomed` are left to the zoom panel, where they have room."""
+    from matplotlib.ticker import MaxNLocator
+
+    lanes = max(len(tl.lanes), 1)
+    lo_x, hi_x = xlim
+    span = hi_x - lo_x
+    ax.set_xlim(lo_x, hi_x)
     ax.set_ylim(lanes - 0.45, -0.55)                         # lane 0 on top
     ax.set_yticks(range(len(tl.lanes)), [_short(w, 14) for w in tl.lanes])
     ax.tick_params(axis="y", length=0, pad=4)
     ax.tick_params(axis="x", labelsize=7.5)
-    ax.set_xlabel("seconds since the cell started", fontsize=7.5, labelpad=2)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=7))
+    ax.set_xlabel(xlabel, fontsize=7.5, labelpad=2)
     ax.grid(axis="x", color="#E4E4E4", linewidth=0.6)
     ax.set_axisbelow(True)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     lane = {w: i for i, w in enumerate(tl.lanes)}
 
+    def visible(t: float) -> bool:
+        return lo_x <= t <= hi_x and not (zoomed is not None and zoomed[0] <= t <= zoomed[1])
+
+    last_label = -math.inf
     for lo, hi in tl.overlaps:
         ax.axvspan(lo, hi, facecolor=YELLOW, alpha=0.28, edgecolor="none", zorder=0)
-        ax.text((lo + hi) / 2, lanes - 0.5, "overlap", ha="center", va="bottom", fontsize=6.5, color="#6B5E00")
+        mid = (max(lo, lo_x) + min(hi, hi_x)) / 2
+        if visible(mid) and mid - last_label > span * 0.1:
+            last_label = mid
+            ax.text(mid, lanes - 0.5, "overlap", ha="center", va="bottom", fontsize=6.5, color="#6B5E00")
 
     # One artist per kind of thing, not one per lease or write: a cell of thousands of events stays fast.
-    span = t_max + pad * 3
-    labels = len(tl.leases) <= MAX_LABELLED_LEASES
+    labels = sum(1 for x in tl.leases if x.start < hi_x and x.held_until > lo_x) <= MAX_LABELLED_LEASES
     solid: list[tuple[float, float, float]] = []                  # (lane, start, width)
     past: list[tuple[float, float, float]] = []
     released: list[tuple[float, float]] = []
@@ -392,23 +441,27 @@ def draw_timeline(fig: Figure, tl: Timeline) -> None:
         y = lane[lease.worker]
         valid = lease.valid_until
         solid_end = lease.held_until if valid is None else min(lease.held_until, valid)
-        solid.append((y, lease.start, max(solid_end - lease.start, t_max * 0.004)))
+        solid.append((y, lease.start, max(solid_end - lease.start, span * 0.004)))
         if lease.past_end and valid is not None:
             past.append((y, valid, lease.held_until - valid))
         if lease.ending == "released":
             released.append((lease.held_until, y))
-        if not labels:
+        if not labels or lease.held_until < lo_x or lease.start > hi_x:
             continue
-        if solid_end - lease.start > span * 0.13:                 # room inside the bar: white on blue
-            ax.annotate(_fence(lease.fence), (lease.start, y), xytext=(3, 0), textcoords="offset points",
+        start = max(lease.start, lo_x)
+        if min(solid_end, hi_x) - start > span * 0.13:          # room inside the bar: white on blue
+            ax.annotate(_fence(lease.fence), (start, y), xytext=(3, 0), textcoords="offset points",
                         fontsize=6.8, va="center", ha="left", color="white", fontweight="bold", zorder=5)
-        else:
-            ax.text(lease.start, y - 0.27, _fence(lease.fence), fontsize=6.8, va="bottom", ha="left",
-                    color="#1A2E47", zorder=5)
-        if lease.ending in ("release refused", "lost"):
-            # Offset in points, so the word clears a marker drawn at the very end of the bar.
-            ax.annotate(lease.ending, (lease.held_until, y), xytext=(7, 0), textcoords="offset points",
-                        fontsize=6.3, va="center", ha="left", color=DARK_RED, zorder=5)
+        elif visible(start):
+            ax.annotate(_fence(lease.fence), (start, y), xytext=(0, 7), textcoords="offset points",
+                        fontsize=6.8, va="bottom", ha="left", color="#1A2E47", zorder=5)
+        if lease.ending in ("release refused", "lost") and visible(lease.held_until):
+            # Offset in points, so the word clears a marker drawn at the very end of the bar; near the right
+            # edge it goes above the end instead, where the picture does not cut it off.
+            right = lease.held_until > lo_x + span * 0.8
+            ax.annotate(lease.ending, (lease.held_until, y), xytext=(2, 7) if right else (7, 0),
+                        textcoords="offset points", fontsize=6.3, va="bottom" if right else "center",
+                        ha="right" if right else "left", color=DARK_RED, zorder=5)
     if solid:
         ys, lefts, widths = zip(*solid, strict=True)
         ax.barh(ys, widths, left=lefts, height=0.46, color=BLUE, edgecolor="#22456B", linewidth=0.6, zorder=2)
@@ -418,11 +471,20 @@ def draw_timeline(fig: Figure, tl: Timeline) -> None:
                 linewidth=0.8, zorder=2)
     _points(ax, released, marker="|", markersize=11, markeredgewidth=1.6, color="#111111", zorder=4)
 
+    # Faults close together share one label ("F2-F3"), so labels never cover each other.
+    groups: list[list[Mark]] = []
     for mark in tl.faults:
         ax.axvline(mark.t, color=PURPLE, linestyle=(0, (4, 2)), linewidth=1.1, zorder=3)
-        if len(tl.faults) <= MAX_LABELLED_LEASES:
-            ax.text(mark.t, -0.55, mark.label, ha="center", va="bottom", fontsize=7, color="white",
-                    fontweight="bold", zorder=6,
+        if visible(mark.t):
+            if groups and mark.t - groups[-1][0].t < span * 0.05:
+                groups[-1].append(mark)
+            else:
+                groups.append([mark])
+    if len(groups) <= MAX_LABELLED_LEASES:
+        for group in groups:
+            text = group[0].label if len(group) == 1 else f"{group[0].label}-{group[-1].label}"
+            ax.text(group[0].t, -0.55, text, ha="left" if len(group) > 1 else "center", va="bottom", fontsize=7,
+                    color="white", fontweight="bold", zorder=6,
                     bbox={"boxstyle": "round,pad=0.18", "facecolor": PURPLE, "edgecolor": "none"})
     refused = [(m.t, lane[m.worker]) for m in tl.marks if m.kind == "refused" and m.worker in lane]
     _points(ax, refused, marker=">", markersize=5, markerfacecolor="white", markeredgecolor="#555555", zorder=4)
@@ -438,7 +500,7 @@ def draw_timeline(fig: Figure, tl: Timeline) -> None:
                 markeredgewidth=0.9, **style)
     labelled: dict[str, float] = {}                               # lane -> time of its last STALE label
     for w in tl.writes:
-        if w.outcome == "stale" and w.t - labelled.get(w.worker, -math.inf) > t_max * 0.08:
+        if w.outcome == "stale" and visible(w.t) and w.t - labelled.get(w.worker, -math.inf) > span * 0.08:
             labelled[w.worker] = w.t                              # one label for stars close together
             ax.annotate("STALE", (w.t, lane[w.worker]), xytext=(0, 7), textcoords="offset points", ha="center",
                         va="bottom", fontsize=6.5, fontweight="bold", color=DARK_RED, zorder=7)
@@ -903,14 +965,15 @@ def _scenario_timelines(scenario: Mapping[str, Any], configs: Mapping[str, Mappi
                        "timeline.</figcaption></figure>")
             continue
         tl = timeline(cell["events"])
-        draw_timeline(fig, tl)
+        zoom = draw_timeline(fig, tl)
         picture = _data_uri(_svg(fig))
+        zoomed = "" if zoom is None else f" The lower panel zooms on {zoom[0]:.3f} to {zoom[1]:.3f} s."
         lines = describe(tl) or ["No events were recorded."]
         counts = _counts_line(cell["counts"]) if cell["verdict"] in ("SAFE", "UNSAFE") else ""
         fault_list = "; ".join(f"{m.label} at {_s(m.t)}: {m.detail}" for m in tl.faults)
         out.append(
             f'<figure id="{anchor}" class="timeline{" differs" if differs else ""}">{head}'
-            f'<img src="{picture}" alt="{_e(_alt(scenario, config, cell, tl))}" '
+            f'<img src="{picture}" alt="{_e(_alt(scenario, config, cell, tl) + zoomed)}" '
             f'aria-describedby="{anchor}-text" loading="eager"/>'
             f'<figcaption>{note}{_e(counts)}{". " if counts else ""}{_expectation(cell)}'
             + (f'<span class="small">Faults: {_e(fault_list)}</span>' if fault_list else "")
