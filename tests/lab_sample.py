@@ -112,15 +112,16 @@ def _pause_past_ttl(c: _Cell, guarded: bool) -> tuple[int, int]:
 
 
 def _pause_check_write(c: _Cell, guarded: bool) -> tuple[int, int]:
+    # As the lab really records it: a long pause, then everything within a few milliseconds.
     c.acquire(0.05, "w1", 4)
     c.fault(0.90, "w1", "SIGSTOP w1 after remaining() = 0.14 s")
     c.expire(1.05, "w1", 4)
-    c.acquire(1.10, "w2", 5)
-    c.write(1.25, "w2", 5, True)
-    c.release(1.35, "w2", 5, True)
-    c.fault(1.60, "w1", "SIGCONT w1")
-    c.write(1.62, "w1", 4, not guarded, "checked valid 0.7 s earlier")
-    c.release(1.65, "w1", 4, False, "LockLost")
+    c.acquire(1.580, "w2", 5)
+    c.write(1.590, "w2", 5, True)
+    c.fault(1.600, "w1", "SIGCONT w1")
+    c.write(1.605, "w1", 4, not guarded, "checked valid 0.7 s earlier")
+    c.release(1.610, "w2", 5, True)
+    c.release(1.615, "w1", 4, False, "LockLost")
     return 1, 0 if guarded else 1
 
 

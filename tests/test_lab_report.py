@@ -224,6 +224,8 @@ def test_one_picture_per_cell_each_a_valid_svg_with_a_text_alternative(tree: ET.
     assert len(tree.findall(".//figure[@class='timeline']//img")) + len(
         tree.findall(".//figure[@class='timeline differs']//img")) == len(drawn)
     assert len(tree.findall(".//img")) == len(drawn) + 1             # and the legend
+    zoomed = [img for img in tree.findall(".//figure//img") if "The lower panel zooms on" in img.get("alt", "")]
+    assert len(zoomed) == 5                                          # scenario 2's burst, on each configuration
 
 
 def test_the_matrix_shows_every_verdict_with_its_counts_and_expectation(tree: ET.Element) -> None:
