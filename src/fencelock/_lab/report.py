@@ -389,7 +389,7 @@ def draw_timeline(fig: Figure, tl: Timeline) -> tuple[float, float] | None:
     width = 1 - (left_in + right_in) / WIDTH_IN
     t_max = max(tl.t_max, 0.1)
     pad = t_max * 0.03
-    whole = (-pad, t_max + pad * 2)
+    whole = (-pad, t_max * 1.1)                              # room on the right for an end's label
     main_bottom = bottom_in + ((gap_in + panel_in) if zoom else 0.0)
     ax: Axes = fig.add_axes((left_in / WIDTH_IN, main_bottom / height_in, width, panel_in / height_in))
     _draw_panel(ax, tl, whole, "seconds since the cell started", zoom)
@@ -449,19 +449,20 @@ def _draw_panel(ax: Axes, tl: Timeline, xlim: tuple[float, float], xlabel: str,
         if not labels or lease.held_until < lo_x or lease.start > hi_x:
             continue
         start = max(lease.start, lo_x)
-        if min(solid_end, hi_x) - start > span * 0.13:          # room inside the bar: white on blue
+        room = min(solid_end, hi_x) - start > span * 0.13
+        covered = any(w.worker == lease.worker and start <= w.t <= start + span * 0.13 for w in tl.writes)
+        if room and not covered:                                 # room inside the bar: white on blue
             ax.annotate(_fence(lease.fence), (start, y), xytext=(3, 0), textcoords="offset points",
                         fontsize=6.8, va="center", ha="left", color="white", fontweight="bold", zorder=5)
         elif visible(start):
             ax.annotate(_fence(lease.fence), (start, y), xytext=(0, 7), textcoords="offset points",
                         fontsize=6.8, va="bottom", ha="left", color="#1A2E47", zorder=5)
         if lease.ending in ("release refused", "lost") and visible(lease.held_until):
-            # Offset in points, so the word clears a marker drawn at the very end of the bar; near the right
-            # edge it goes above the end instead, where the picture does not cut it off.
-            right = lease.held_until > lo_x + span * 0.8
-            ax.annotate(lease.ending, (lease.held_until, y), xytext=(2, 7) if right else (7, 0),
-                        textcoords="offset points", fontsize=6.3, va="bottom" if right else "center",
-                        ha="right" if right else "left", color=DARK_RED, zorder=5)
+            # Offset in points, so the word clears a marker drawn at the very end of the bar (the x axis
+            # leaves room for it on the right).
+            ax.annotate("refused" if lease.ending == "release refused" else "lost", (lease.held_until, y),
+                        xytext=(7, 0), textcoords="offset points", fontsize=6.3, va="center", ha="left",
+                        color=DARK_RED, zorder=5)
     if solid:
         ys, lefts, widths = zip(*solid, strict=True)
         ax.barh(ys, widths, left=lefts, height=0.46, color=BLUE, edgecolor="#22456B", linewidth=0.6, zorder=2)
@@ -811,7 +812,9 @@ def _page(results: Mapping[str, Any]) -> str:
         draw_legend(fig)
         legend = _data_uri(_svg(fig))
         out.append('<section id="timelines"><h2>Timelines</h2>'
-                   "<p>One picture per cell: one lane per worker, time running right. Each picture has a text "
+                   "<p>One picture per cell: one lane per worker, time running right. “refused” at the end of a "
+                   "bar: its release was refused; “lost”: the worker learnt it had lost the lease. When a long "
+                   "pause ends in a burst, a second panel zooms on the burst. Each picture has a text "
                    "description and the full list of events beneath it.</p>"
                    f'<img class="legend-picture" src="{legend}" alt="Legend: a solid blue bar is a valid lease; '
                    "a hatched red bar is a lease held past its end; a black tick is a release; a green circle is "
