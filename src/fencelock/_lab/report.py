@@ -18,8 +18,9 @@ How a cell's events become a timeline (`timeline()`; pure, no I/O):
   if the lease was still valid then (a late "extension" that succeeded, a naive PEXPIRE, extended another key).
 - A lease is valid until its `lease_end` or an `expire` event, whichever comes first. The part after that, where
   the holder still believed it held the lock, is drawn hatched.
-- An accepted write is *stale* when its fence is lower than a fence already accepted, or when its writer held
-  no valid lease at that moment (the two rules of issue 7's checker). The lab counts; the picture shows where.
+- An accepted write is *stale* by the lab checker's rules: its writer held nothing; or a lease granted after
+  the writer's had already had a write accepted (with sound fences: a lower fence after a higher one); or the
+  writer's lease had ended and a later lease had been granted. The lab counts; the picture shows where.
 - Overlaps are the stretches where two workers' leases (as the workers saw them) were open at once.
 """
 
@@ -193,7 +194,7 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> Timeline:
     ordered = sorted(events, key=lambda e: float(e["t"]))       # stable: equal times keep their recorded order
     tl = Timeline()
     holding: dict[str, Lease] = {}
-    highest: int | None = None                                   # the highest fence accepted so far
+    writes: list[tuple[float, float, str, int | None, bool | None, str]] = []
     faults = 0
     for e in ordered:
         t, worker, kind = float(e["t"]), str(e["worker"]), str(e["kind"])
@@ -208,7 +209,7 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> Timeline:
         if kind == "fault":
             faults += 1
             tl.marks.append(Mark(t, worker, "fault", detail, f"F{faults}"))
-        elif kind == "acquire" and ok:
+        elif kind == "acquire" and ok is not False:
             if current is not None and (fence == current.fence):
                 current.extensions += 1
                 # An extension counts only while the lease is valid: a "successful" one after the lease had
@@ -229,27 +230,47 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> Timeline:
                 continue
             current.end = t
             current.ending = "lost" if kind == "lost" else ("released" if ok is not False else "release refused")
+            if kind == "lost" and current.expired_at is None:
+                current.expired_at = t
             del holding[worker]
         elif kind == "expire":
             if current is not None and current.expired_at is None:
                 current.expired_at = t
             tl.marks.append(Mark(t, worker, "expire", detail))
         elif kind == "write":
-            if ok is None:
-                outcome = "unanswered"
-            elif not ok:
-                outcome = "rejected"
-            else:
-                lower = fence is not None and highest is not None and fence < highest
-                outcome = "stale" if lower or current is None or not current.valid_at(t) else "accepted"
-                if fence is not None:
-                    highest = fence if highest is None else max(highest, fence)
-            tl.writes.append(Write(t, worker, fence, outcome, detail))
+            sent = float(e["sent"]) if isinstance(e.get("sent"), (int, float)) else t
+            writes.append((t, min(sent, t), worker, fence, ok, detail))
     for lease in holding.values():                               # never released: open until its last sign
         lease.end = max(lease.held_until, lease.lease_end or lease.start)
         tl.t_max = max(tl.t_max, lease.end)
+    tl.writes = _classify(writes, tl.leases)
     tl.overlaps = _overlaps(tl.leases)
     return tl
+
+
+def _classify(writes: Sequence[tuple[float, float, str, int | None, bool | None, str]],
+              leases: Sequence[Lease]) -> list[Write]:
+    """The lab checker's rules (issue 7): an accepted write is stale when its writer held nothing, when a lease
+    granted after the writer's had already had a write accepted (the write order contradicts the grant order;
+    with sound fences, a lower fence after a higher one), or when the writer's lease had ended and a later one
+    had been granted. A write belongs to its worker's latest lease granted before the write was sent."""
+    out: list[Write] = []
+    accepted_from: list[Lease | None] = []
+    for t, sent, worker, fence, ok, detail in writes:
+        if ok is None:
+            out.append(Write(t, worker, fence, "unanswered", detail))
+            continue
+        if not ok:
+            out.append(Write(t, worker, fence, "rejected", detail))
+            continue
+        own = [x for x in leases if x.worker == worker and x.start <= sent]
+        h = max(own, key=lambda x: x.start) if own else None
+        stale = h is None or any(o is not None and o is not h and o.start > h.start for o in accepted_from)
+        if not stale and h is not None and (h.valid_until is not None and t > h.valid_until):
+            stale = any(o is not h and h.start < o.start < t for o in leases)
+        accepted_from.append(h)
+        out.append(Write(t, worker, fence, "stale" if stale else "accepted", detail))
+    return out
 
 
 def _overlaps(leases: Sequence[Lease]) -> list[tuple[float, float]]:
