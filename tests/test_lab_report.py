@@ -475,3 +475,11 @@ def test_on_a_real_quick_run_the_pictures_mark_exactly_the_writes_the_lab_checke
         assert o["rejected"] + o["unanswered"] == cell["counts"]["stale_rejected"], where
     root = ET.parse(write_report(results, tmp_path)).getroot()
     assert len(root.findall(".//figure//img")) == sum(1 for c in results["cells"] if c["verdict"] != "SKIPPED")
+
+
+def test_scenario_variants_keep_their_letter(tmp_path: Path) -> None:
+    import json
+
+    root = ET.parse(write_report(json.loads(REAL.read_text(encoding="utf-8")), tmp_path)).getroot()
+    heads = [_text(h) for h in root.findall(".//section[@class='scenario']/h3")]
+    assert [h.split(".")[0] for h in heads] == ["1", "2", "3", "4", "5a", "5b", "5c", "6", "7", "8a", "8b", "9"]

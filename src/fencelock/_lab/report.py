@@ -625,6 +625,12 @@ def _source(source: str) -> str:
     return _e(source)
 
 
+def _label(scenario: Mapping[str, Any]) -> str:
+    """A scenario's number, with its variant letter when its id has one ("5a")."""
+    number, sid = str(scenario["number"]), str(scenario["id"])
+    return sid if re.fullmatch(re.escape(number) + r"[a-z]{1,2}", sid) else number
+
+
 def _sentence(text: str) -> str:
     """`text` ending in a full stop, unless it already ends in punctuation."""
     text = text.rstrip()
@@ -770,7 +776,7 @@ def _verdict_html(cell: Mapping[str, Any]) -> str:
 
 def _alt(scenario: Mapping[str, Any], config: Mapping[str, Any], cell: Mapping[str, Any], tl: Timeline) -> str:
     o = tl.outcomes()
-    parts = [f"Timeline of scenario {scenario['number']}, {scenario['title']}, on {config['title']}: "
+    parts = [f"Timeline of scenario {_label(scenario)}, {scenario['title']}, on {config['title']}: "
              f"{cell['verdict']}.",
              f"{_plural(len(tl.lanes), 'worker')}, {_plural(len(tl.leases), 'lease')}, "
              f"{_plural(len(tl.faults), 'fault')}.",
@@ -867,7 +873,7 @@ def _header(results: Mapping[str, Any]) -> str:
     scenarios = sorted(results["scenarios"], key=lambda s: (s["number"], s["id"]))
     nav = ('<nav aria-label="Contents"><a href="#verdicts">Verdicts</a> · <a href="#unavailable">Not run</a> · '
            '<a href="#timelines">Timelines</a>: '
-           + " ".join(f'<a href="#scenario-{_slug(s["id"])}" title="{_e(s["title"])}">{_e(s["number"])}</a>'
+           + " ".join(f'<a href="#scenario-{_slug(s["id"])}" title="{_e(s["title"])}">{_e(_label(s))}</a>'
                       for s in scenarios) + "</nav>")
     mode = ("quick (<code>--quick</code>: fewer, shorter runs)" if results["quick"]
             else "full")
@@ -909,7 +915,7 @@ def _matrix(results: Mapping[str, Any], scenarios: Sequence[Mapping[str, Any]], 
         out.append(f'<th scope="col">{_e(config["title"])}</th>')
     out.append("</tr></thead><tbody>")
     for s in scenarios:
-        out.append(f'<tr><th scope="row"><span class="num">{_e(s["number"])}</span><span class="t">'
+        out.append(f'<tr><th scope="row"><span class="num">{_e(_label(s))}</span><span class="t">'
                    f'{_e(s["title"])}</span><small>{_e(s["fault"])}</small>'
                    f'<small>Source: {_source(s["source"])}</small></th>')
         for cid in configs:
@@ -948,7 +954,7 @@ def _matrix(results: Mapping[str, Any], scenarios: Sequence[Mapping[str, Any]], 
         names = {s["id"]: s for s in scenarios}
         for key in differs:
             each, s = cells[key], names[key[0]]
-            out.append(f'<li><a href="#{anchors[key]}">Scenario {_e(s["number"])} on {_e(configs[key[1]]["title"])}'
+            out.append(f'<li><a href="#{anchors[key]}">Scenario {_e(_label(s))} on {_e(configs[key[1]]["title"])}'
                        f'</a>: {_e(each["verdict"])}, where {_e(s["source"])} predicts {_e(each["expected"])}.'
                        + (f" {_e(each['note'])}" if each["note"] else "") + "</li>")
         out.append("</ul>")
@@ -971,7 +977,7 @@ def _scenario_timelines(scenario: Mapping[str, Any], configs: Mapping[str, Mappi
                         cells: Mapping[tuple[str, str], Mapping[str, Any]], anchors: Mapping[tuple[str, str], str],
                         fig: Figure) -> str:
     out = [f'<section class="scenario" id="scenario-{_slug(scenario["id"])}">'
-           f'<h3>{_e(scenario["number"])}. {_e(scenario["title"])}</h3>'
+           f'<h3>{_e(_label(scenario))}. {_e(scenario["title"])}</h3>'
            f'<p><strong>Fault:</strong> {_e(_sentence(scenario["fault"]))} <strong>Source:</strong> '
            f'{_source(scenario["source"])}{"" if _sentence(scenario["source"]) == scenario["source"] else "."}</p>'
            '<div class="grid">']
