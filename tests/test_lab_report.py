@@ -227,12 +227,13 @@ def test_one_picture_per_cell_each_a_valid_svg_with_a_text_alternative(tree: ET.
     cells = sample_results()["cells"]
     drawn = [c for c in cells if c["verdict"] != "SKIPPED"]
     for cell in cells:
+        if cell["verdict"] == "SKIPPED":                           # ZooKeeper, not installed: said once
+            assert tree.find(f".//*[@id='{_anchor(cell)}']") is None
+            scenario = _by_id(tree, f"scenario-{cell['scenario']}")
+            assert "Not run here: ZooKeeper + guard (see Configurations not run" in _text(scenario)
+            continue
         figure = _by_id(tree, _anchor(cell))
         pictures = figure.findall(".//img")
-        if cell["verdict"] == "SKIPPED":
-            assert pictures == []
-            assert "Not run" in _text(figure)
-            continue
         (img,) = pictures
         src = img.get("src", "")
         assert src.startswith("data:image/svg+xml;base64,")

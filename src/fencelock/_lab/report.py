@@ -981,9 +981,13 @@ def _scenario_timelines(scenario: Mapping[str, Any], configs: Mapping[str, Mappi
            f'<p><strong>Fault:</strong> {_e(_sentence(scenario["fault"]))} <strong>Source:</strong> '
            f'{_source(scenario["source"])}{"" if _sentence(scenario["source"]) == scenario["source"] else "."}</p>'
            '<div class="grid">']
+    not_here = []
     for cid, config in configs.items():
         cell = cells.get((scenario["id"], cid))
         if cell is None:
+            continue
+        if cell["verdict"] == "SKIPPED" and not config["available"]:
+            not_here.append(config["title"])                      # said once, under "Configurations not run"
             continue
         anchor = anchors[(scenario["id"], cid)]
         differs = cell["verdict"] in ("SAFE", "UNSAFE") and not cell["matches_expectation"]
@@ -1010,5 +1014,9 @@ def _scenario_timelines(scenario: Mapping[str, Any], configs: Mapping[str, Mappi
             + f'<details><summary>Described in words, and every event ({len(cell["events"])})</summary>'
             f'<ul class="plain" id="{anchor}-text">' + "".join(f"<li>{_e(line)}</li>" for line in lines)
             + "</ul>" + _events_table(cell["events"]) + "</details></figcaption></figure>")
-    out.append("</div></section>")
+    out.append("</div>")
+    if not_here:
+        out.append(f'<p class="small">Not run here: {_e(", ".join(not_here))} (see '
+                   '<a href="#unavailable">Configurations not run</a>).</p>')
+    out.append("</section>")
     return "".join(out)
