@@ -28,9 +28,15 @@ CHROMIUM = "/usr/bin/chromium"
 WIDTH, HEIGHT = 1400, 2000
 
 
+TIMES: dict[str, float] = {}
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_report(sample_results(), tmp_path_factory.mktemp("report"))
+    started = time.perf_counter()
+    path = write_report(sample_results(), tmp_path_factory.mktemp("report"))
+    TIMES["sample"] = time.perf_counter() - started
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -319,15 +325,10 @@ def test_the_same_results_give_the_same_bytes(tmp_path: Path) -> None:
     assert write_report(results, tmp_path / "b").read_bytes() == first
 
 
-def test_dozens_of_cells_take_seconds(tmp_path: Path) -> None:
-    results = sample_results()
-    results["cells"] = results["cells"] * 2                         # 108 cells, 90 pictures
-    started = time.perf_counter()
-    write_report(results, tmp_path)
-    elapsed = time.perf_counter() - started
-    # About 3 s here on a quiet 2-core box; the bound tolerates a loaded one and still catches a per-cell
-    # figure leak or a renderer that takes a second a picture.
-    assert elapsed < 30, f"{elapsed:.1f} s for 108 cells"
+def test_dozens_of_cells_take_seconds(report: Path) -> None:
+    # 54 cells, 45 pictures: about 3 s here on a quiet 2-core box, 5 s on a busy one. The bound tolerates a
+    # loaded machine and still catches a per-cell figure leak or a renderer that takes a second a picture.
+    assert TIMES["sample"] < 20, f"{TIMES['sample']:.1f} s for 54 cells"
 
 
 # --- a real browser ---------------------------------------------------------------------------------------------
@@ -432,7 +433,8 @@ def test_a_cell_with_thousands_of_events_draws_quickly_and_lists_the_first_300(t
 
 def test_a_skipped_cell_of_an_available_configuration_gives_its_reason_not_an_install_hint(tmp_path: Path) -> None:
     results = sample_results()
-    cell = next(c for c in results["cells"] if c["scenario"] == "failover" and c["config"] == "redlock")
+    results["cells"] = [c for c in results["cells"] if c["scenario"] == "failover"]
+    cell = next(c for c in results["cells"] if c["config"] == "redlock")
     cell.update(verdict="SKIPPED", note="does not apply: Redlock nodes have no replicas", events=[])
     root = ET.parse(write_report(results, tmp_path)).getroot()
     matrix = root.find(".//table[@class='matrix']")
@@ -463,10 +465,22 @@ def test_a_pause_then_a_burst_gets_a_zoom_panel_and_an_even_timeline_does_not() 
 REAL = Path(__file__).with_name("lab_results_quick.json")     # `fencelock lab --quick --seed 7`, lab branch, 07:00
 
 
-def test_on_a_real_quick_run_the_pictures_mark_exactly_the_writes_the_lab_checker_counted(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def real() -> dict[str, Any]:
     import json
 
-    results = json.loads(REAL.read_text(encoding="utf-8"))
+    results: dict[str, Any] = json.loads(REAL.read_text(encoding="utf-8"))
+    return results
+
+
+@pytest.fixture(scope="module")
+def real_tree(real: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> ET.Element:
+    return ET.parse(write_report(real, tmp_path_factory.mktemp("real"))).getroot()
+
+
+def test_on_a_real_quick_run_the_pictures_mark_exactly_the_writes_the_lab_checker_counted(
+        real: dict[str, Any], real_tree: ET.Element) -> None:
+    results = real
     judged = [c for c in results["cells"] if c["verdict"] in ("SAFE", "UNSAFE")]
     assert len(judged) >= 30
     for cell in judged:
@@ -474,13 +488,9 @@ def test_on_a_real_quick_run_the_pictures_mark_exactly_the_writes_the_lab_checke
         where = (cell["scenario"], cell["config"])
         assert o["stale"] == cell["counts"]["stale_accepted"], where
         assert o["rejected"] + o["unanswered"] == cell["counts"]["stale_rejected"], where
-    root = ET.parse(write_report(results, tmp_path)).getroot()
-    assert len(root.findall(".//figure//img")) == sum(1 for c in results["cells"] if c["verdict"] != "SKIPPED")
+    assert len(real_tree.findall(".//figure//img")) == sum(1 for c in results["cells"] if c["verdict"] != "SKIPPED")
 
 
-def test_scenario_variants_keep_their_letter(tmp_path: Path) -> None:
-    import json
-
-    root = ET.parse(write_report(json.loads(REAL.read_text(encoding="utf-8")), tmp_path)).getroot()
-    heads = [_text(h) for h in root.findall(".//section[@class='scenario']/h3")]
+def test_scenario_variants_keep_their_letter(real_tree: ET.Element) -> None:
+    heads = [_text(h) for h in real_tree.findall(".//section[@class='scenario']/h3")]
     assert [h.split(".")[0] for h in heads] == ["1", "2", "3", "4", "5a", "5b", "5c", "6", "7", "8a", "8b", "9"]
