@@ -5,8 +5,9 @@ One lock name is a queue of keys under one directory, as in etcd's `concurrency.
     <prefix>/<encoded name>/<lease id, 16 hex digits>     value = the acquisition's token, attached to its lease
     <prefix>/<encoded name>                               the fence of the last lease released (no lease: it stays)
 
-- Every acquisition grants its own lease (an ID it picks itself, so a retried grant finds its own lease) and
-  puts its key only if the key is absent (a transaction on `create_revision == 0`).
+- Every acquisition has a lease of its own: one it grants (with an ID it picks itself, so a retried grant finds
+  its own lease), or a spare its client kept from an acquisition it released (then carrying no key), refreshed by
+  a keep-alive. It puts its key only if the key is absent (a transaction on `create_revision == 0`).
 - The holder is the key with the lowest create revision. That revision is the fence: etcd's revisions increase
   across the whole cluster, a new key always gets a higher one than every key that exists, so the lowest
   existing one only ever grows, and two keys never share one.
