@@ -110,8 +110,8 @@ class Contender:
 
     @property
     def group(self) -> str:
-        """What `--only` accepts besides the key: "redlock" (every Redlock row) or "single" (one node)."""
-        return "redlock" if self.need.service == "redlock" else "single"
+        """What `--only` accepts besides the key: "single" (one Redis), else the service ("redlock", "etcd")."""
+        return "single" if self.need.service == "redis" else self.need.service
 
 
 REGISTRY: dict[str, Contender] = {}
@@ -185,7 +185,8 @@ def floor_async(target: Target) -> AsyncLocker:
 
 
 def _fencelock_target(target: Target) -> str | list[str]:
-    """What `fencelock.connect()` is given: the URL of one node, or the list of URLs of the Redlock nodes."""
+    """What `fencelock.connect()` is given: the URL of one node (or of an etcd cluster), or the list of URLs of the
+    Redlock nodes."""
     return list(target.urls) if target.service == "redlock" else target.url
 
 
@@ -434,4 +435,60 @@ register(Contender(
     "fencelock-aio-rl5", "fencelock.aio Redlock, 5 nodes", "info", REDLOCK5, make_async=fencelock_async,
     contended=False, cycles_scale=0.25,
     note="fencelock.aio.connect([5 urls]), one task, for information",
+))
+
+
+# --------------------------------------------------------------------------------------------------------- etcd
+
+def floor_etcd(target: Target) -> Locker:
+    """etcd's least work, by hand over the JSON gateway with one httpx client: grant a lease, put the key only if
+    absent (one txn); release by revoking the lease (which deletes only the key on it). Three round trips, no
+    waiting, no fence check, no confirmation that the key was still ours."""
+    import base64
+
+    import httpx  # the etcd extra
+
+    endpoint = "http://" + target.url.removeprefix("etcd://").split(",")[0]
+    client = httpx.Client(base_url=endpoint, trust_env=False)
+
+    def acquire(name: str, wait: float) -> object | None:
+        if wait != 0:
+            raise NotImplementedError("the floor makes one attempt only")
+        lease: object = client.post("/v3/lease/grant", json={"TTL": int(TTL)}).json()["ID"]
+        key = base64.b64encode(name.encode()).decode()
+        answer = client.post("/v3/kv/txn", json={
+            "compare": [{"key": key, "target": "CREATE", "create_revision": 0}],
+            "success": [{"request_put": {"key": key, "value": base64.b64encode(secrets.token_bytes(16)).decode(),
+                                         "lease": lease}}]}).json()
+        if answer.get("succeeded"):
+            return lease
+        client.post("/v3/lease/revoke", json={"ID": lease})
+        return None
+
+    def release(handle: object) -> None:
+        client.post("/v3/lease/revoke", json={"ID": handle})
+
+    return Locker(acquire, release, client.close)
+
+
+ONE_ETCD = Need("etcd")
+ETCD3 = Need("etcd", 3)
+
+for _need, _where in ((ONE_ETCD, "1 member"), (ETCD3, "3 members")):
+    _n = _need.nodes
+    _suffix = "" if _n == 1 else str(_n)
+    register(Contender(
+        f"floor-etcd{_suffix}", f"floor: etcd by hand, {_where}", "floor", _need, make=floor_etcd,
+        contended=False, cycles_scale=0.3,
+        note="httpx on the JSON gateway: lease grant, txn put-if-absent, lease revoke",
+    ))
+    register(Contender(
+        f"fencelock-etcd{_suffix}", f"fencelock etcd, {_where}", "subject", _need, make=fencelock_sync,
+        cycles_scale=0.2, runs=2,
+        note="fencelock.connect('etcd://...'): acquire(ttl=30) / lease.release(): grant, txn, txn, revoke",
+    ))
+register(Contender(
+    "fencelock-aio-etcd", "fencelock.aio etcd, 1 member", "info", ONE_ETCD, make_async=fencelock_async,
+    contended=False, cycles_scale=0.2,
+    note="fencelock.aio.connect('etcd://...'), one task, for information",
 ))

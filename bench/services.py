@@ -17,6 +17,7 @@ from types import TracebackType
 
 import redis
 
+from fencelock.testing.etcd import EtcdCluster, EtcdServer
 from fencelock.testing.servers import RedisServer
 
 from .contenders import Need, Target
@@ -32,6 +33,7 @@ class Services:
         self._redis: list[RedisServer] = []
         self._redlock: list[RedisServer] = []
         self._targets: dict[Need, Target] = {}
+        self._etcd: list[EtcdCluster] = []
 
     def target(self, need: Need) -> Target:
         if need not in self._targets:
@@ -57,11 +59,19 @@ class Services:
             self._grow(pool, need.nodes, "bench" if need.service == "redis" else "bench-redlock")
             # Every need of one service shares the first nodes: a 3-node row uses 3 of the 5-node rows' nodes.
             return Target(need.service, tuple(s.url for s in pool[:need.nodes]))
+        if need.service == "etcd":
+            try:
+                cluster = EtcdServer() if need.nodes == 1 else EtcdCluster(need.nodes)
+                self._etcd.append(self._stack.enter_context(cluster))
+            except RuntimeError as exc:  # no etcd binary, or it did not start
+                raise Unavailable(str(exc)) from exc
+            return Target("etcd", (cluster.url,))
         raise Unavailable(f"no way to start {need} yet (bench/services.py)")
 
     def server_pids(self) -> list[int]:
-        """PIDs of the server processes this run started (for CPU pinning): the single node and the Redlock nodes."""
-        return [pid for pid in (server.pid for server in (*self._redis, *self._redlock)) if pid is not None]
+        """PIDs of the server processes this run started (for CPU pinning): the single node, the Redlock nodes, etcd."""
+        etcd = [pid for cluster in self._etcd for pid in cluster.pids()]
+        return [pid for pid in (*(server.pid for server in (*self._redis, *self._redlock)), *etcd) if pid is not None]
 
     def pid(self, url: str) -> int | None:
         """The PID of the server this run started at `url` (None: not ours, or not known)."""

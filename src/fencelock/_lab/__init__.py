@@ -4,7 +4,8 @@
 
 Modules: `configs` (the lock configurations, a registry), `scenarios` (the faults, each a short script),
 `worker` / `procs` (the worker processes and the lab's handle on them), `resource` (the guarded or unguarded
-counter the workers write to), `history` (events and the checker, pure), `run` (table, JSON, report).
+counter the workers write to), `history` (events and the checker, pure), `run` (table, JSON), and `report`
+(the HTML report with one timeline per cell, from results.json).
 """
 
 from __future__ import annotations
