@@ -7,6 +7,7 @@ expects in each cell, that the checker saw the fault take effect, and that resul
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import subprocess
@@ -259,6 +260,10 @@ def test_the_command_writes_results_and_prints_them_with_json(tmp_path: Path) ->
     assert verdicts["redis"] == "UNSAFE"
     assert verdicts["redis+guard"] == "SAFE"
     assert "results:" in done.stderr
+    if importlib.util.find_spec("fencelock._lab.report") and importlib.util.find_spec("matplotlib"):
+        report = tmp_path / "index.html"
+        assert f"report: {report.resolve()}" in done.stderr
+        assert report.read_text().lstrip().lower().startswith("<!doctype html")
     assert "[1/3]" in done.stderr.replace(" ", "")
 
 
@@ -269,8 +274,6 @@ def test_the_command_writes_results_and_prints_them_with_json(tmp_path: Path) ->
                                                 ("zookeeper+guard", "fencelock.testing.zookeeper")])
 def test_etcd_and_zookeeper_rows_are_safe_with_the_guard_under_a_pause_and_a_partition(config: str,
                                                                                        module: str) -> None:
-    import importlib.util
-
     from fencelock._lab.configs import by_id
 
     if importlib.util.find_spec(module) is None:
