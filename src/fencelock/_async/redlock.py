@@ -44,7 +44,7 @@ from .._scripts import (
     REDLOCK_RAISE,
     REDLOCK_RELEASE,
 )
-from ._compat import ScriptRequest, fan_out, in_background, run_scripts, sleep, then
+from ._compat import Channel, ScriptRequest, fan_out, in_background, run_scripts, sleep, then
 from .redis import BATCH, CLIENT_ERRORS, MIN_BLOCK, run_script, socket_timeout, wait_for_wake
 
 _FAILED = Answer(Reply.FAILED)
@@ -72,6 +72,7 @@ class AsyncRedlockBackend:
                  node_timeout: float | None = None, repair: bool = True,
                  repair_delay: float = DEFAULT_REPAIR_DELAY) -> None:
         self._nodes = clients
+        self._channels = [Channel(client) for client in clients]  # dedicated connections for the scripts
         self._owns_clients = owns_clients
         self._n = len(clients)
         self._q = quorum(self._n)
@@ -131,7 +132,7 @@ class AsyncRedlockBackend:
         t = next_proposal(self._known.get(name, 0), ())
         for _ in range(MAX_ROUNDS):
             script_keys, args = [keys.lock, keys.fence, self._marker, keys.waiters], [token, ttl_ms, t]
-            requests = [ScriptRequest(node, REDLOCK_ACQUIRE, script_keys, args) for node in self._nodes]
+            requests = [ScriptRequest(channel, REDLOCK_ACQUIRE, script_keys, args) for channel in self._channels]
             done, handles = await run_scripts(requests, timeout,
                                               lambda so_far: decide(map(_answer, so_far.values()), n) is not None)
             answers = [_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
@@ -169,7 +170,7 @@ class AsyncRedlockBackend:
     async def release(self, name: str, token: str, fence: int) -> Released:
         keys = redis_keys(name, self._prefix)
         script_keys, args = [keys.lock, keys.fence, keys.waiters, keys.wake], [token, fence]
-        requests = [ScriptRequest(node, REDLOCK_RELEASE, script_keys, args) for node in self._nodes]
+        requests = [ScriptRequest(channel, REDLOCK_RELEASE, script_keys, args) for channel in self._channels]
         done, _ = await run_scripts(requests, self._timeout(DEFAULT_TTL), self._settled)
         results = [_code(done.get(i)) for i in range(self._n)]
         released = results.count(1)
@@ -183,7 +184,7 @@ class AsyncRedlockBackend:
     async def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         keys = redis_keys(name, self._prefix)
         script_keys, args = [keys.lock, keys.fence], [token, ttl_ms, fence]
-        requests = [ScriptRequest(node, REDLOCK_EXTEND, script_keys, args) for node in self._nodes]
+        requests = [ScriptRequest(channel, REDLOCK_EXTEND, script_keys, args) for channel in self._channels]
         done, handles = await run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
         results = [_code(done.get(i)) for i in range(self._n)]
         extended = results.count(1)
@@ -325,6 +326,8 @@ class AsyncRedlockBackend:
             return None
 
     async def aclose(self) -> None:
+        for channel in self._channels:
+            await channel.aclose()
         if self._owns_clients:
             for node in self._nodes:
                 client: Any = node
