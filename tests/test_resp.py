@@ -12,14 +12,13 @@ from redis.connection import Connection
 
 from fencelock._logic import resp
 
-_ENCODER = Connection().encoder
-_PACKER = Connection()
+_REDIS_PY: Any = Connection()  # (redis-py is untyped)
 
 
 @given(st.lists(st.one_of(st.text(), st.integers(), st.binary()), max_size=12))
 def test_a_command_is_encoded_as_redis_py_encodes_it(args: list[Any]) -> None:
     parts = ("EVALSHA", *args)  # (redis-py treats its first part as the command's name)
-    assert resp.command(_ENCODER.encode, parts) == b"".join(_PACKER.pack_command(*parts))
+    assert resp.command(_REDIS_PY.encoder.encode, parts) == b"".join(_REDIS_PY.pack_command(*parts))
 
 
 REPLIES: list[tuple[bytes, Any]] = [
