@@ -137,7 +137,7 @@ class RedlockBackend:
             done, handles = run_scripts(requests, timeout,
                                               lambda so_far: decide(map(_answer, so_far.values()), n) is not None)
             answers = [_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
-            self._learn(name, answers)
+            self._learn(name, answers, t)
             outcome = decide(answers, n)
             unready = any(a.reply is Reply.UNREADY for a in answers)
             if outcome is Outcome.GRANTED:
@@ -162,11 +162,16 @@ class RedlockBackend:
             t = next_proposal(t, answers)
         return Attempt(False, 0, None)
 
-    def _learn(self, name: str, answers: list[Answer]) -> None:
+    def _learn(self, name: str, answers: list[Answer], t: int) -> None:
+        """Remember the highest hwm the answers showed, and at least `t`: the next attempt proposes above both.
+
+        Above `t` too, because a failed round's give-backs may still be on their way (each waits for its own
+        request): they match this token and `t`, so the retry of the same acquisition (same token) must never
+        win with that `t` again, or a late give-back would delete its grant.
+        """
         if len(self._known) > 10_000:
-            self._known.clear()  # only a hint for the first proposal: forgetting costs one round, never safety
-        highest = next_proposal(self._known.get(name, 0), answers) - 1
-        self._known[name] = highest
+            self._known.clear()  # only a hint for the first proposal: forgetting costs one round
+        self._known[name] = max(t, next_proposal(self._known.get(name, 0), answers) - 1)
 
     def release(self, name: str, token: str, fence: int) -> Released:
         keys = redis_keys(name, self._prefix)
