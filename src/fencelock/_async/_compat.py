@@ -203,10 +203,10 @@ async def _call_script(request: ScriptRequest, packed: dict[tuple[str, int, int]
         command = packed[same] = _command(conn, request, reload=False)
     try:
         try:
-            await conn.send_packed_command(command, check_health=False)
+            await _write(conn, command)
             reply = await conn.read_response()
         except NoScriptError:
-            await conn.send_packed_command(_command(conn, request, reload=True), check_health=False)
+            await _write(conn, _command(conn, request, reload=True))
             reply = await conn.read_response()
     except ResponseError as exc:  # the server's answer: the connection is still good
         reply = exc
@@ -220,6 +220,13 @@ async def _call_script(request: ScriptRequest, packed: dict[tuple[str, int, int]
         return exc
     channel.give_back(conn)
     return reply
+
+
+async def _write(conn: Any, command: bytes) -> None:
+    """Write a request. (redis-py's send_packed_command starts a task for every command when a socket timeout
+    is set; a command this small goes straight into the transport's buffer, and the reply's read is timed.)"""
+    conn._writer.write(command)
+    await conn._writer.drain()
 
 
 def _command(conn: Any, request: ScriptRequest, *, reload: bool) -> bytes:
