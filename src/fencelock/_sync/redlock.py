@@ -119,6 +119,7 @@ class RedlockBackend:
                           fair: bool = False) -> Attempt:
         """One attempt: propose t to every node at once; on a stale t, propose again above what was learnt."""
         keys = redis_keys(name, self._prefix)
+        released = 0  # the fence of the release that woke us, if one did
         if wait > 0.0:
             # Every release pushes a wake-up on every node; the waiters of one name all block on the same node.
             home = self._nodes[zlib.crc32(name.encode()) % self._n]
@@ -126,8 +127,10 @@ class RedlockBackend:
             if woken is None:
                 # That node failed: a short jittered pause instead, so that contenders do not collide again.
                 sleep(self._rng.uniform(0.0, min(wait, _FALLBACK_PAUSE)))
-            elif woken > self._known.get(name, 0):
-                self._known[name] = woken  # the release told us its fence: propose above it at once
+            elif woken:
+                released = woken
+                if woken > self._known.get(name, 0):
+                    self._known[name] = woken  # the release told us its fence: propose above it at once
         timeout = self._timeout(ttl_ms / 1000.0)
         n = self._n
         t = next_proposal(self._known.get(name, 0), ())
@@ -157,7 +160,7 @@ class RedlockBackend:
                 answered = sum(1 for a in answers if a.reply is not Reply.FAILED)
                 raise QuorumUnavailable(f"only {answered} of {n} nodes answered within {timeout:.3f} s; "
                                         f"{self._q} are needed", name=name)
-            if not (healed or worth_another_round(answers, n)):
+            if not (healed or worth_another_round(answers, n, released)):
                 return Attempt(False, 0, holder_ttl(answers, n))
             t = next_proposal(t, answers)
         return Attempt(False, 0, None)
