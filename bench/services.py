@@ -6,8 +6,11 @@ teach `Services.target()` to start it; a need it cannot meet raises `Unavailable
 skipped with the reason, the others still run.
 
 The Redlock nodes are apart from the single-node server (no row sees another's keys or load, and the node
-markers fencelock's Redlock writes stay on Redlock nodes). The Redlock rows share them: a 3-node row uses the first
-three of the 5-node rows' nodes. Only one row runs at a time, so they never compete.
+markers fencelock's Redlock writes stay on Redlock nodes). Each deployment size has nodes of its own: the 3-node
+rows do not use the 5-node rows' nodes. Sharing them would be one node in two deployments: fencelock marks the
+nodes of the deployment that used them first, so the other deployment's unmarked nodes look like nodes that lost
+their data, and it runs with them quarantined (a 5-node row on 3 counting nodes, for `repair_delay`). The rows of
+one size share their nodes; only one row runs at a time, so they never compete.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ class Services:
     def __init__(self) -> None:
         self._stack = ExitStack()
         self._redis: list[RedisServer] = []
-        self._redlock: list[RedisServer] = []
+        self._redlock: dict[int, list[RedisServer]] = {}  # nodes per deployment size
         self._targets: dict[Need, Target] = {}
         self._etcd: list[EtcdCluster] = []
 
@@ -53,11 +56,13 @@ class Services:
 
     def _start(self, need: Need) -> Target:
         if need.service in ("redis", "redlock"):
-            pool = self._redis if need.service == "redis" else self._redlock
             if need.service == "redlock" and need.nodes < 3:
                 raise Unavailable(f"{need}: Redlock needs at least 3 nodes")
-            self._grow(pool, need.nodes, "bench" if need.service == "redis" else "bench-redlock")
-            # Every need of one service shares the first nodes: a 3-node row uses 3 of the 5-node rows' nodes.
+            if need.service == "redis":
+                pool, name = self._redis, "bench"
+            else:
+                pool, name = self._redlock.setdefault(need.nodes, []), f"bench-redlock{need.nodes}-"
+            self._grow(pool, need.nodes, name)
             return Target(need.service, tuple(s.url for s in pool[:need.nodes]))
         if need.service == "etcd":
             try:
@@ -71,11 +76,11 @@ class Services:
     def server_pids(self) -> list[int]:
         """PIDs of the server processes this run started (for CPU pinning): the single node, the Redlock nodes, etcd."""
         etcd = [pid for cluster in self._etcd for pid in cluster.pids()]
-        return [pid for pid in (*(server.pid for server in (*self._redis, *self._redlock)), *etcd) if pid is not None]
+        return [pid for pid in (*(server.pid for server in self._all()), *etcd) if pid is not None]
 
     def pid(self, url: str) -> int | None:
         """The PID of the server this run started at `url` (None: not ours, or not known)."""
-        for server in (*self._redis, *self._redlock):
+        for server in self._all():
             if server.url == url:
                 return server.pid
         return None
@@ -83,7 +88,7 @@ class Services:
     def describe(self) -> dict[str, str]:
         """What runs, for the report: binary, version, and the version the server reports itself."""
         out: dict[str, str] = {}
-        servers = [*self._redis, *self._redlock]
+        servers = self._all()
         if servers:
             first = servers[0]
             client = redis.Redis(host=first.host, port=first.port)
@@ -96,9 +101,13 @@ class Services:
             out["server binary"] = first.binary
             out["server nodes"] = ", ".join(
                 part for part in (f"{len(self._redis)} single" if self._redis else "",
-                                  f"{len(self._redlock)} Redlock (independent masters)" if self._redlock else "")
+                                  f"{sum(map(len, self._redlock.values()))} Redlock (independent masters: "
+                                  f"{' + '.join(str(n) for n in self._redlock)})" if self._redlock else "")
                 if part)
         return out
+
+    def _all(self) -> list[RedisServer]:
+        return [*self._redis, *(server for pool in self._redlock.values() for server in pool)]
 
     def close(self) -> None:
         self._stack.close()
