@@ -131,10 +131,10 @@ def table(results: dict[str, Any]) -> str:
     configs = [c for c in results["configs"]]
     cells = {(c["scenario"], c["config"]): c for c in results["cells"]}
     width = max(14, *(len(c["id"]) + 2 for c in configs))
-    head = f"{'scenario':<58}" + "".join(f"{c['id']:>{width}}" for c in configs)
+    head = f"{'scenario':<66}" + "".join(f"{c['id']:>{width}}" for c in configs)
     lines = [head, "-" * len(head)]
     for s in results["scenarios"]:
-        row = f"{s['id'] + '  ' + s['title']:<58.58}"
+        row = f"{s['id'] + '  ' + s['title']:<66.66}"
         for c in configs:
             cell = cells.get((s["id"], c["id"]))
             if cell is None:
