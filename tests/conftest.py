@@ -169,3 +169,52 @@ def lock_value(raw: redis.Redis | redis.RedisCluster, name: str) -> str | None:
     """The token stored in `name`'s lock key, read directly from the server (None: no key)."""
     value: Any = raw.get(redis_keys(name).lock)
     return None if value is None else bytes(value).decode()
+
+
+# -- ZooKeeper ------------------------------------------------------------------------------------------------
+
+def _require_zookeeper() -> None:
+    from fencelock.testing.zookeeper import find_zookeeper
+    try:
+        find_zookeeper()
+    except RuntimeError as exc:
+        if IN_CI:
+            pytest.fail(f"CI must run every backend's tests: {exc}")
+        pytest.skip(str(exc))
+    try:
+        import kazoo  # noqa: F401
+    except ImportError:
+        if IN_CI:
+            pytest.fail("CI must run the ZooKeeper tests: pip install -e '.[test]' installs kazoo")
+        pytest.skip("kazoo is not installed: pip install -e '.[test]' (or 'fencelock[zookeeper]')")
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server() -> Iterator[Any]:
+    """One standalone ZooKeeper for the session; every test gets its own chroot on it (`zk`)."""
+    _require_zookeeper()
+    from fencelock.testing.zookeeper import ZooKeeperServer
+    with ZooKeeperServer(name="zk-shared") as server:
+        yield server
+
+
+@pytest.fixture
+def zk(zookeeper_server: Any) -> Iterator[Any]:
+    """A `ZooKeeperDeployment` with a chroot no other test uses."""
+    from fencelock.testing.zookeeper import ZooKeeperDeployment
+    deployment = ZooKeeperDeployment(zookeeper_server)
+    yield deployment
+    deployment.close()
+
+
+@pytest.fixture
+def own_zk() -> Iterator[Any]:
+    """A ZooKeeper server of this test's own, for tests that pause or kill it."""
+    _require_zookeeper()
+    from fencelock.testing.zookeeper import ZooKeeperDeployment, ZooKeeperServer
+    with ZooKeeperServer(name="zk-own") as server:
+        deployment = ZooKeeperDeployment(server)
+        yield deployment
+        if server.running:
+            server.resume()
+        deployment.close()

@@ -14,6 +14,7 @@ from .._logic.args import check_ttl
 from .._logic.keys import PREFIX
 from .._logic.redlock import DEFAULT_REPAIR_DELAY, check_node_count
 from .._logic.urls import DEFAULT_SOCKET_TIMEOUT, parse_redis_url
+from .._logic.zookeeper import parse_zookeeper_url
 from .client import AsyncLocks
 from .redis import CLIENT_ERRORS, AsyncRedisBackend
 from .redlock import AsyncRedlockBackend
@@ -23,6 +24,9 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
             node_timeout: float | None = None, repair: bool = True,
             repair_delay: float = DEFAULT_REPAIR_DELAY) -> AsyncLocks:
     """A lock client for `target`: a URL (see the README) or a redis-py client you configured yourself.
+
+    `zookeeper://host:2181[,host:2181...][/chroot][?timeout=2]` keeps the locks in ZooKeeper (the extra
+    `fencelock[zookeeper]`; see `fencelock._async.zookeeper` for how the TTL maps to sessions).
 
     A list of three or more URLs (or clients) of independent Redis masters runs Redlock over them, with fencing
     tokens. `node_timeout` (default: 50 ms + 1 % of the TTL) bounds each node's answer; `repair` and
@@ -37,6 +41,10 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
         raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
     if isinstance(target, (Redis, RedisCluster)):
         return AsyncLocks(AsyncRedisBackend(target, owns_client=False, prefix=prefix, shown=_describe(target)))
+    if isinstance(target, str) and target.partition("://")[0].lower() == "zookeeper":
+        zookeeper = parse_zookeeper_url(target)   # a bad URL fails here, before kazoo is even imported
+        from .zookeeper import AsyncZooKeeperBackend  # the optional extra: imported only when asked for
+        return AsyncLocks(AsyncZooKeeperBackend(zookeeper, prefix=prefix))
     _not_another_client(target)
     if isinstance(target, (list, tuple)):
         return _redlock(list(target), prefix=prefix, node_timeout=node_timeout, repair=repair,
