@@ -190,9 +190,15 @@ def session_timeout_ms(ttl_ms: int, server_min_ms: int | None = None) -> int:
         raise ValueError(f"ttl_ms must be positive, got {ttl_ms}")
     if server_min_ms is not None and ttl_ms <= server_min_ms:
         return server_min_ms
-    exponent = math.ceil(math.log2(ttl_ms) * SESSION_STEPS_PER_DOUBLING - 1e-9)
-    step = math.ceil(2 ** (exponent / SESSION_STEPS_PER_DOUBLING))
-    return max(step, ttl_ms)
+    def step(exponent: int) -> int:
+        return math.ceil(2 ** (exponent / SESSION_STEPS_PER_DOUBLING))
+
+    exponent = math.ceil(math.log2(ttl_ms) * SESSION_STEPS_PER_DOUBLING)
+    while exponent > 0 and step(exponent - 1) >= ttl_ms:  # the smallest step at or above the TTL, in whole ms
+        exponent -= 1
+    while step(exponent) < ttl_ms:
+        exponent += 1
+    return step(exponent)
 
 
 def ttl_fits(ttl_ms: int, negotiated_ms: int) -> bool:
