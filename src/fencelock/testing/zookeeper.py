@@ -234,7 +234,9 @@ class ZooKeeperDeployment(Deployment):
 
     kind = "zookeeper"
     supports_fair = True   # every waiter is served in arrival order
-    min_ttl = 0.01
+    min_ttl = MIN_SESSION_MS / 1000
+    """A live client honours any TTL (it deletes its node when the TTL runs out), but a crashed one keeps its node
+    for the session timeout, which the server never lets drop below its `minSessionTimeout`."""
     nodes_per_request = 1
 
     def __init__(self, server: ZooKeeperServer, chroot: str | None = None, prefix: str = "fencelock") -> None:
