@@ -44,6 +44,7 @@ from __future__ import annotations
 import fnmatch
 import heapq
 import itertools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -76,7 +77,7 @@ from ._compat import Wakeup, blocking, thread_result, wait_thread_event
 
 try:
     from kazoo.client import KazooClient, KazooState
-    from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError
+    from kazoo.exceptions import ConnectionLoss, KazooException, NodeExistsError, NoNodeError
     from kazoo.retry import KazooRetry
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("the ZooKeeper backend needs kazoo: pip install 'fencelock[zookeeper]'") from exc
@@ -217,12 +218,28 @@ class ZooKeeperBackend:
         self._held: dict[tuple[str, str], _Node] = {}     # granted, by (name, token)
         self._sent: set[tuple[str, str]] = set()          # a create went out: a retry looks for it first
         self._directories: set[str] = set()               # lock paths known to exist
+        self._root_made = False                           # the root path exists (made or found)
         self._expiry = _Expiry(self._expire)
         self._closed = False
+        self._pid = os.getpid()
+
+    def _forked(self) -> None:
+        """In a forked child, kazoo's threads are gone and the sessions are the parent's: start afresh, and never
+        close or touch what the parent holds (a close from here would end the parent's sessions)."""
+        if os.getpid() == self._pid:
+            return
+        with self._lock:
+            if os.getpid() == self._pid:
+                return
+            self._pid = os.getpid()
+            self._sessions, self._server_min_ms = {}, None
+            self._queued, self._held, self._sent = {}, {}, set()
+            self._expiry = _Expiry(self._expire)
 
     # -- sessions -----------------------------------------------------------------------------------------
 
     def _session_for(self, ms: int, name: str | None) -> _ZKSession:
+        self._forked()
         requested = session_timeout_ms(ms, self._server_min_ms)
         with self._lock:
             if self._closed:
@@ -247,6 +264,7 @@ class ZooKeeperBackend:
 
     def _some_session(self, name: str | None) -> _ZKSession:
         """A connected session for requests that belong to no lease (operators, clean-up)."""
+        self._forked()
         for session in list(self._sessions.values()):
             if session.connected:
                 return session
@@ -260,10 +278,10 @@ class ZooKeeperBackend:
     # -- requests -----------------------------------------------------------------------------------------
 
     def _call(self, result: Any, name: str | None, what: str) -> Any:
-        """Await one kazoo request; a fault is a `BackendError` (NoNodeError passes: callers decide)."""
+        """Await one kazoo request; a fault is a `BackendError` (NoNodeError, NodeExistsError pass: callers decide)."""
         try:
             return thread_result(result, self._timeout)
-        except NoNodeError:
+        except (NoNodeError, NodeExistsError):
             raise
         except CLIENT_ERRORS as exc:
             raise BackendError(f"{what} failed on {self.shown}: {type(exc).__name__}: {exc}", name=name) from exc
@@ -289,6 +307,7 @@ class ZooKeeperBackend:
                           fair: bool = False) -> Attempt:
         """Join the queue (once per token), then: the holder is granted; a waiter watches its predecessor for
         up to `wait` seconds, looking at the queue again after every change, and is refused when time is up."""
+        self._forked()
         key = (name, token)
         started = time.monotonic()
         node = self._queued.get(key)
@@ -337,8 +356,7 @@ class ZooKeeperBackend:
             if directory not in self._directories:
                 # Made here, not by the create's `makepath`: kazoo would send that create again after making the
                 # path, behind any listing we sent meanwhile, which then could not see our node.
-                self._call(session.client.ensure_path_async(directory), name, "creating the lock's path")
-                self._directories.add(directory)
+                self._make_directory(session, directory, name)
             self._sent.add(key)
             request = session.client.create_async(f"{directory}/{node_prefix(token)}", b"", ephemeral=True,
                                                   sequence=True, include_data=True)
@@ -353,6 +371,20 @@ class ZooKeeperBackend:
         if own is None:  # pragma: no cover - ZooKeeper names sequential nodes as documented
             raise BackendError(f"unexpected node name {path!r} from {self.shown}", name=name)
         return _Node(session, directory, own, int(stat.czxid))
+
+    def _make_directory(self, session: _ZKSession, directory: str, name: str) -> None:
+        """The lock's persistent node: one create once the root is known to exist (kazoo's ensure_path would
+        ask for every level first), and the root's whole path before that."""
+        client = session.client
+        for path in ([] if self._root_made else [self._root]) + [directory]:
+            try:
+                self._call(client.create_async(path), name, "creating the lock's path")
+            except NodeExistsError:
+                pass
+            except NoNodeError:
+                self._call(client.ensure_path_async(path), name, "creating the lock's path")
+        self._root_made = True
+        self._directories.add(directory)
 
     def _grant(self, key: tuple[str, str], node: _Node, ms: int) -> None:
         self._queued.pop(key, None)
@@ -421,6 +453,7 @@ class ZooKeeperBackend:
 
     def leave(self, name: str, token: str) -> None:
         """A waiter gives up (deadline, cancellation, failure): its node goes now, or at the next reconnect."""
+        self._forked()
         key = (name, token)
         node = self._queued.pop(key, None)
         self._sent.discard(key)
@@ -432,6 +465,7 @@ class ZooKeeperBackend:
     # -- release, extend ----------------------------------------------------------------------------------
 
     def release(self, name: str, token: str, fence: int) -> Released:
+        self._forked()
         key = (name, token)
         node = self._held.get(key)
         directory = lock_path(self._root, name)
@@ -472,6 +506,7 @@ class ZooKeeperBackend:
     def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
         """Check that each lease's node still exists, and restart its TTL. Every request goes out before any
         answer is awaited (kazoo pipelines them on each session's connection)."""
+        self._forked()
         sent_at = time.monotonic()
         requests: list[tuple[int, _Node, Any]] = []
         results: list[bool | None] = [False] * len(leases)
@@ -546,6 +581,7 @@ class ZooKeeperBackend:
 
     def close(self) -> None:
         """End every session: the server deletes the nodes they hold at once."""
+        self._forked()  # a forked child ends only the sessions it made itself
         with self._lock:
             self._closed = True
             sessions = {id(s): s for s in self._sessions.values()}.values()

@@ -238,13 +238,26 @@ class ZooKeeperDeployment(Deployment):
     """A live client honours any TTL (it deletes its node when the TTL runs out), but a crashed one keeps its node
     for the session timeout, which the server never lets drop below its `minSessionTimeout`."""
     nodes_per_request = 1
+    expiry_slack = 0.1
+    """The client deletes an unrenewed node when its TTL ends (a thread's timer), and the waiter's watch fires."""
+    stall_timeout = 2.0
+    """A request to a paused server fails after the URL's `timeout` (2 s by default)."""
 
-    def __init__(self, server: ZooKeeperServer, chroot: str | None = None, prefix: str = "fencelock") -> None:
+    def __init__(self, server: ZooKeeperServer, chroot: str | None = None, prefix: str = "fencelock", *,
+                 owns_server: bool = False) -> None:
         self.server = server
         self.chroot = chroot if chroot is not None else f"/fencelock-tests/{uuid.uuid4().hex[:12]}"
         self.prefix = prefix
+        self._owns_server = owns_server
         super().__init__(server.url(self.chroot))
         self._client: Any = None
+        # A chroot exists before its clients use it, as in any ZooKeeper deployment.
+        self.client().ensure_path(self.chroot)
+
+    @classmethod
+    def start(cls) -> ZooKeeperDeployment:
+        """A new standalone server of its own, which `close()` stops."""
+        return cls(ZooKeeperServer().start(), owns_server=True)
 
     def client(self) -> Any:
         """A plain kazoo client (started), to look at and change nodes behind fencelock's back."""
@@ -289,8 +302,19 @@ class ZooKeeperDeployment(Deployment):
     def resume(self) -> None:
         self.server.resume()
 
+    def leftovers(self, name: str) -> list[str] | None:
+        """The ephemeral nodes still queued for `name` (the holder's and the waiters')."""
+        return self.nodes(name)
+
+    def queued(self, name: str) -> int | None:
+        return max(0, len(self.nodes(name)) - 1)
+
     def close(self) -> None:
         if self._client is not None:
+            if self.server.running:
+                self.server.resume()
             self._client.stop()
             self._client.close()
             self._client = None
+        if self._owns_server:
+            self.server.close()
