@@ -177,7 +177,8 @@ def test_a_retried_create_finds_its_own_node(locks: fencelock.Locks, zk: ZooKeep
     token = "f" * 32
     first = backend.try_acquire(name, token, 5000, 0.0, False)
     assert not first.granted
-    backend._queued.clear()  # as if the create's answer never came: only `_sent` remembers it
+    backend._queued.clear()  # as if the create's answer never came: the node is not known, only that it was sent
+    backend._sent.add((name, token))
     second = backend.try_acquire(name, token, 5000, 0.0, False)
     assert not second.granted
     assert [n for n in zk.nodes(name) if n.startswith(token)] == [zk.nodes(name)[1]]

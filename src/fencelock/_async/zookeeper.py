@@ -215,7 +215,7 @@ class AsyncZooKeeperBackend:
         self._server_min_ms: int | None = None
         self._queued: dict[tuple[str, str], _Node] = {}   # waiting, by (name, token)
         self._held: dict[tuple[str, str], _Node] = {}     # granted, by (name, token)
-        self._sent: set[tuple[str, str]] = set()          # a create went out: a retry looks for it first
+        self._sent: set[tuple[str, str]] = set()          # a create went out, no answer yet: a retry looks first
         self._directories: set[str] = set()               # lock paths known to exist
         self._root_made = False                           # the root path exists (made or found)
         self._expiry = _Expiry(self._expire)
@@ -346,6 +346,7 @@ class AsyncZooKeeperBackend:
             if own is not None:
                 czxid = await self._czxid(session, f"{directory}/{child_name(own)}", name)
                 if czxid is not None:
+                    self._sent.discard(key)
                     return _Node(session, directory, own, czxid)
         if not session.connected:
             # A create now would wait in kazoo's queue and might reach the server after we gave up.
@@ -361,6 +362,7 @@ class AsyncZooKeeperBackend:
                                                   sequence=True, include_data=True)
             try:
                 path, stat = await self._call(request, name, "create")
+                self._sent.discard(key)  # answered: from now on our node is known
                 break
             except NoNodeError:
                 self._directories.discard(directory)  # deleted by an operator: make it again
@@ -406,9 +408,24 @@ class AsyncZooKeeperBackend:
         if again:
             self._expiry.schedule(key, node)
         else:
-            self._abandon(node.session, node.directory, key[1])
+            self._delete_known(node)
 
     # -- leaving, and deleting what we abandoned ----------------------------------------------------------
+
+    def _delete_known(self, node: _Node) -> threading.Event:
+        """Delete a node whose path we know (one request, from kazoo's callbacks); if the server cannot be
+        reached, it is swept after the next reconnect. The event is set once the server confirmed."""
+        done = threading.Event()
+        session = node.session
+
+        def deleted(outcome: Any) -> None:
+            if outcome.successful() or isinstance(outcome.exception, NoNodeError):
+                done.set()
+            else:
+                self._abandon(session, node.directory, node.child.token)
+
+        session.client.delete_async(node.path).rawlink(deleted)
+        return done
 
     def _abandon(self, session: _ZKSession, directory: str, token: str) -> threading.Event:
         session.abandoned.add((directory, token))
@@ -455,9 +472,12 @@ class AsyncZooKeeperBackend:
         self._forked()
         key = (name, token)
         node = self._queued.pop(key, None)
+        if node is not None and key not in self._sent:
+            done = self._delete_known(node)  # our one node: its path is known
+        else:  # a create may have gone out without its answer: look for every node of ours
+            session = node.session if node is not None else await self._some_session(name)
+            done = self._abandon(session, lock_path(self._root, name), token)
         self._sent.discard(key)
-        session = node.session if node is not None else await self._some_session(name)
-        done = self._abandon(session, lock_path(self._root, name), token)
         if not await wait_thread_event(done, self._timeout):
             raise BackendError(f"leaving the queue of {self.shown} got no answer; retried at reconnect", name=name)
 
