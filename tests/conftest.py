@@ -1,25 +1,39 @@
 """Shared fixtures: real servers on free loopback ports, started here and stopped afterwards. No fakes.
 
-`deployment` runs a test once on a single Redis and once on a three-master Redis Cluster. Tests that inject
-faults (pause, kill) get servers of their own, so a failure can never leave a shared server stopped.
+`BACKENDS` is the registry of every backend the conformance suite (`tests/test_conformance.py`) runs on: a kind
+mapped to a function that starts a `fencelock.testing.Deployment` of it. Adding a backend is one line there. The
+first test that needs a kind starts its shared deployment, which lives for the session; tests that pause or kill
+servers get a deployment of their own (`own_deployment`), so a failure can never leave a shared server stopped.
+
+The Redis-specific tests (scripts, key layout, TLS, ACL, Redlock internals, the fair queue) use `deployment`
+parametrised over the Redis family only (`REDIS_KINDS`), and the servers behind it (`standalone`, `cluster`,
+`redlock_nodes`).
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import redis
 
-import fencelock
-from fencelock._logic.keys import redis_keys
-from fencelock.testing.servers import RedisClusterServers, RedisNodes, RedisServer, find_server_binary
+pytest.register_assert_rewrite("fencelock.testing.conformance")
+
+import redis  # noqa: E402
+
+import fencelock  # noqa: E402
+from fencelock._logic.keys import redis_keys  # noqa: E402
+from fencelock.testing import ClusterDeployment, Deployment, RedisDeployment, RedlockDeployment  # noqa: E402
+from fencelock.testing.redis_deployments import initialise_redlock  # noqa: E402
+from fencelock.testing.servers import RedisClusterServers, RedisNodes, RedisServer, find_server_binary  # noqa: E402
+
+pytest_plugins = ["pytester"]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+__all__ = ["BACKENDS", "IN_CI", "REDIS_KINDS", "initialise_redlock", "lock_value"]
 
 
 def _require_server_binary() -> str:
@@ -31,117 +45,88 @@ def _require_server_binary() -> str:
         pytest.skip(str(exc))
 
 
-@dataclass
-class Deployment:
-    """A lock service under test: where it is, a way to look behind fencelock's back, and its fault switches."""
+def redis_deployment() -> Deployment:
+    _require_server_binary()
+    return RedisDeployment.start()
 
-    kind: str                                   # "redis", "cluster" or "redlock"
-    url: str | list[str]
-    servers: RedisServer | RedisClusterServers | RedisNodes
 
-    @property
-    def nodes_per_request(self) -> int:
-        return len(self.servers.nodes) if isinstance(self.servers, RedisNodes) else 1
+def cluster_deployment() -> Deployment:
+    _require_server_binary()
+    return ClusterDeployment.start(3)
 
-    def raw(self) -> Any:
-        """A plain redis-py client (Redis or RedisCluster; Redlock: its first node), e.g. as a guarded store."""
-        if isinstance(self.servers, RedisNodes):
-            return self.servers.nodes[0].client()
-        return self.servers.client()
 
-    def raws(self) -> list[Any]:
-        """One plain client per node that holds locks (one for Redis and Cluster, N for Redlock)."""
-        if isinstance(self.servers, RedisNodes):
-            return [node.client() for node in self.servers.nodes]
-        return [self.servers.client()]
+def redlock_deployment() -> Deployment:
+    _require_server_binary()
+    return RedlockDeployment.start(5)
 
-    def holder(self, name: str) -> str | None:
-        """The token holding `name`, read from the servers (Redlock: the token a majority of nodes hold)."""
-        tokens = [lock_value(raw, name) for raw in self.raws()]
-        for token in set(tokens) - {None}:
-            if tokens.count(token) > len(tokens) // 2:
-                return token
-        return None
 
-    def pttl(self, name: str) -> int:
-        """Milliseconds left on `name`'s key (Redlock: the longest, on any node)."""
-        return max(int(raw.pttl(redis_keys(name).lock)) for raw in self.raws())
+BACKENDS: dict[str, Callable[[], Deployment]] = {
+    "redis": redis_deployment,        # a single Redis
+    "cluster": cluster_deployment,    # a Redis Cluster of three masters
+    "redlock": redlock_deployment,    # Redlock over five independent nodes
+}
+"""Every backend the conformance suite runs on. Each function starts a deployment that its `close()` stops, and
+skips (in CI: fails) when the server is not installed."""
 
-    def target(self) -> Any:
-        """What to pass to `fencelock.connect` to use your own redis-py client(s)."""
-        raws = self.raws()
-        return raws if isinstance(self.servers, RedisNodes) else raws[0]
+REDIS_KINDS = ["redis", "cluster", "redlock"]
+"""The backends the Redis-specific tests run on."""
 
-    def pause(self) -> None:
-        self.servers.pause()
 
-    def resume(self) -> None:
-        self.servers.resume()
+class SharedDeployments:
+    """One deployment per kind for the whole session, started when a test first needs it."""
+
+    def __init__(self) -> None:
+        self._started: dict[str, Deployment] = {}
+
+    def get(self, kind: str) -> Deployment:
+        if kind not in self._started:
+            self._started[kind] = BACKENDS[kind]()
+        return self._started[kind]
+
+    def close(self) -> None:
+        for deployment in self._started.values():
+            deployment.close()
+        self._started.clear()
 
 
 @pytest.fixture(scope="session")
-def standalone() -> Iterator[RedisServer]:
-    _require_server_binary()
-    with RedisServer(name="shared") as server:
-        yield server
+def shared_deployments() -> Iterator[SharedDeployments]:
+    shared = SharedDeployments()
+    yield shared
+    shared.close()
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[RedisClusterServers]:
-    _require_server_binary()
-    with RedisClusterServers(3) as servers:
-        yield servers
-
-
-def initialise_redlock(urls: list[str]) -> None:
-    """A first acquisition with every node up: a new Redlock deployment counts all its nodes from then on."""
-    locks = fencelock.connect(urls)
-    try:
-        locks.acquire("fencelock-tests:init", ttl=1.0, wait=5.0).release()
-    finally:
-        locks.close()
+def standalone(shared_deployments: SharedDeployments) -> RedisServer:
+    deployment = shared_deployments.get("redis")
+    assert isinstance(deployment, RedisDeployment)
+    return deployment.server
 
 
 @pytest.fixture(scope="session")
-def redlock_nodes() -> Iterator[RedisNodes]:
-    _require_server_binary()
-    nodes = RedisNodes(5).start()
-    initialise_redlock(nodes.urls)
-    yield nodes
-    nodes.close()
+def cluster(shared_deployments: SharedDeployments) -> RedisClusterServers:
+    deployment = shared_deployments.get("cluster")
+    assert isinstance(deployment, ClusterDeployment)
+    return deployment.cluster
 
 
-@pytest.fixture(params=["redis", "cluster", "redlock"])
-def deployment(request: pytest.FixtureRequest) -> Deployment:
-    """Every behavioural test runs on a single Redis, on a Redis Cluster of three masters, and on Redlock over
+@pytest.fixture(scope="session")
+def redlock_nodes(shared_deployments: SharedDeployments) -> RedisNodes:
+    deployment = shared_deployments.get("redlock")
+    assert isinstance(deployment, RedlockDeployment)
+    return deployment.nodes
+
+
+RedisFamily = RedisDeployment | ClusterDeployment | RedlockDeployment
+
+
+@pytest.fixture(params=REDIS_KINDS)
+def deployment(request: pytest.FixtureRequest, shared_deployments: SharedDeployments) -> RedisFamily:
+    """A Redis-specific test runs on a single Redis, on a Redis Cluster of three masters, and on Redlock over
     five independent nodes."""
-    if request.param == "redis":
-        server: RedisServer = request.getfixturevalue("standalone")
-        return Deployment("redis", server.url, server)
-    if request.param == "cluster":
-        servers: RedisClusterServers = request.getfixturevalue("cluster")
-        return Deployment("cluster", servers.url, servers)
-    nodes: RedisNodes = request.getfixturevalue("redlock_nodes")
-    return Deployment("redlock", nodes.urls, nodes)
-
-
-@pytest.fixture(params=["redis", "cluster", "redlock"])
-def own_deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
-    """Like `deployment`, but started for this test alone: for tests that pause or kill servers."""
-    _require_server_binary()
-    if request.param == "redis":
-        with RedisServer(name="own") as server:
-            yield Deployment("redis", server.url, server)
-    elif request.param == "cluster":
-        with RedisClusterServers(3) as servers:
-            yield Deployment("cluster", servers.url, servers)
-    else:
-        nodes = RedisNodes(5).start()
-        try:
-            initialise_redlock(nodes.urls)
-            yield Deployment("redlock", nodes.urls, nodes)
-        finally:
-            nodes.close()
+    found = shared_deployments.get(request.param)
+    assert isinstance(found, RedisDeployment | ClusterDeployment | RedlockDeployment)
+    return found
 
 
 @pytest.fixture
@@ -160,7 +145,7 @@ def name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def locks(deployment: Deployment) -> Iterator[fencelock.Locks]:
-    client = fencelock.connect(deployment.url)
+    client = deployment.connect()
     yield client
     client.close()
 

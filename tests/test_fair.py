@@ -17,40 +17,38 @@ import pytest
 
 import fencelock
 from fencelock._logic.keys import redis_keys
-from fencelock.testing.servers import RedisClusterServers, RedisServer
+from fencelock.testing import ClusterDeployment, RedisDeployment
 
-from .conftest import Deployment
+from .conftest import RedisFamily, SharedDeployments
 
 
 @pytest.fixture(params=["redis", "cluster"])
-def fair_deployment(request: pytest.FixtureRequest) -> Deployment:
+def fair_deployment(request: pytest.FixtureRequest, shared_deployments: SharedDeployments) -> RedisFamily:
     """Fair waiting is offered on a single Redis and a Redis Cluster (Redlock refuses it: see the last test)."""
-    if request.param == "redis":
-        server: RedisServer = request.getfixturevalue("standalone")
-        return Deployment("redis", server.url, server)
-    servers: RedisClusterServers = request.getfixturevalue("cluster")
-    return Deployment("cluster", servers.url, servers)
+    found = shared_deployments.get(request.param)
+    assert isinstance(found, RedisDeployment | ClusterDeployment)
+    return found
 
 
-def _queue(deployment: Deployment, name: str) -> list[Any]:
+def _queue(deployment: RedisFamily, name: str) -> list[Any]:
     raw: Any = deployment.raw()
     return list(raw.lrange(redis_keys(name).queue, 0, -1))
 
 
-def _wait_for_queue(deployment: Deployment, name: str, length: int, timeout: float = 5.0) -> None:
+def _wait_for_queue(deployment: RedisFamily, name: str, length: int, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while len(_queue(deployment, name)) < length:
         assert time.monotonic() < deadline, f"the queue never reached {length}"
         time.sleep(0.01)
 
 
-def test_eight_waiters_acquire_in_the_order_they_queued(fair_deployment: Deployment, name: str) -> None:
-    locks = fencelock.connect(fair_deployment.url)
+def test_eight_waiters_acquire_in_the_order_they_queued(fair_deployment: RedisFamily, name: str) -> None:
+    locks = fencelock.connect(fair_deployment.target)
     holder = locks.acquire(name, ttl=10.0, wait=0)
     order: list[int] = []
 
     def waiter(i: int) -> None:
-        client = fencelock.connect(fair_deployment.url)
+        client = fencelock.connect(fair_deployment.target)
         with client.lock(name, ttl=5.0, wait=20.0, fair=True):
             order.append(i)
             time.sleep(0.01)
@@ -69,9 +67,9 @@ def test_eight_waiters_acquire_in_the_order_they_queued(fair_deployment: Deploym
     locks.close()
 
 
-def test_asyncio_fair_waiters_keep_their_order(fair_deployment: Deployment, name: str) -> None:
+def test_asyncio_fair_waiters_keep_their_order(fair_deployment: RedisFamily, name: str) -> None:
     async def main() -> list[int]:
-        locks = fencelock.aio.connect(fair_deployment.url)
+        locks = fencelock.aio.connect(fair_deployment.target)
         holder = await locks.acquire(name, ttl=10.0, wait=0)
         order: list[int] = []
 
@@ -92,8 +90,8 @@ def test_asyncio_fair_waiters_keep_their_order(fair_deployment: Deployment, name
     assert asyncio.run(main()) == list(range(5))
 
 
-def test_a_waiter_that_gives_up_leaves_the_queue_at_once(fair_deployment: Deployment, name: str) -> None:
-    locks = fencelock.connect(fair_deployment.url)
+def test_a_waiter_that_gives_up_leaves_the_queue_at_once(fair_deployment: RedisFamily, name: str) -> None:
+    locks = fencelock.connect(fair_deployment.target)
     holder = locks.acquire(name, ttl=10.0, wait=0)
     with pytest.raises(fencelock.AcquireTimeout):
         locks.acquire(name, ttl=5.0, wait=0.3, fair=True)
@@ -105,12 +103,12 @@ def test_a_waiter_that_gives_up_leaves_the_queue_at_once(fair_deployment: Deploy
     locks.close()
 
 
-def test_a_waiter_killed_while_queued_does_not_stall_the_others(fair_deployment: Deployment, name: str) -> None:
-    locks = fencelock.connect(fair_deployment.url)
+def test_a_waiter_killed_while_queued_does_not_stall_the_others(fair_deployment: RedisFamily, name: str) -> None:
+    locks = fencelock.connect(fair_deployment.target)
     holder = locks.acquire(name, ttl=10.0, wait=0)
     code = textwrap.dedent(f"""
         import fencelock
-        fencelock.connect({fair_deployment.url!r}).acquire({name!r}, ttl=5.0, wait=60.0, fair=True)
+        fencelock.connect({fair_deployment.target!r}).acquire({name!r}, ttl=5.0, wait=60.0, fair=True)
     """)
     doomed = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     _wait_for_queue(fair_deployment, name, 1)  # it is the head of the queue
@@ -130,7 +128,7 @@ def test_a_waiter_killed_while_queued_does_not_stall_the_others(fair_deployment:
     locks.close()
 
 
-def test_fair_and_unfair_clients_on_one_name_stay_mutually_exclusive(fair_deployment: Deployment,
+def test_fair_and_unfair_clients_on_one_name_stay_mutually_exclusive(fair_deployment: RedisFamily,
                                                                      name: str) -> None:
     inside = 0
     overlaps = 0
@@ -139,7 +137,7 @@ def test_fair_and_unfair_clients_on_one_name_stay_mutually_exclusive(fair_deploy
 
     def worker(fair: bool) -> None:
         nonlocal inside, overlaps, count
-        client = fencelock.connect(fair_deployment.url)
+        client = fencelock.connect(fair_deployment.target)
         for _ in range(10):
             with client.lock(name, ttl=5.0, wait=30.0, fair=fair):
                 with guard:

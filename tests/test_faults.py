@@ -1,10 +1,10 @@
-"""Faults injected into real servers (SIGSTOP, SIGKILL, script cache loss), bad input, and credentials."""
+"""Faults injected into the Redis family (SIGSTOP, SIGKILL, script cache loss), bad input, and credentials. What
+every backend shares (a paused service, cancelled requests, bad input) is in the conformance suite."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-import re
 import time
 from typing import Any
 
@@ -14,28 +14,7 @@ import fencelock
 from fencelock._logic.keys import redis_keys
 from fencelock.testing.servers import RedisServer, free_port
 
-from .conftest import Deployment, lock_value
-
-
-def test_a_stopped_server_gives_a_backend_error_in_bounded_time(own_deployment: Deployment, name: str) -> None:
-    locks = fencelock.connect(own_deployment.url)  # default socket timeout: 2 s
-    locks.acquire(name + ":warm", ttl=5.0, wait=0)  # a pooled connection exists and goes silent below
-    own_deployment.pause()
-    try:
-        started = time.monotonic()
-        with pytest.raises(fencelock.BackendError) as info:
-            locks.acquire(name, ttl=5.0, wait=1.0)
-        took = time.monotonic() - started
-        # redis-py's cluster client re-reads the layout from every node after a timeout: one more socket
-        # timeout per node. Bounded either way, and documented in the README.
-        timeouts = {"redis": 1, "cluster": 1 + 3, "redlock": 1}[own_deployment.kind]
-        assert took < 1.0 + 2.0 * timeouts + 0.5, took
-        assert info.value.name == name
-        # the client library's error is chained; Redlock's names how many nodes answered instead
-        assert isinstance(info.value.__cause__, Exception) or isinstance(info.value, fencelock.QuorumUnavailable)
-    finally:
-        own_deployment.resume()
-    locks.close()
+from .conftest import RedisFamily, lock_value
 
 
 def test_a_dead_server_gives_a_backend_error_at_once(name: str) -> None:
@@ -107,7 +86,7 @@ def test_acquire_survives_a_server_restart_between_calls(own_server: RedisServer
 
 
 def test_scripts_are_loaded_again_after_the_server_forgets_them(locks: fencelock.Locks, name: str,
-                                                                deployment: Deployment) -> None:
+                                                                deployment: RedisFamily) -> None:
     first = locks.acquire(name, ttl=5.0, wait=0)
     first.release()
     for raw in deployment.raws():
@@ -116,63 +95,7 @@ def test_scripts_are_loaded_again_after_the_server_forgets_them(locks: fencelock
         assert lease.fence > first.fence
 
 
-def test_asyncio_cancelling_acquire_after_the_request_went_out_leaves_no_key(own_deployment: Deployment,
-                                                                            name: str) -> None:
-    async def main() -> None:
-        locks = fencelock.aio.connect(own_deployment.url)
-        try:
-            warm = await locks.acquire(name + ":warm", wait=0)
-            await warm.release()
-            first = await locks.acquire(name, ttl=10.0, wait=0)
-            await first.release()
-            own_deployment.pause()
-            try:
-                task = asyncio.ensure_future(locks.acquire(name, ttl=10.0, wait=None))
-                await asyncio.sleep(0.2)  # the acquire is on the wire, the servers are frozen
-                task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await task
-            finally:
-                own_deployment.resume()
-            # The servers now run the acquire (creating our key); the undo follows it and deletes it.
-            for _ in range(150):
-                await asyncio.sleep(0.02)
-                if not any(lock_value(raw, name) for raw in own_deployment.raws()):
-                    break
-            assert own_deployment.holder(name) is None
-            assert not any(lock_value(raw, name) for raw in own_deployment.raws())
-            lease = await locks.acquire(name, ttl=5.0, wait=0)
-            assert lease.fence > first.fence
-            await lease.release()
-        finally:
-            await locks.aclose()
-
-    asyncio.run(main())
-
-
-def test_asyncio_cancelling_release_leaves_the_lease_releasable(own_deployment: Deployment, name: str) -> None:
-    async def main() -> None:
-        locks = fencelock.aio.connect(own_deployment.url)
-        try:
-            lease = await locks.acquire(name, ttl=10.0, wait=0)
-            own_deployment.pause()
-            try:
-                task = asyncio.ensure_future(lease.release())
-                await asyncio.sleep(0.2)
-                task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await task
-            finally:
-                own_deployment.resume()
-            await lease.release()  # no error: released now, or by the cancelled call, never lost
-            assert own_deployment.holder(name) is None
-        finally:
-            await locks.aclose()
-
-    asyncio.run(main())
-
-
-# -- bad input: rejected before anything is sent ----------------------------------------------------------------
+# -- bad input: rejected before anything is sent (on a stalled service, too: see the conformance suite) -----------
 
 NOWHERE = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens: anything actually sent would be a BackendError
 
@@ -208,15 +131,6 @@ def test_bad_names_are_rejected_before_anything_is_sent(bad: Any, error: type[Ex
         locks.lock(bad)
 
 
-def test_bad_extend_ttl_is_rejected_and_the_lease_is_kept(locks: fencelock.Locks, name: str) -> None:
-    lease = locks.acquire(name, ttl=5.0, wait=0)
-    for bad in (0, -1, math.nan, True):
-        with pytest.raises((ValueError, TypeError), match=rf"ttl .*lock '{re.escape(name)}'"):
-            lease.extend(bad)
-    assert lease.remaining() > 4.5
-    lease.release()
-
-
 @pytest.mark.parametrize("url", ["", "localhost:6379", "http://127.0.0.1", "redis://127.0.0.1:70000",
                                  "redis://127.0.0.1/x", "redis://127.0.0.1?nonsense=1", 6379])
 def test_malformed_urls_fail_at_connect(url: Any) -> None:
@@ -226,13 +140,13 @@ def test_malformed_urls_fail_at_connect(url: Any) -> None:
         fencelock.aio.connect(url)
 
 
-def test_the_wrong_kind_of_redis_client_is_a_type_error(deployment: Deployment) -> None:
+def test_the_wrong_kind_of_redis_client_is_a_type_error(deployment: RedisFamily) -> None:
     import redis.asyncio
 
     with pytest.raises(TypeError, match=r"fencelock\.aio\.connect"):
         fencelock.connect(redis.asyncio.Redis())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"fencelock\.connect"):
-        fencelock.aio.connect(deployment.target())
+        fencelock.aio.connect(deployment.redis_target())
 
 
 # -- credentials ----------------------------------------------------------------------------------------------

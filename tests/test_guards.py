@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import fencelock
 from fencelock._logic.fencing import accepts
 
-from .conftest import Deployment
+from .conftest import RedisFamily
 
 
 def _pause_past_ttl(lease: fencelock.Lease) -> None:
@@ -25,7 +25,7 @@ def _pause_past_ttl(lease: fencelock.Lease) -> None:
 
 
 def test_redis_guard_rejects_the_writer_that_paused_past_its_ttl(locks: fencelock.Locks, name: str,
-                                                                 deployment: Deployment) -> None:
+                                                                 deployment: RedisFamily) -> None:
     raw: Any = deployment.raw()
     guard = fencelock.RedisGuard(raw)
     data = guard.key(name, "balance")
@@ -46,7 +46,7 @@ def test_redis_guard_rejects_the_writer_that_paused_past_its_ttl(locks: fenceloc
 
 
 def test_without_a_guard_the_paused_writer_overwrites_the_new_holder(locks: fencelock.Locks, name: str,
-                                                                   deployment: Deployment) -> None:
+                                                                   deployment: RedisFamily) -> None:
     """The classic failure the guard exists for: a lock alone does not protect the resource."""
     raw: Any = deployment.raw()
     data = f"unguarded:{{{name}}}"
@@ -59,11 +59,11 @@ def test_without_a_guard_the_paused_writer_overwrites_the_new_holder(locks: fenc
     b.release()
 
 
-def test_async_redis_guard(deployment: Deployment, name: str) -> None:
+def test_async_redis_guard(deployment: RedisFamily, name: str) -> None:
     import redis.asyncio
 
     async def main() -> None:
-        first = deployment.url[0] if isinstance(deployment.url, list) else deployment.url
+        first = deployment.target[0] if isinstance(deployment.target, list) else deployment.target
         url = first.replace("redis+cluster://", "redis://")
         raw: Any = (redis.asyncio.RedisCluster if deployment.kind == "cluster" else redis.asyncio.Redis).from_url(url)
         guard = fencelock.aio.RedisGuard(raw)
@@ -79,7 +79,7 @@ def test_async_redis_guard(deployment: Deployment, name: str) -> None:
 
 @pytest.mark.parametrize(("fence", "error"), [(0, ValueError), (-3, ValueError), (True, TypeError),
                                               (1.5, TypeError), ("3", TypeError)])
-def test_guards_reject_bad_fences_before_writing(deployment: Deployment, name: str, fence: Any,
+def test_guards_reject_bad_fences_before_writing(deployment: RedisFamily, name: str, fence: Any,
                                                  error: type[Exception]) -> None:
     guard = fencelock.RedisGuard(deployment.raw())
     with pytest.raises(error, match="fence"):
@@ -106,21 +106,6 @@ def _write(conn: sqlite3.Connection, guard: fencelock.SQLGuard, name: str, fence
         cur = conn.cursor()
         guard.check(cur, name, fence)
         cur.execute("UPDATE accounts SET owner = ? WHERE id = 42", (owner,))
-
-
-def test_sql_guard_rejects_the_writer_that_paused_past_its_ttl(locks: fencelock.Locks, name: str,
-                                                               db: sqlite3.Connection) -> None:
-    guard = fencelock.SQLGuard()
-    a = locks.acquire(name, ttl=0.2, wait=0)
-    _pause_past_ttl(a)
-    b = locks.acquire(name, ttl=5.0, wait=0)
-    _write(db, guard, name, b.fence, "B")
-    with pytest.raises(fencelock.StaleFence) as info:
-        _write(db, guard, name, a.fence, "A")
-    assert info.value.highest == b.fence
-    assert db.execute("SELECT owner FROM accounts WHERE id = 42").fetchone() == ("B",)
-    assert guard.highest(db.cursor(), name) == b.fence
-    b.release()
 
 
 def test_sql_guard_keeps_fences_per_name(db: sqlite3.Connection) -> None:
@@ -161,7 +146,7 @@ def test_both_guards_follow_the_fencing_rule(fences: list[int]) -> None:
             highest = fence if highest is None else max(highest, fence)
 
 
-def test_the_redis_guard_follows_the_fencing_rule(deployment: Deployment, name: str) -> None:
+def test_the_redis_guard_follows_the_fencing_rule(deployment: RedisFamily, name: str) -> None:
     import random
 
     rng = random.Random(11)

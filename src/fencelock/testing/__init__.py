@@ -1,1 +1,12 @@
-"""Helpers for testing fencelock against real servers (see :mod:`fencelock.testing.servers`)."""
+"""Helpers for testing fencelock, and backends of your own, against real servers.
+
+- `fencelock.testing.servers`: start, pause, kill and restart real Redis servers and Redis Clusters.
+- `Deployment` (`fencelock.testing.deployment`): a lock service under test, as the conformance suite sees it;
+  `RedisDeployment`, `ClusterDeployment` and `RedlockDeployment` are the Redis family's.
+- `fencelock.testing.conformance`: the behavioural suite every backend passes (needs pytest; import it yourself).
+"""
+
+from .deployment import Deployment
+from .redis_deployments import ClusterDeployment, RedisDeployment, RedlockDeployment
+
+__all__ = ["ClusterDeployment", "Deployment", "RedisDeployment", "RedlockDeployment"]
