@@ -60,10 +60,17 @@ def redlock_deployment() -> Deployment:
     return RedlockDeployment.start(5)
 
 
+def zookeeper_deployment() -> Deployment:
+    _require_zookeeper()
+    from fencelock.testing.zookeeper import ZooKeeperDeployment
+    return ZooKeeperDeployment.start()
+
+
 BACKENDS: dict[str, Callable[[], Deployment]] = {
     "redis": redis_deployment,        # a single Redis
     "cluster": cluster_deployment,    # a Redis Cluster of three masters
     "redlock": redlock_deployment,    # Redlock over five independent nodes
+    "zookeeper": zookeeper_deployment,  # a standalone ZooKeeper (each deployment its own chroot)
 }
 """Every backend the conformance suite runs on. Each function starts a deployment that its `close()` stops, and
 skips (in CI: fails) when the server is not installed."""
@@ -175,12 +182,10 @@ def _require_zookeeper() -> None:
 
 
 @pytest.fixture(scope="session")
-def zookeeper_server() -> Iterator[Any]:
-    """One standalone ZooKeeper for the session; every test gets its own chroot on it (`zk`)."""
-    _require_zookeeper()
-    from fencelock.testing.zookeeper import ZooKeeperServer
-    with ZooKeeperServer(name="zk-shared") as server:
-        yield server
+def zookeeper_server(shared_deployments: SharedDeployments) -> Any:
+    """The conformance suite's shared ZooKeeper; every ZooKeeper-specific test gets its own chroot on it (`zk`)."""
+    deployment = shared_deployments.get("zookeeper")
+    return deployment.server  # type: ignore[attr-defined]
 
 
 @pytest.fixture

@@ -3,10 +3,12 @@
 - `fencelock.testing.servers`: start, pause, kill and restart real Redis servers and Redis Clusters.
 - `Deployment` (`fencelock.testing.deployment`): a lock service under test, as the conformance suite sees it;
   `RedisDeployment`, `ClusterDeployment` and `RedlockDeployment` are the Redis family's.
+- `fencelock.testing.zookeeper`: start, pause, kill and restart a standalone ZooKeeper; `ZooKeeperDeployment`.
 - `fencelock.testing.conformance`: the behavioural suite every backend passes (needs pytest; import it yourself).
 """
 
 from .deployment import Deployment
 from .redis_deployments import ClusterDeployment, RedisDeployment, RedlockDeployment
+from .zookeeper import ZooKeeperDeployment
 
-__all__ = ["ClusterDeployment", "Deployment", "RedisDeployment", "RedlockDeployment"]
+__all__ = ["ClusterDeployment", "Deployment", "RedisDeployment", "RedlockDeployment", "ZooKeeperDeployment"]
