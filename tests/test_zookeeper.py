@@ -457,3 +457,20 @@ def test_missing_kazoo_names_the_extra() -> None:
             "except ImportError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert "pip install 'fencelock[zookeeper]'" in out.stdout
+
+
+def test_a_lease_outlives_a_server_restart_within_its_session(own_zk: ZooKeeperDeployment, name: str) -> None:
+    """ZooKeeper keeps sessions in its transaction log: a server killed and restarted within the session timeout
+    gives the session back, and the lease's node with it."""
+    locks = fencelock.connect(own_zk.target)
+    lease = locks.acquire(name, ttl=10.0, wait=0, renew=True)
+    own_zk.close()  # the admin client's session must not hold anything across the restart
+    own_zk.server.kill()
+    own_zk.server.start()
+    _until(lambda: _session(locks).connected, 10.0, "the session came back")
+    lease.extend()
+    assert own_zk.holder(name) == lease.token
+    assert not lease.lost
+    lease.release()
+    assert own_zk.nodes(name) == []
+    locks.close()
