@@ -88,6 +88,10 @@ BLOCK_CAP = 2.0
 """Seconds a waiter waits for its predecessor's watch before it looks at the queue again. Watches are reliable
 on a live session; this only bounds the wait after one was dropped with a connection."""
 
+def _nothing() -> None:
+    pass
+
+
 _STATES = {KazooState.CONNECTED: Session.CONNECTED, KazooState.SUSPENDED: Session.SUSPENDED,
            KazooState.LOST: Session.LOST}
 
@@ -412,35 +416,31 @@ class AsyncZooKeeperBackend:
 
     # -- leaving, and deleting what we abandoned ----------------------------------------------------------
 
-    def _delete_known(self, node: _Node) -> threading.Event:
+    def _delete_known(self, node: _Node, then: Callable[[], None] = _nothing) -> None:
         """Delete a node whose path we know (one request, from kazoo's callbacks); if the server cannot be
-        reached, it is swept after the next reconnect. The event is set once the server confirmed."""
-        done = threading.Event()
+        reached, it is swept after the next reconnect. `then` runs once the server confirmed."""
         session = node.session
 
         def deleted(outcome: Any) -> None:
             if outcome.successful() or isinstance(outcome.exception, NoNodeError):
-                done.set()
+                then()
             else:
-                self._abandon(session, node.directory, node.child.token)
+                self._abandon(session, node.directory, node.child.token, then)
 
         session.client.delete_async(node.path).rawlink(deleted)
-        return done
 
-    def _abandon(self, session: _ZKSession, directory: str, token: str) -> threading.Event:
+    def _abandon(self, session: _ZKSession, directory: str, token: str, then: Callable[[], None] = _nothing) -> None:
         session.abandoned.add((directory, token))
-        return self._sweep(session, directory, token)
+        self._sweep(session, directory, token, then)
 
-    def _sweep(self, session: _ZKSession, directory: str, token: str) -> threading.Event:
-        """Delete every node of `token` in `directory`, from kazoo's callbacks (no waiting here). The returned
-        event is set once the server confirmed; until then the entry stays in `abandoned`, and every reconnect
-        tries again. A create still in flight was sent before this listing, on the same connection, so the
-        listing sees its node."""
-        done = threading.Event()
+    def _sweep(self, session: _ZKSession, directory: str, token: str, then: Callable[[], None] = _nothing) -> None:
+        """Delete every node of `token` in `directory`, from kazoo's callbacks (no waiting here); `then` runs once
+        the server confirmed. Until then the entry stays in `abandoned`, and every reconnect tries again. A create
+        still in flight was sent before this listing, on the same connection, so the listing sees its node."""
 
         def finished() -> None:
             session.abandoned.discard((directory, token))
-            done.set()
+            then()
 
         def listed(result: Any) -> None:
             if not result.successful():
@@ -465,20 +465,20 @@ class AsyncZooKeeperBackend:
                 session.client.delete_async(f"{directory}/{child_name(child)}").rawlink(deleted)
 
         session.client.get_children_async(directory).rawlink(listed)
-        return done
 
     async def leave(self, name: str, token: str) -> None:
         """A waiter gives up (deadline, cancellation, failure): its node goes now, or at the next reconnect."""
         self._forked()
         key = (name, token)
         node = self._queued.pop(key, None)
+        done = Wakeup()
         if node is not None and key not in self._sent:
-            done = self._delete_known(node)  # our one node: its path is known
+            self._delete_known(node, done.set)  # our one node: its path is known
         else:  # a create may have gone out without its answer: look for every node of ours
             session = node.session if node is not None else await self._some_session(name)
-            done = self._abandon(session, lock_path(self._root, name), token)
+            self._abandon(session, lock_path(self._root, name), token, done.set)
         self._sent.discard(key)
-        if not await wait_thread_event(done, self._timeout):
+        if not await done.wait(self._timeout):
             raise BackendError(f"leaving the queue of {self.shown} got no answer; retried at reconnect", name=name)
 
     # -- release, extend ----------------------------------------------------------------------------------

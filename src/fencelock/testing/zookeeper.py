@@ -22,6 +22,7 @@ suite: `holder`, `steal`, `pause` and `resume` go to the server directly.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -30,6 +31,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -250,23 +252,30 @@ class ZooKeeperDeployment(Deployment):
         self.prefix = prefix
         self._owns_server = owns_server
         super().__init__(server.url(self.chroot))
-        self._client: Any = None
         # A chroot exists before its clients use it, as in any ZooKeeper deployment.
-        self.client().ensure_path(self.chroot)
+        with self.client() as client:
+            client.ensure_path(self.chroot)
 
     @classmethod
     def start(cls) -> ZooKeeperDeployment:
         """A new standalone server of its own, which `close()` stops."""
         return cls(ZooKeeperServer().start(), owns_server=True)
 
-    def client(self) -> Any:
-        """A plain kazoo client (started), to look at and change nodes behind fencelock's back."""
-        if self._client is None:
-            from kazoo.client import KazooClient
-            client = KazooClient(hosts=self.server.address, timeout=10.0)
-            client.start(timeout=10)
-            self._client = client
-        return self._client
+    @contextlib.contextmanager
+    def client(self) -> Iterator[Any]:
+        """A plain kazoo client for one look behind fencelock's back, stopped afterwards.
+
+        Never kept between looks: kazoo's connection thread draws from the global `random` module, and a
+        thread that does so all session long breaks Hypothesis tests running in the same process.
+        """
+        from kazoo.client import KazooClient
+        client = KazooClient(hosts=self.server.address, timeout=10.0)
+        client.start(timeout=10)
+        try:
+            yield client
+        finally:
+            client.stop()
+            client.close()
 
     def _directory(self, name: str) -> str:
         from fencelock._logic.zookeeper import encode_name, lock_path, root_path
@@ -278,7 +287,8 @@ class ZooKeeperDeployment(Deployment):
 
         from fencelock._logic.zookeeper import child_name, queue
         try:
-            children = self.client().get_children(self._directory(name))
+            with self.client() as client:
+                children = client.get_children(self._directory(name))
         except NoNodeError:
             return []
         return [child_name(child) for child in queue(children)]
@@ -292,7 +302,8 @@ class ZooKeeperDeployment(Deployment):
         nodes = self.nodes(name)
         if nodes:
             try:
-                self.client().delete(f"{self._directory(name)}/{nodes[0]}")
+                with self.client() as client:
+                    client.delete(f"{self._directory(name)}/{nodes[0]}")
             except NoNodeError:
                 pass
 
@@ -310,11 +321,5 @@ class ZooKeeperDeployment(Deployment):
         return max(0, len(self.nodes(name)) - 1)
 
     def close(self) -> None:
-        if self._client is not None:
-            if self.server.running:
-                self.server.resume()
-            self._client.stop()
-            self._client.close()
-            self._client = None
         if self._owns_server:
             self.server.close()
