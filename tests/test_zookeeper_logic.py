@@ -14,8 +14,11 @@ from fencelock._logic.zookeeper import (
     Session,
     child_name,
     decode_name,
+    decode_number,
     encode_name,
+    encode_number,
     find_own,
+    lease_remaining,
     parse_child,
     parse_zookeeper_url,
     position,
@@ -118,3 +121,16 @@ def test_a_ttl_fits_only_a_session_at_least_as_long() -> None:
 ])
 def test_what_a_renewal_reports(state: Session, exists: bool | None, answer: bool | None) -> None:
     assert renewal_answer(state, exists) is answer
+
+
+def test_nodes_carry_numbers_and_ignore_what_is_not_ours() -> None:
+    assert decode_number(encode_number(30_000)) == 30_000
+    assert decode_number(b"") is None
+    assert decode_number(None) is None
+    assert decode_number(b"not a number") is None
+
+
+def test_a_holders_remaining_time_counts_from_its_nodes_last_write() -> None:
+    assert lease_remaining(30_000, 1_000_000, 1_010_000.0) == 20.0
+    assert lease_remaining(30_000, 1_000_000, 1_040_000.0) == 0.0   # ran out: never negative
+    assert lease_remaining(None, 1_000_000, 1_000_000.0) is None     # a node fencelock did not write

@@ -25,6 +25,7 @@ from ._errors import (
 )
 from ._guards_sql import SQLGuard
 from ._logic.args import DEFAULT_TTL, DEFAULT_WAIT
+from ._logic.status import LockStatus
 from ._sync.client import Lease, LockContext, Locks
 from ._sync.connect import connect
 from ._sync.guards import RedisGuard
@@ -40,6 +41,7 @@ __all__ = [
     "LockContext",
     "LockError",
     "LockLost",
+    "LockStatus",
     "Locks",
     "NotAcquired",
     "QuorumUnavailable",

@@ -1,6 +1,7 @@
-"""`python -m fencelock demo`: the classic lock failure and its fix, on an embedded Redis.
+"""`python -m fencelock ...` is the `fencelock` command (see `fencelock._cli`).
 
-(The full command-line tool and the fault lab come with later work; this is the README's first command for now.)
+`python -m fencelock demo` (what `./dev lab` runs) shows the classic lock failure and its fix on an embedded Redis;
+it is kept here, without the command line's dependencies, so that it runs on the base install.
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ def demo(url: str | None) -> int:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] != "demo":
-        print(USAGE, file=sys.stderr)
-        return 2
+        from ._cli import main as cli
+
+        return cli(argv)
     url = None
     if len(argv) == 3 and argv[1] == "--url":
         url = argv[2]

@@ -15,5 +15,6 @@ from ._async.client import AsyncLockContext as LockContext
 from ._async.client import AsyncLocks as Locks
 from ._async.connect import connect
 from ._async.guards import AsyncRedisGuard as RedisGuard
+from ._logic.status import LockStatus
 
-__all__ = ["Lease", "LockContext", "Locks", "RedisGuard", "connect"]
+__all__ = ["Lease", "LockContext", "LockStatus", "Locks", "RedisGuard", "connect"]

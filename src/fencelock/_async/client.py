@@ -6,6 +6,7 @@ threads sharing one client can never release each other's locks.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import secrets
@@ -16,8 +17,18 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from .._errors import AcquireTimeout, BackendError, LockError, LockLost, NotAcquired
-from .._logic.args import DEFAULT_TTL, DEFAULT_WAIT, check_name, check_renew, check_ttl, check_wait, ttl_ms
+from .._logic.args import (
+    DEFAULT_TTL,
+    DEFAULT_WAIT,
+    check_name,
+    check_pattern,
+    check_renew,
+    check_ttl,
+    check_wait,
+    ttl_ms,
+)
 from .._logic.outcomes import Attempt, Released, State, after_release
+from .._logic.status import LockStatus
 from .._logic.timing import Clock, Deadline, block_for, validity_end
 from ._compat import (
     Signal,
@@ -77,6 +88,22 @@ class AsyncBackend(Protocol):
 
     async def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
         """The watchdog's batch: (name, token, fence, ttl_ms) each; True extended, False not ours, None unknown."""
+        ...
+
+    # Operators' requests (`fencelock status / list / release --force`). Read behind every holder's back; no
+    # token is ever part of the answer.
+
+    async def status(self, name: str) -> LockStatus:
+        """The lock as the server sees it now."""
+        ...
+
+    async def scan(self, pattern: str) -> list[LockStatus]:
+        """Every HELD lock whose name matches the glob `pattern` (fnmatch), without blocking the server (Redis:
+        SCAN, never KEYS); sorted by name."""
+        ...
+
+    async def force_release(self, name: str) -> LockStatus:
+        """Remove the lock whoever holds it; returns what was removed (held=False: nothing was)."""
         ...
 
     async def aclose(self) -> None: ...
@@ -344,6 +371,28 @@ class AsyncLocks:
             raise ValueError(f"fair=True needs a single Redis or a Redis Cluster, not {self._backend.shown} "
                              f"(lock {name!r})")
         return AsyncLockContext(self, name, ttl, wait, renew, on_lost, cancel_on_lost, fair)
+
+    # -- operators ----------------------------------------------------------------------------------------------
+
+    async def status(self, name: str) -> LockStatus:
+        """`name` as the lock service sees it now: held or free, the fence, the seconds its holder's lease has
+        left on the server, and the queue length where waiters queue. Never shows a token."""
+        return await self._backend.status(check_name(name))
+
+    async def list(self, pattern: str = "*") -> builtins.list[LockStatus]:
+        """Every held lock whose name matches `pattern` (an fnmatch glob: `*`, `?`, `[seq]`), sorted by name.
+
+        Redis walks its keys with SCAN (on every primary of a Cluster), so a large keyspace never blocks it.
+        """
+        return await self._backend.scan(check_pattern(pattern))
+
+    async def force_release(self, name: str) -> LockStatus:
+        """Operators only: remove `name` whoever holds it. Returns what was removed (`held=False`: nothing was).
+
+        The holder is not told; its watchdog finds the lease lost at its next renewal. The fence counter stays,
+        so the next grant still gets a higher fence and guards still reject the old holder.
+        """
+        return await self._backend.force_release(check_name(name))
 
     async def aclose(self) -> None:
         """Stop the watchdog and close the connections this client made (leases still held expire by TTL)."""

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from .._errors import BackendError, QuorumUnavailable
 from .._logic.args import DEFAULT_TTL
-from .._logic.keys import PREFIX, RedisKeys, redis_keys
+from .._logic.keys import PREFIX, RedisKeys, fair_keys, redis_keys
 from .._logic.outcomes import Attempt, Released
 from .._logic.redlock import (
     DEFAULT_REPAIR_DELAY,
@@ -35,17 +35,20 @@ from .._logic.redlock import (
     repaired_hwm,
     worth_another_round,
 )
+from .._logic.status import LockStatus, NodeView, majority_status
 from .._logic.timing import backoff
 from .._scripts import (
+    FORCE_RELEASE,
     REDLOCK_ACQUIRE,
     REDLOCK_EXTEND,
     REDLOCK_EXTEND_MANY,
     REDLOCK_GATE,
     REDLOCK_RAISE,
     REDLOCK_RELEASE,
+    STATUS,
 )
 from ._compat import ScriptRequest, fan_out, in_background, run_scripts, sleep, then
-from .redis import BATCH, CLIENT_ERRORS, MIN_BLOCK, run_script, socket_timeout, wait_for_wake
+from .redis import BATCH, CLIENT_ERRORS, MIN_BLOCK, run_script, scan_names, socket_timeout, wait_for_wake
 
 _FAILED = Answer(Reply.FAILED)
 
@@ -62,6 +65,7 @@ NO_ANSWER = -2
 """What a node's release or extend counts as when it did not answer (its scripts answer 1, 0 or -1)."""
 _REPAIR_BATCH = 200
 GATE_TIMEOUT = 1.0  # seconds: the least time a look at every node's gate is given
+SCAN_TIMEOUT = 10.0  # seconds: the longest one node's SCAN for `list` is given
 _FALLBACK_PAUSE = 0.05  # seconds: the longest retry pause of a waiter whose home node cannot be reached
 
 
@@ -234,6 +238,64 @@ class AsyncRedlockBackend:
                 return None
             codes += [int(code) for code in reply]
         return codes
+
+    # -- operators (fencelock status / list / release --force) -----------------------------------------------
+
+    async def _views(self, lua: Any, name: str, removing: bool) -> list[NodeView | None]:
+        """`lua` (status or force_release) on every node at once; None for a node that did not answer."""
+        keys = redis_keys(name, self._prefix)
+        deadlines, _ = fair_keys(name, self._prefix)
+        script_keys = ([keys.lock, keys.fence, keys.waiters, keys.wake, keys.queue, deadlines] if removing
+                       else [keys.lock, keys.fence, deadlines])
+        requests = [ScriptRequest(node, lua, script_keys, []) for node in self._nodes]
+        done, _ = await run_scripts(requests, max(GATE_TIMEOUT, self._timeout(DEFAULT_TTL)),
+                                    lambda so_far: len(so_far) == self._n)
+        views: list[NodeView | None] = []
+        for i in range(self._n):
+            reply = done.get(i)
+            views.append(None if reply is None or isinstance(reply, Exception) else NodeView.decode(reply))
+        return views
+
+    def _majority(self, name: str, views: list[NodeView | None], what: str) -> LockStatus:
+        status = majority_status(name, views, self._n)
+        if status is None:
+            answered = sum(1 for view in views if view is not None)
+            raise QuorumUnavailable(f"{what} reached {answered} of {self._n} nodes; {self._q} are needed",
+                                    name=name)
+        return status
+
+    async def status(self, name: str) -> LockStatus:
+        """The lock as a majority sees it: held when a quorum holds one grant (see `majority_status`)."""
+        return self._majority(name, await self._views(STATUS, name, False), "the status")
+
+    async def scan(self, pattern: str) -> list[LockStatus]:
+        """Every lock a quorum holds whose name matches `pattern`: SCAN on every node, then each name's status.
+
+        Any quorum of answering nodes shares a node with the quorum that holds a lock, so it sees every held one.
+        """
+        calls = [partial(self._scan_node, i, pattern) for i in range(self._n)]
+        done, _ = await fan_out(calls, SCAN_TIMEOUT, lambda so_far: len(so_far) == self._n)
+        found = [names for names in done.values() if names is not None]
+        if len(found) < self._q:
+            raise QuorumUnavailable(f"listing the locks matching {pattern!r} reached {len(found)} of {self._n} "
+                                    f"nodes; {self._q} are needed")
+        held = []
+        for name in sorted(set[str]().union(*found)):
+            status = await self.status(name)
+            if status.held:
+                held.append(status)
+        return held
+
+    async def _scan_node(self, i: int, pattern: str) -> set[str] | None:
+        try:
+            return await scan_names(self._nodes[i], pattern, self._prefix, where=self._shown[i], cluster=False)
+        except BackendError:
+            return None
+
+    async def force_release(self, name: str) -> LockStatus:
+        """Remove the lock's key on every node, whoever holds it; returns what a majority held before."""
+        views = await self._views(FORCE_RELEASE, name, True)
+        return self._majority(name, views, "the forced release (run it again: the nodes that answered are clear)")
 
     # -- nodes that lost their data -------------------------------------------------------------------------
 

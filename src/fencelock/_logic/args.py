@@ -87,3 +87,12 @@ def check_renew(renew: object, ttl: float, name: object = None) -> float | None:
         raise ValueError(f"renew must be True, False or a number of seconds between 0 and ttl/2 ({ttl / 2}), "
                          f"got {renew!r}{_where(name)}")
     return seconds
+
+
+def check_pattern(pattern: object) -> str:
+    """A glob over lock names (fnmatch: `*`, `?`, `[seq]`)."""
+    if not isinstance(pattern, str):
+        raise TypeError(f"pattern must be a str glob, got {type(pattern).__name__} {pattern!r}")
+    if not pattern:
+        raise ValueError("pattern must be a non-empty glob (use '*' for every lock), got ''")
+    return pattern

@@ -59,3 +59,31 @@ def fair_keys(name: str, prefix: str = PREFIX) -> tuple[str, str]:
     """The fair queue's deadlines key, and the prefix of its waiters' own wake lists."""
     base = tag(name, prefix)
     return f"{base}:deadlines", f"{base}:wake:"
+
+
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+
+def scan_match(pattern: str, prefix: str = PREFIX) -> str:
+    """The SCAN MATCH glob for the lock keys of the names `pattern` (fnmatch) may match.
+
+    Where `pattern` uses only `*`, `?` and characters that read the same in a key, the server filters by it;
+    otherwise (brackets, backslashes, and the characters a key encodes) it returns every lock key. Either way
+    the caller filters the names with fnmatch: this only saves traffic, it decides nothing.
+    """
+    head = _GLOB_SPECIAL.sub(r"\\\1", prefix) + ":{"
+    if any(c in pattern for c in "[]\\%{}"):
+        return head + "*}:lock"
+    return head + pattern + "}:lock"
+
+
+def name_of_lock_key(key: str | bytes, prefix: str = PREFIX) -> str | None:
+    """The lock name a `fencelock:{<encoded name>}:lock` key belongs to (None: not a lock key of `prefix`)."""
+    text = key.decode() if isinstance(key, bytes) else key
+    start, end = f"{prefix}:{{", "}:lock"
+    if not (text.startswith(start) and text.endswith(end)) or len(text) < len(start) + len(end):
+        return None
+    encoded = text[len(start):-len(end)]
+    if "{" in encoded or "}" in encoded:
+        return None
+    return decode_name(encoded)

@@ -226,3 +226,26 @@ def renewal_answer(state: Session, node_exists: bool | None) -> bool | None:
     if node_exists is None:
         return None
     return node_exists
+
+
+# -- what the nodes carry, for operators ------------------------------------------------------------------------
+
+def encode_number(value: int) -> bytes:
+    """A lease node carries its TTL in ms; a lock's node carries the fence of its last holder to go."""
+    return str(value).encode()
+
+
+def decode_number(data: bytes | None) -> int | None:
+    """The number a node carries, or None (empty, or not written by fencelock)."""
+    try:
+        return int(data or b"")
+    except ValueError:
+        return None
+
+
+def lease_remaining(ttl_ms: int | None, mtime_ms: int, now_ms: float) -> float | None:
+    """Seconds until a holder's TTL runs out, from its node's last write (granted or extended: `mtime`, the
+    server's wall clock) and the reader's wall clock. None if the node carries no TTL."""
+    if ttl_ms is None:
+        return None
+    return max(0.0, (mtime_ms + ttl_ms - now_ms) / 1000.0)

@@ -7,6 +7,7 @@ turned into `BackendError` here, at this one boundary.
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Any
 
 from redis import Redis, RedisCluster
@@ -15,9 +16,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from .._errors import BackendError
-from .._logic.keys import PREFIX, fair_keys, redis_keys
+from .._logic.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
 from .._logic.outcomes import Attempt, Released
-from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, FAIR_ACQUIRE, FAIR_LEAVE, RELEASE, Lua
+from .._logic.status import LockStatus, NodeView, single_status
+from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, FAIR_ACQUIRE, FAIR_LEAVE, FORCE_RELEASE, RELEASE, STATUS, Lua
 from ._compat import sleep
 
 AnyRedis = Redis | RedisCluster
@@ -32,6 +34,9 @@ MIN_BLOCK = 0.002
 
 BATCH = 100
 """Leases per renewal script call (as Redisson batches them)."""
+
+SCAN_COUNT = 1000
+"""Keys SCAN looks at per call: small steps, so that listing locks never blocks the server (never KEYS)."""
 
 SERVER_TIMER = 0.1
 """Seconds. A server ends a blocking command's timeout only on its next timer tick (1/hz; hz is 10 by default),
@@ -209,6 +214,36 @@ class RedisBackend:
         except BackendError as exc:
             return exc
 
+    # -- operators (fencelock status / list / release --force) --------------------------------------------------
+
+    def status(self, name: str) -> LockStatus:
+        """The lock as the server sees it now: held or free, its fence, TTL left, live fair-queue entries."""
+        keys = redis_keys(name, self._prefix)
+        deadlines, _ = fair_keys(name, self._prefix)
+        reply = self._run(STATUS, name, [keys.lock, keys.fence, deadlines], [])
+        return single_status(name, NodeView.decode(reply))
+
+    def scan(self, pattern: str) -> list[LockStatus]:
+        """Every held lock whose name matches `pattern` (fnmatch), by SCAN (per primary on a Cluster), by name."""
+        names = scan_names(self._client, pattern, self._prefix, where=self.shown, cluster=self._cluster)
+        found = []
+        for name in sorted(names):
+            status = self.status(name)
+            if status.held:  # it may have expired since SCAN saw it
+                found.append(status)
+        return found
+
+    def force_release(self, name: str) -> LockStatus:
+        """Remove the lock whoever holds it, waking a waiter; returns what was removed (held=False: nothing)."""
+        keys = redis_keys(name, self._prefix)
+        deadlines, _ = fair_keys(name, self._prefix)
+        reply = self._run(FORCE_RELEASE, name, [keys.lock, keys.fence, keys.waiters, keys.wake, keys.queue,
+                                                      deadlines], [])
+        removed = single_status(name, NodeView.decode(reply))
+        if reply[4]:
+            self._wake_head(name, reply[4], removed.fence or 0)
+        return removed
+
     def close(self) -> None:
         if self._owns_client:
             client: Any = self._client
@@ -240,6 +275,29 @@ def wait_for_wake(client: AnyRedis, wake_key: str, wait: float) -> int | None:
     except CLIENT_ERRORS:
         return None
     return 0 if popped is None else int(popped[1])
+
+
+def scan_names(client: AnyRedis, pattern: str, prefix: str, *, where: str, cluster: bool) -> set[str]:
+    """The names of the lock keys on `client` that match `pattern` (fnmatch), found by SCAN, never KEYS.
+
+    On a Cluster, SCAN runs on every primary node (each holds its own slots' keys).
+    """
+    match = scan_match(pattern, prefix)
+    redis: Any = client
+    names: set[str] = set()
+    try:
+        if cluster:
+            keys = redis.scan_iter(match=match, count=SCAN_COUNT, target_nodes=RedisCluster.PRIMARIES)
+        else:
+            keys = redis.scan_iter(match=match, count=SCAN_COUNT)
+        for key in keys:
+            name = name_of_lock_key(key, prefix)
+            if name is not None and fnmatchcase(name, pattern):
+                names.add(name)
+    except CLIENT_ERRORS as exc:
+        raise BackendError(f"listing the locks matching {pattern!r} failed on {where}: {type(exc).__name__}: "
+                           f"{exc}") from exc
+    return names
 
 
 def run_script(client: AnyRedis, lua: Lua, keys: list[str], args: list[Any], *, name: str,

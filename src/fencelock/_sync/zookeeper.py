@@ -62,8 +62,11 @@ from .._logic.zookeeper import (
     ZooKeeperTarget,
     child_name,
     decode_name,
+    decode_number,
     encode_name,
+    encode_number,
     find_own,
+    lease_remaining,
     lock_path,
     node_prefix,
     position,
@@ -77,7 +80,7 @@ from ._compat import Wakeup, blocking, thread_result, wait_thread_event
 
 try:
     from kazoo.client import KazooClient, KazooState
-    from kazoo.exceptions import ConnectionLoss, KazooException, NodeExistsError, NoNodeError
+    from kazoo.exceptions import ConnectionLoss, KazooException, NodeExistsError, NoNodeError, RolledBackError
     from kazoo.retry import KazooRetry
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("the ZooKeeper backend needs kazoo: pip install 'fencelock[zookeeper]'") from exc
@@ -146,6 +149,63 @@ def _observe_negotiation(client: Any, seen: Callable[[int], None]) -> None:
     connection._connect = connect
 
 
+class _Committed:
+    """A committed transaction's `IAsyncResult`, as one request: it fails with the first operation's error.
+
+    kazoo reports a failed transaction as a list whose failed operation holds its exception (the others a
+    RolledBackError); every other request fails with the exception itself. This makes the two alike.
+    """
+
+    def __init__(self, result: Any) -> None:
+        self._result = result
+        self._callbacks: dict[Callable[[Any], None], Callable[[Any], None]] = {}
+
+    def _failure(self) -> BaseException | None:
+        if not self._result.successful():
+            exception: BaseException | None = self._result.exception
+            return exception
+        for value in self._result.value:
+            if isinstance(value, Exception) and not isinstance(value, RolledBackError):
+                return value
+        return None
+
+    def successful(self) -> bool:
+        return self._result.successful() and self._failure() is None
+
+    @property
+    def exception(self) -> BaseException | None:
+        return self._failure() if self._result.ready() else None
+
+    @property
+    def value(self) -> Any:
+        return self._result.value
+
+    def ready(self) -> bool:
+        return bool(self._result.ready())
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return bool(self._result.wait(timeout))
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        value = self._result.get(block, timeout)
+        failure = self._failure()
+        if failure is not None:
+            raise failure
+        return value
+
+    def rawlink(self, callback: Callable[[Any], None]) -> None:
+        def relay(_: Any) -> None:
+            callback(self)
+
+        self._callbacks[callback] = relay
+        self._result.rawlink(relay)
+
+    def unlink(self, callback: Callable[[Any], None]) -> None:
+        relay = self._callbacks.pop(callback, None)
+        if relay is not None:
+            self._result.unlink(relay)
+
+
 @dataclass(eq=False)
 class _Node:
     """Our node in one lock's queue."""
@@ -155,6 +215,7 @@ class _Node:
     child: Child
     czxid: int
     expires_at: float = 0.0   # monotonic; held nodes only: the client deletes the node then unless extended
+    waited: bool = False      # it was not at the head of the queue at once
 
     @property
     def path(self) -> str:
@@ -320,7 +381,7 @@ class ZooKeeperBackend:
         requeued = False
         while True:
             if node is None:
-                node = self._join(session, directory, key)
+                node = self._join(session, directory, key, ttl_ms)
                 self._queued[key] = node
             where, before = position(self._children(session, directory, name), token)
             if where is Position.GONE:
@@ -332,8 +393,13 @@ class ZooKeeperBackend:
                 requeued = True
                 continue
             if where is Position.HOLDER:
+                if node.waited:
+                    # The node's write time tells operators when its TTL ends (`status`): restart it now. Not
+                    # awaited: the hand-off does not wait for it, and the next renewal writes it anyway.
+                    session.client.set_async(node.path, encode_number(ttl_ms))
                 self._grant(key, node, ttl_ms)
                 return Attempt(True, node.czxid, None)
+            node.waited = True
             left = wait - (time.monotonic() - started)
             if left <= 0 or before is None:
                 return Attempt(False, 0, None)
@@ -343,7 +409,7 @@ class ZooKeeperBackend:
             if watched is not None:
                 wakeup.wait(left)
 
-    def _join(self, session: _ZKSession, directory: str, key: tuple[str, str]) -> _Node:
+    def _join(self, session: _ZKSession, directory: str, key: tuple[str, str], ttl_ms: int) -> _Node:
         """Our node in the queue: the one an earlier create of this token made, else a new one."""
         name, token = key
         if key in self._sent:
@@ -363,8 +429,8 @@ class ZooKeeperBackend:
                 # path, behind any listing we sent meanwhile, which then could not see our node.
                 self._make_directory(session, directory, name)
             self._sent.add(key)
-            request = session.client.create_async(f"{directory}/{node_prefix(token)}", b"", ephemeral=True,
-                                                  sequence=True, include_data=True)
+            request = session.client.create_async(f"{directory}/{node_prefix(token)}", encode_number(ttl_ms),
+                                                  ephemeral=True, sequence=True, include_data=True)
             try:
                 path, stat = self._call(request, name, "create")
                 self._sent.discard(key)  # answered: from now on our node is known
@@ -413,13 +479,14 @@ class ZooKeeperBackend:
         if again:
             self._expiry.schedule(key, node)
         else:
-            self._delete_known(node)
+            self._delete_known(node, record=True)
 
     # -- leaving, and deleting what we abandoned ----------------------------------------------------------
 
-    def _delete_known(self, node: _Node, then: Callable[[], None] = _nothing) -> None:
+    def _delete_known(self, node: _Node, then: Callable[[], None] = _nothing, record: bool = False) -> None:
         """Delete a node whose path we know (one request, from kazoo's callbacks); if the server cannot be
-        reached, it is swept after the next reconnect. `then` runs once the server confirmed."""
+        reached, it is swept after the next reconnect. `then` runs once the server confirmed. `record`: a held
+        node's fence goes to its lock's node in the same transaction (what `status` shows for a free lock)."""
         session = node.session
 
         def deleted(outcome: Any) -> None:
@@ -428,7 +495,17 @@ class ZooKeeperBackend:
             else:
                 self._abandon(session, node.directory, node.child.token, then)
 
-        session.client.delete_async(node.path).rawlink(deleted)
+        if record:
+            self._release_request(node).rawlink(deleted)
+        else:
+            session.client.delete_async(node.path).rawlink(deleted)
+
+    def _release_request(self, node: _Node) -> Any:
+        """Delete a held node and leave its fence on the lock's node, in one transaction (one round trip)."""
+        transaction = node.session.client.transaction()
+        transaction.delete(node.path)
+        transaction.set_data(node.directory, encode_number(node.czxid))
+        return _Committed(transaction.commit_async())
 
     def _abandon(self, session: _ZKSession, directory: str, token: str, then: Callable[[], None] = _nothing) -> None:
         session.abandoned.add((directory, token))
@@ -491,7 +568,7 @@ class ZooKeeperBackend:
         directory = lock_path(self._root, name)
         if node is not None:
             try:
-                self._call(node.session.client.delete_async(node.path), name, "release")
+                self._call(self._release_request(node), name, "release")
             except NoNodeError:
                 pass
             else:
@@ -537,11 +614,15 @@ class ZooKeeperBackend:
             if node.session.state is Session.LOST:
                 results[i] = renewal_answer(Session.LOST, None)
                 continue
-            requests.append((i, node, node.session.client.exists_async(node.path)))
+            # A write, not a read: it proves the node is still ours, and its write time tells operators when
+            # the TTL ends now (`status`).
+            requests.append((i, node, node.session.client.set_async(node.path, encode_number(leases[i][3]))))
         for i, node, request in requests:
             name, token, _fence, ms = leases[i]
             try:
                 stat = self._call(request, name, "extend")
+            except NoNodeError:
+                stat = None
             except BackendError:
                 results[i] = renewal_answer(node.session.state, None)
                 continue
@@ -560,17 +641,34 @@ class ZooKeeperBackend:
     # -- operators ----------------------------------------------------------------------------------------
 
     def status(self, name: str) -> LockStatus:
+        """The head of the queue holds the lock: its fence, and when its TTL ends by its last write (server
+        wall clock against ours). A free lock shows the fence of its last holder to go (released or expired
+        through fencelock; a holder whose session expired leaves no record)."""
+        self._forked()
         session = self._some_session(name)
         directory = lock_path(self._root, name)
         for _ in range(3):
             line = queue(self._children(session, directory, name))
             if not line:
-                return LockStatus(name, False, None, None, 0)
-            fence = self._czxid(session, f"{directory}/{child_name(line[0])}", name)
-            if fence is not None:
-                return LockStatus(name, True, fence, None, len(line) - 1)
+                return LockStatus(name, False, self._last_fence(session, directory, name), None, 0)
+            found = self._get(session, f"{directory}/{child_name(line[0])}", name)
+            if found is not None:
+                data, stat = found
+                remaining = lease_remaining(decode_number(data), int(stat.mtime), time.time() * 1000.0)
+                return LockStatus(name, True, int(stat.czxid), remaining, len(line) - 1)
         # The queue moved under us three times in a row: report what the last look showed.
         return LockStatus(name, True, None, None, len(line) - 1)
+
+    def _get(self, session: _ZKSession, path: str, name: str) -> tuple[bytes, Any] | None:
+        try:
+            data, stat = self._call(session.client.get_async(path), name, "reading a node")
+        except NoNodeError:
+            return None
+        return data, stat
+
+    def _last_fence(self, session: _ZKSession, directory: str, name: str) -> int | None:
+        found = self._get(session, directory, name)
+        return None if found is None else decode_number(found[0])
 
     def scan(self, pattern: str) -> list[LockStatus]:
         session = self._some_session(None)
@@ -584,18 +682,26 @@ class ZooKeeperBackend:
         return found
 
     def force_release(self, name: str) -> LockStatus:
+        """Delete the head of the queue, whoever it is (its fence stays on the lock's node); the next waiter
+        takes the lock. The holder is told at its next renewal."""
+        self._forked()
         session = self._some_session(name)
         directory = lock_path(self._root, name)
         line = queue(self._children(session, directory, name))
         if not line:
-            return LockStatus(name, False, None, None, 0)
-        path = f"{directory}/{child_name(line[0])}"
-        fence = self._czxid(session, path, name)
+            return LockStatus(name, False, self._last_fence(session, directory, name), None, 0)
+        head = _Node(session, directory, line[0], 0)
+        found = self._get(session, head.path, name)
+        if found is None:
+            return LockStatus(name, False, None, None, len(line) - 1)
+        data, stat = found
+        head.czxid = int(stat.czxid)
         try:
-            self._call(session.client.delete_async(path), name, "force-release")
+            self._call(self._release_request(head), name, "force-release")
         except NoNodeError:
             return LockStatus(name, False, None, None, len(line) - 1)
-        return LockStatus(name, True, fence, None, len(line) - 1)
+        remaining = lease_remaining(decode_number(data), int(stat.mtime), time.time() * 1000.0)
+        return LockStatus(name, True, head.czxid, remaining, len(line) - 1)
 
     # -- closing ------------------------------------------------------------------------------------------
 

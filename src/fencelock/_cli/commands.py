@@ -1,0 +1,360 @@
+"""The commands of `fencelock`, on click. Each one is a thin layer over the library's public API.
+
+Why click alone, without rich: click is small, pure Python and well kept, and gives `--help` on every command,
+environment variables for options, prompts and colour that is dropped when the output is not a terminal. The only
+tables here are a few aligned columns, which need no table library; rich would add about 3 MB (with pygments and
+markdown-it) to every install of the extra for that.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+import fencelock
+
+from .._errors import BackendError, LockError, LockLost
+from .._logic import exits
+from .._logic.exits import DEFAULT_GRACE, OnLost
+from .._logic.urls import redact
+from .show import as_json, describe, error, status_line, table
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_state = {"debug": False}
+
+
+def url_option(f: F) -> F:
+    return click.option(
+        "--url", "urls", multiple=True, envvar="FENCELOCK_URL", metavar="URL",
+        help="The lock service: any URL fencelock.connect() takes (default: $FENCELOCK_URL, else "
+             "redis://127.0.0.1:6379/0). Give it three or more times (or several URLs separated by spaces in "
+             "FENCELOCK_URL) for Redlock over independent nodes. Put a URL with a password in FENCELOCK_URL: "
+             "`ps` shows command lines to every user.")(f)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")(f)
+
+
+def _target(urls: tuple[str, ...]) -> str | list[str]:
+    given = [url for url in urls if url] or [DEFAULT_URL]
+    return given[0] if len(given) == 1 else given
+
+
+def _shown(urls: tuple[str, ...]) -> str:
+    target = _target(urls)
+    return ", ".join(redact(url) for url in ([target] if isinstance(target, str) else target))
+
+
+def _connect(urls: tuple[str, ...]) -> fencelock.Locks:
+    return fencelock.connect(_target(urls))
+
+
+def _seconds(forever: bool = False) -> Callable[[click.Context, click.Parameter, Any], float | None]:
+    """An option callback: a number of seconds (with `forever`, also 'forever'). The library checks the range."""
+
+    def convert(ctx: click.Context, param: click.Parameter, value: Any) -> float | None:
+        if value is None or isinstance(value, (int, float)):
+            return value
+        text = str(value).strip().lower()
+        if forever and text in ("forever", "inf", "none"):
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            raise click.BadParameter(f"{value!r} is not a number of seconds"
+                                     + (" (or 'forever')" if forever else "")) from None
+
+    return convert
+
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(fencelock.__version__, prog_name="fencelock")
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
+def cli(debug: bool) -> None:
+    """Distributed locks with fencing tokens, from the shell: a flock for cron jobs that run on many machines,
+    and a window into the locks that are held.
+
+    \b
+    Examples:
+      fencelock run --ttl 60 --wait 0 nightly-report -- /usr/local/bin/report
+      fencelock status nightly-report
+      fencelock list 'report:*' --json
+      fencelock release nightly-report --force
+
+    Every command takes --url (else $FENCELOCK_URL, else redis://127.0.0.1:6379/0).
+    """
+    _state["debug"] = debug
+
+
+@cli.command(context_settings={"max_content_width": 110})
+@click.argument("name")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("--ttl", default=str(fencelock.DEFAULT_TTL), callback=_seconds(), metavar="SECONDS", show_default=True,
+              help="Seconds the lock lives without renewal. It is renewed every TTL/3 while COMMAND runs, so "
+                   "this is how soon a crashed machine's lock frees itself.")
+@click.option("--wait", default=str(fencelock.DEFAULT_WAIT), callback=_seconds(forever=True),
+              metavar="SECONDS", show_default=True,
+              help="Seconds to wait for a busy lock: 0 tries once, 'forever' waits for ever.")
+@click.option("-E", "--conflict-exit-code", "busy_status", type=click.IntRange(0, 255), default=exits.BUSY,
+              show_default=True, help="Exit status when the lock is busy (EX_TEMPFAIL by default, as flock -E).")
+@click.option("--on-lost", type=click.Choice([p.value for p in OnLost]), default=OnLost.TERM.value,
+              show_default=True, help="What happens to COMMAND if the lock is lost while it runs: SIGTERM then "
+                                      "SIGKILL after --grace, SIGKILL at once, or nothing.")
+@click.option("--grace", default=str(DEFAULT_GRACE), callback=_seconds(), metavar="SECONDS", show_default=True,
+              help="Seconds between SIGTERM and SIGKILL when the lock is lost.")
+@url_option
+def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, busy_status: int, on_lost: str,
+        grace: float, urls: tuple[str, ...]) -> int:
+    """Run COMMAND while holding the lock NAME, then release it.
+
+    COMMAND runs only once NAME is acquired, with FENCELOCK_NAME, FENCELOCK_FENCE (the fencing token: pass it
+    to your storage) and FENCELOCK_TOKEN (the lease's secret; never log it) in its environment. SIGINT, SIGTERM
+    and SIGHUP are passed on to COMMAND, and the lock is released after it exits.
+
+    \b
+    Exit status:
+      COMMAND's own    it ran with the lock held (128+N if signal N ended it)
+      75               the lock was busy, or stayed busy for --wait; COMMAND did not run (-E changes it)
+      70               the lock was lost while COMMAND ran; COMMAND was stopped per --on-lost
+      69               the lock service failed or could not be reached
+      2                bad arguments or URL;  126/127: COMMAND could not run / was not found
+
+    \b
+    Examples:
+      fencelock run nightly-report -- /usr/local/bin/report --since yesterday
+      fencelock run --ttl 60 --wait 0 -E 0 backup -- ./backup.sh     # busy: skip quietly (exit 0)
+      fencelock run --wait forever migrate -- sh -c 'migrate --fence "$FENCELOCK_FENCE"'
+    """
+    from .supervise import run as supervise
+
+    if grace < 0:
+        raise click.BadParameter("must be at least 0", param_hint="--grace")
+    with _connect(urls) as locks:
+        return supervise(locks, name, command, ttl=ttl, wait=wait, busy_status=busy_status,
+                         on_lost=OnLost(on_lost), grace=grace)
+
+
+@cli.command()
+@click.argument("name")
+@url_option
+@json_option
+def status(name: str, urls: tuple[str, ...], as_json: bool) -> int:
+    """Show whether the lock NAME is held, its fence, how long until it expires, and (fair locks) its queue.
+
+    \b
+    Examples:
+      fencelock status nightly-report
+      fencelock status nightly-report --json     # {"name": ..., "held": true, "fence": 17, "remaining": 42.1, ...}
+    """
+    with _connect(urls) as locks:
+        found = locks.status(name)
+    click.echo(_json(found) if as_json else status_line(found))
+    return 0
+
+
+@cli.command(name="list")
+@click.argument("pattern", default="*", required=False)
+@url_option
+@json_option
+def list_(pattern: str, urls: tuple[str, ...], as_json: bool) -> int:
+    """List the held locks whose names match PATTERN (a glob: *, ?, [seq]; default: all).
+
+    Redis is walked with SCAN (on every primary of a Cluster), never KEYS, so a large keyspace is not blocked.
+
+    \b
+    Examples:
+      fencelock list
+      fencelock list 'report:*'
+      fencelock list --json | jq -r '.[].name'
+    """
+    with _connect(urls) as locks:
+        found = locks.list(pattern)
+    if as_json:
+        click.echo(_json(found))
+    elif found:
+        click.echo(table(found))
+    else:
+        click.echo(f"no held locks match {pattern!r}")
+    return 0
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Required: this removes the lock whoever holds it.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@url_option
+def release(name: str, force: bool, yes: bool, urls: tuple[str, ...]) -> int:
+    """Operators only: remove the lock NAME whoever holds it, and say what was removed.
+
+    The holder is not told; its renewal finds the lock lost (`fencelock run` then stops its command). The fence
+    counter stays, so the next holder gets a higher fence and guards keep rejecting the old holder's writes.
+
+    \b
+    Examples:
+      fencelock release nightly-report --force          # asks first
+      fencelock release nightly-report --force --yes
+    """
+    if not force:
+        raise click.UsageError("release removes the lock whoever holds it; give --force to mean it")
+    with _connect(urls) as locks:
+        before = locks.status(name)
+        if not before.held:
+            click.echo(f"lock {name!r} is not held ({describe(before)}); nothing to remove")
+            return 0
+        if not yes:
+            question = (f"Remove lock {name!r} ({describe(before)})? Its holder is not told and may still be "
+                        "working")
+            try:
+                agreed = click.confirm(question, default=False, err=True)
+            except click.Abort:
+                agreed = False
+            if not agreed:
+                error(f"lock {name!r} was not removed", "--yes skips the question")
+                return exits.DECLINED
+        removed = locks.force_release(name)
+    if removed.held:
+        click.echo(f"removed lock {name!r} ({describe(removed)})")
+    else:
+        click.echo(f"lock {name!r} was no longer held; nothing removed")
+    return 0
+
+
+PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+
+
+@cli.command(context_settings=PASS_THROUGH, add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def lab(args: tuple[str, ...]) -> int:
+    """The fault lab: real servers, injected faults, and what fencelock does about them."""
+    try:
+        module: Any = importlib.import_module("fencelock._lab")
+    except ModuleNotFoundError as exc:
+        if exc.name != "fencelock._lab":
+            raise
+        if "-h" in args or "--help" in args:
+            click.echo("Usage: fencelock lab [ARGS]...\n\n  The fault lab (not built into this version yet).\n"
+                       "  `python -m fencelock demo` shows the classic lock failure and the fencing fix.")
+            return 0
+        error("fencelock lab is not built into this version yet",
+              "`python -m fencelock demo` shows the lock failure and the fencing fix")
+        return exits.USAGE
+    return int(module.main(list(args)))
+
+
+@cli.command(context_settings=PASS_THROUGH, add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def bench(args: tuple[str, ...]) -> int:
+    """The benchmarks against other lock libraries (from a checkout of the repository: python -m bench)."""
+    root = Path(fencelock.__file__).resolve().parents[2]
+    if not (root / "bench" / "__main__.py").is_file():
+        error("fencelock bench runs the repository's bench/, which is not part of the installed package",
+              "clone the repository and run ./dev bench there")
+        return exits.USAGE
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+    return subprocess.call([sys.executable, "-m", "bench", *args], env=env)
+
+
+@cli.command(hidden=True, context_settings=PASS_THROUGH, add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def demo(args: tuple[str, ...]) -> int:
+    """The classic lock failure and the fencing fix, on an embedded server (python -m fencelock demo)."""
+    from ..__main__ import main as demo_main
+
+    return demo_main(["demo", *args])
+
+
+def _json(value: Any) -> str:
+    return as_json(value)
+
+
+HINT_SERVER = "is the server running and reachable? check --url or FENCELOCK_URL"
+
+
+def run_cli(args: list[str]) -> int:
+    """Run the command line; turn every error into one line on stderr and an exit status."""
+    try:
+        result = cli.main(args=args, prog_name="fencelock", standalone_mode=False)
+    except click.UsageError as exc:
+        no_args = getattr(click.exceptions, "NoArgsIsHelpError", None)
+        if no_args is not None and isinstance(exc, no_args) and exc.ctx is not None:
+            click.echo(exc.ctx.get_help())  # `fencelock` alone: the help, as click shows it
+            return exits.USAGE
+        where = exc.ctx.command_path if exc.ctx is not None else "fencelock"
+        hint = f"see '{where} --help'"
+        if exc.ctx is not None and exc.ctx.command.name == "run" and isinstance(exc, click.NoSuchOption):
+            hint = "put -- before COMMAND so that its options are not read as fencelock's; " + hint
+        error(exc.format_message(), hint)
+        return exits.USAGE
+    except click.Abort:
+        error("aborted")
+        return exits.DECLINED
+    except click.ClickException as exc:
+        error(exc.format_message())
+        return exc.exit_code
+    except (ValueError, TypeError) as exc:  # the library's argument checks (bad TTL, URL, name, pattern)
+        if _state["debug"]:
+            raise
+        error(str(exc), f"see '{_command_path(args)} --help'")
+        return exits.USAGE
+    except BackendError as exc:
+        if _state["debug"]:
+            raise
+        error(str(exc), f"{HINT_SERVER}, now {_shown_from(args)}")
+        return exits.BACKEND
+    except LockLost as exc:
+        if _state["debug"]:
+            raise
+        error(str(exc))
+        return exits.LOST
+    except LockError as exc:
+        if _state["debug"]:
+            raise
+        error(str(exc))
+        return exits.BACKEND
+    except KeyboardInterrupt:
+        error("interrupted")
+        return 130
+    except Exception as exc:
+        if _state["debug"]:
+            raise
+        error(f"unexpected {type(exc).__name__}: {exc}", "run with --debug for the traceback, and report it")
+        return 1
+    return int(result or 0)
+
+
+def _command_path(args: list[str]) -> str:
+    """`fencelock CMD` for the subcommand in `args` (the context is gone by the time an error is shown)."""
+    for arg in args:
+        if arg in cli.commands:
+            return f"fencelock {arg}"
+    return "fencelock"
+
+
+def _shown_from(args: list[str]) -> str:
+    """The URLs this run used, passwords masked (read back from the arguments: the context is gone by now)."""
+    urls: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--url" and i + 1 < len(args):
+            urls.append(args[i + 1])
+        elif arg.startswith("--url="):
+            urls.append(arg.split("=", 1)[1])
+    if not urls:
+        urls = os.environ.get("FENCELOCK_URL", "").split()
+    return _shown(tuple(urls))

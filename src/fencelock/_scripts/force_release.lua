@@ -1,0 +1,33 @@
+-- force_release: remove a lock whoever holds it (operators only: fencelock release --force), and wake a waiter
+-- as a release would. The fence counter stays: the next grant still gets a higher fence.
+--
+-- KEYS[1]  lock key       fencelock:{name}:lock
+-- KEYS[2]  fence key      fencelock:{name}:fence
+-- KEYS[3]  waiters key    fencelock:{name}:waiters
+-- KEYS[4]  wake key       fencelock:{name}:wake       (list that waiters BLPOP)
+-- KEYS[5]  queue key      fencelock:{name}:queue      (fair waiters, oldest first)
+-- KEYS[6]  deadlines key  fencelock:{name}:deadlines
+--
+-- returns  {pttl, fence, queued, holder, head}: what was removed, as status.lua reports it (pttl -2: nothing
+--          was held), and head = the fair queue's first token ('' if none), whose own wake list the client
+--          pushes to next
+if redis.replicate_commands then redis.replicate_commands() end -- Redis 6: TIME before writes
+local pttl = redis.call('PTTL', KEYS[1])
+local fence = tonumber(redis.call('GET', KEYS[2]) or '-1')
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local queued = redis.call('ZCOUNT', KEYS[6], '(' .. now, '+inf')
+local holder = ''
+local head = ''
+if pttl ~= -2 then
+  holder = redis.sha1hex(redis.call('GET', KEYS[1]))
+  redis.call('DEL', KEYS[1])
+  local waiting = redis.call('PTTL', KEYS[3])
+  if waiting > 0 then
+    redis.call('DEL', KEYS[4])
+    redis.call('RPUSH', KEYS[4], math.max(fence, 0))
+    redis.call('PEXPIRE', KEYS[4], waiting)
+  end
+  head = redis.call('LINDEX', KEYS[5], 0) or ''
+end
+return {pttl, fence, queued, holder, head}

@@ -1,0 +1,23 @@
+-- status: one lock as this server sees it now, read behind every holder's back (fencelock status / list).
+-- Read-only. Works on a single Redis, a Cluster shard and one Redlock node (which has no fair queue).
+--
+-- KEYS[1]  lock key       fencelock:{name}:lock
+-- KEYS[2]  fence key      fencelock:{name}:fence      (the fence counter; on Redlock the node's hwm)
+-- KEYS[3]  deadlines key  fencelock:{name}:deadlines  (fair mode: queue entry -> server ms when it expires)
+--
+-- returns  {pttl, fence, queued, holder}
+--          pttl    ms left on the holder's key; -2 free; -1 a key without a TTL (never made by fencelock)
+--          fence   the counter's value; -1 if the name was never locked here
+--          queued  fair queue entries that have not expired (0 where nobody queues)
+--          holder  SHA-1 of the holder's token ('' when free): Redlock compares grants across nodes by it;
+--                  the token itself never leaves the server
+local pttl = redis.call('PTTL', KEYS[1])
+local fence = tonumber(redis.call('GET', KEYS[2]) or '-1')
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local queued = redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf')
+local holder = ''
+if pttl ~= -2 then
+  holder = redis.sha1hex(redis.call('GET', KEYS[1]))
+end
+return {pttl, fence, queued, holder}
