@@ -35,7 +35,10 @@ the server keeps the node at least a session timeout (>= the TTL) after it recei
 connection is down (SUSPENDED) a renewal is "unknown", not "lost": the lease is reported lost when its validity
 runs out, unless the session comes back first. An expired session (LOST) means every node is gone, and the next
 renewal reports the loss. `close()` ends the sessions, which deletes every node they still hold at once.
-`status()` knows no `remaining` for a held lock (a node has no expiry of its own) and no fence for a free one.
+For operators (`status`), a lease node carries its TTL and is written at every renewal, so its `mtime` (the
+server's wall clock) plus the TTL says when the holder's TTL ends; a release leaves the holder's fence on the
+lock's node, in the same transaction as the delete, so a free lock shows its last fence (a holder whose session
+expired leaves none).
 """
 
 from __future__ import annotations
