@@ -313,6 +313,21 @@ class ZooKeeperDeployment(Deployment):
     def resume(self) -> None:
         self.server.resume()
 
+    def ttl_left(self, name: str) -> float | None:
+        """Seconds until the holder's TTL ends, from its node's last write (None: nobody holds `name`)."""
+        from kazoo.exceptions import NoNodeError
+
+        from fencelock._logic.zookeeper import decode_number, lease_remaining
+        nodes = self.nodes(name)
+        if not nodes:
+            return None
+        try:
+            with self.client() as client:
+                data, stat = client.get(f"{self._directory(name)}/{nodes[0]}")
+        except NoNodeError:
+            return None
+        return lease_remaining(decode_number(data), stat.mtime, time.time() * 1000.0)
+
     def leftovers(self, name: str) -> list[str] | None:
         """The ephemeral nodes still queued for `name` (the holder's and the waiters')."""
         return self.nodes(name)
