@@ -42,7 +42,7 @@ class Need:
     """What a contender needs running: `nodes` servers of one `service`.
 
     "redis": one Redis-compatible server (the single-node rows). "redlock": `nodes` independent Redis masters,
-    apart from the single-node server. "zookeeper": one standalone ZooKeeper.
+    apart from the single-node server (later: "etcd", "zookeeper").
     """
 
     service: str
@@ -110,9 +110,8 @@ class Contender:
 
     @property
     def group(self) -> str:
-        """What `--only` accepts besides the key: "redlock" (every Redlock row), "zookeeper", or "single" (one
-        Redis)."""
-        return self.need.service if self.need.service in ("redlock", "zookeeper") else "single"
+        """What `--only` accepts besides the key: "single" (one Redis), else the service ("redlock", "etcd")."""
+        return "single" if self.need.service == "redis" else self.need.service
 
 
 REGISTRY: dict[str, Contender] = {}
@@ -186,7 +185,8 @@ def floor_async(target: Target) -> AsyncLocker:
 
 
 def _fencelock_target(target: Target) -> str | list[str]:
-    """What `fencelock.connect()` is given: the URL of one node, or the list of URLs of the Redlock nodes."""
+    """What `fencelock.connect()` is given: the URL of one node (or of an etcd cluster), or the list of URLs of the
+    Redlock nodes."""
     return list(target.urls) if target.service == "redlock" else target.url
 
 
@@ -265,12 +265,48 @@ def python_redis_lock(target: Target) -> Locker:
     return Locker(acquire, release, client.close)
 
 
+def floor_flock(target: Target) -> Locker:
+    """The best hand-off this machine can do, without any network: `flock` on one file per name. The kernel wakes
+    a blocked waiter the moment the holder unlocks. (Not fair, no TTL, one machine only: a bound, not a lock.)"""
+    import fcntl  # POSIX only; the contended workload runs only where multiprocessing does
+    import hashlib
+    import os
+    import tempfile
+
+    files: dict[str, int] = {}
+
+    def acquire(name: str, wait: float) -> object | None:
+        fd = files.get(name)
+        if fd is None:
+            path = os.path.join(tempfile.gettempdir(), f"fencelock-bench-{hashlib.sha1(name.encode()).hexdigest()}")
+            fd = files[name] = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            # wait > 0 blocks until the holder unlocks (the run's 10 s wait is never reached at this speed)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait > 0 else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        return fd
+
+    def release(handle: object) -> None:
+        fcntl.flock(cast(int, handle), fcntl.LOCK_UN)
+
+    def close() -> None:
+        for fd in files.values():
+            os.close(fd)
+
+    return Locker(acquire, release, close)
+
+
 ONE_REDIS = Need("redis")
 
 register(Contender(
     "floor", "floor: SET NX PX + EVALSHA", "floor", ONE_REDIS, make=floor, contended=False,
     reference=Reference(uncontended_us=272),
     note="hand-written with redis-py: the least a correct single-node lock can do",
+))
+register(Contender(
+    "floor-flock", "floor: flock, no network", "floor", ONE_REDIS, make=floor_flock, uncontended=False,
+    note="the kernel's hand-off between processes: what no network lock on this machine can beat",
 ))
 register(Contender(
     "fencelock", "fencelock", "subject", ONE_REDIS, make=fencelock_sync,
@@ -336,6 +372,58 @@ def floor_redlock(target: Target) -> Locker:
     def release(handle: object) -> None:
         name, token = cast("tuple[str, str]", handle)
         everywhere("EVALSHA", sha, 1, name, token)
+
+    def close() -> None:
+        for client, conn in zip(clients, conns, strict=True):
+            client.connection_pool.release(conn)
+            client.close()
+
+    return Locker(acquire, release, close)
+
+
+def floor_redlock_scripts(target: Target) -> Locker:
+    """The Redlock floor by hand, running fencelock's own node scripts (redlock_acquire.lua, redlock_release.lua)
+    instead of SET NX: what those scripts cost on these nodes, with none of fencelock's client logic. On this
+    machine the nodes of a row share one server CPU and run one after the other, so every microsecond of script
+    time counts as many times as there are nodes."""
+    from fencelock._logic.keys import redis_keys
+    from fencelock._scripts import REDLOCK_ACQUIRE, REDLOCK_RELEASE
+
+    clients = [redis.Redis.from_url(url) for url in target.urls]
+    for client in clients:
+        client.script_load(REDLOCK_ACQUIRE.source)
+        client.script_load(REDLOCK_RELEASE.source)
+    conns: list[Any] = [client.connection_pool.get_connection() for client in clients]  # redis-py: untyped
+    quorum = len(conns) // 2 + 1
+    ttl_ms = int(TTL * 1000)
+    marker = "fencelock:redlock:node"  # a node without it answers "not ready" (see redlock_gate.lua)
+    if not any(client.exists(marker) for client in clients):
+        for client in clients:  # a new deployment: every node counts at once, as fencelock itself decides
+            client.set(marker, "bench")
+    proposals: dict[str, int] = {}
+
+    def everywhere(*args: object) -> list[Any]:
+        packed = conns[0].pack_command(*args)
+        for conn in conns:
+            conn.send_packed_command(packed, check_health=False)
+        return [conn.read_response() for conn in conns]
+
+    def acquire(name: str, wait: float) -> object | None:
+        if wait != 0:
+            raise NotImplementedError("the floor makes one attempt only")
+        keys, token = redis_keys(name), secrets.token_hex(16)
+        t = proposals[name] = proposals.get(name, 0) + 1
+        replies = everywhere("EVALSHA", REDLOCK_ACQUIRE.sha, 4, keys.lock, keys.fence, marker, keys.waiters,
+                             token, ttl_ms, t)
+        if sum(1 for reply in replies if reply[0] == 1) >= quorum:
+            return (keys, token, t)
+        proposals[name] = max([t, *(int(reply[1]) for reply in replies)])  # learn the nodes' hwm
+        everywhere("EVALSHA", REDLOCK_RELEASE.sha, 4, keys.lock, keys.fence, keys.waiters, keys.wake, token, t)
+        return None
+
+    def release(handle: object) -> None:
+        keys, token, t = cast("tuple[Any, str, int]", handle)
+        everywhere("EVALSHA", REDLOCK_RELEASE.sha, 4, keys.lock, keys.fence, keys.waiters, keys.wake, token, t)
 
     def close() -> None:
         for client, conn in zip(clients, conns, strict=True):
@@ -432,9 +520,70 @@ _register_redlock(REDLOCK5, floor=0.5, subject=0.25, pottery=0.1, ng=0.2, anchor
                   pottery_ref=Reference(uncontended_us=5670, per_s=116, wait_p99_ms=703, longest_ms=995),
                   ng_ref=Reference(uncontended_us=1430, per_s=166, wait_p99_ms=207, longest_ms=312))
 register(Contender(
+    "floor-scripts-rl5", "floor by hand, fencelock's node scripts, 5 nodes", "info", REDLOCK5,
+    make=floor_redlock_scripts, contended=False, cycles_scale=0.25,
+    note="the Redlock floor's fan-out with redlock_acquire.lua / redlock_release.lua: the scripts' own cost",
+))
+register(Contender(
     "fencelock-aio-rl5", "fencelock.aio Redlock, 5 nodes", "info", REDLOCK5, make_async=fencelock_async,
     contended=False, cycles_scale=0.25,
     note="fencelock.aio.connect([5 urls]), one task, for information",
+))
+
+
+# --------------------------------------------------------------------------------------------------------- etcd
+
+def floor_etcd(target: Target) -> Locker:
+    """etcd's least work, by hand over the JSON gateway with one httpx client: grant a lease, put the key only if
+    absent (one txn); release by revoking the lease (which deletes only the key on it). Three round trips, no
+    waiting, no fence check, no confirmation that the key was still ours."""
+    import base64
+
+    import httpx  # the etcd extra
+
+    endpoint = "http://" + target.url.removeprefix("etcd://").split(",")[0]
+    client = httpx.Client(base_url=endpoint, trust_env=False)
+
+    def acquire(name: str, wait: float) -> object | None:
+        if wait != 0:
+            raise NotImplementedError("the floor makes one attempt only")
+        lease: object = client.post("/v3/lease/grant", json={"TTL": int(TTL)}).json()["ID"]
+        key = base64.b64encode(name.encode()).decode()
+        answer = client.post("/v3/kv/txn", json={
+            "compare": [{"key": key, "target": "CREATE", "create_revision": 0}],
+            "success": [{"request_put": {"key": key, "value": base64.b64encode(secrets.token_bytes(16)).decode(),
+                                         "lease": lease}}]}).json()
+        if answer.get("succeeded"):
+            return lease
+        client.post("/v3/lease/revoke", json={"ID": lease})
+        return None
+
+    def release(handle: object) -> None:
+        client.post("/v3/lease/revoke", json={"ID": handle})
+
+    return Locker(acquire, release, client.close)
+
+
+ONE_ETCD = Need("etcd")
+ETCD3 = Need("etcd", 3)
+
+for _need, _where in ((ONE_ETCD, "1 member"), (ETCD3, "3 members")):
+    _n = _need.nodes
+    _suffix = "" if _n == 1 else str(_n)
+    register(Contender(
+        f"floor-etcd{_suffix}", f"floor: etcd by hand, {_where}", "floor", _need, make=floor_etcd,
+        contended=False, cycles_scale=0.3,
+        note="httpx on the JSON gateway: lease grant, txn put-if-absent, lease revoke",
+    ))
+    register(Contender(
+        f"fencelock-etcd{_suffix}", f"fencelock etcd, {_where}", "subject", _need, make=fencelock_sync,
+        cycles_scale=0.2, runs=2,
+        note="fencelock.connect('etcd://...'): acquire(ttl=30) / lease.release(): grant, txn, txn, revoke",
+    ))
+register(Contender(
+    "fencelock-aio-etcd", "fencelock.aio etcd, 1 member", "info", ONE_ETCD, make_async=fencelock_async,
+    contended=False, cycles_scale=0.2,
+    note="fencelock.aio.connect('etcd://...'), one task, for information",
 ))
 
 

@@ -434,6 +434,9 @@ def _redlock_uncontended(unc: Mapping[str, Mapping[str, Uncontended]], places: S
         # What the machine allows: the same ratio for the floors (the nodes of a placement share its server CPU).
         per_cycle(place, "floor-rl5", "floor", None, ", Redlock floor 5 nodes / floor 1 node")
         per_cycle(place, "fencelock-rl5", "floor-rl5")
+        # The same floor with fencelock's own node scripts: their server time, five times over on one CPU.
+        per_cycle(place, "floor-scripts-rl5", "fencelock", None, ", the scripts' floor, 5 nodes / 1 node")
+        per_cycle(place, "fencelock-rl5", "floor-scripts-rl5")
         if index == 0:
             per_cycle(place, "fencelock-rl3", "fencelock", None, ", 3 nodes / 1 node")
             per_cycle(place, "fencelock-rl3", "floor-rl3")

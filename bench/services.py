@@ -1,14 +1,17 @@
 """The servers the chosen contenders need, started once per run and shared by every row that needs the same.
 
 Today: one Redis-compatible server for the single-node rows ("redis"), and up to N more, independent ones for
-the Redlock rows ("redlock": `fencelock.testing.servers.RedisServer` each), and one standalone ZooKeeper
-("zookeeper": `fencelock.testing.zookeeper.ZooKeeperServer`). To add a service (etcd, ...),
+the Redlock rows ("redlock": `fencelock.testing.servers.RedisServer` each), etcd, and one standalone ZooKeeper
+("zookeeper": `fencelock.testing.zookeeper.ZooKeeperServer`). To add a service,
 teach `Services.target()` to start it; a need it cannot meet raises `Unavailable`, and the rows that need it are
 skipped with the reason, the others still run.
 
 The Redlock nodes are apart from the single-node server (no row sees another's keys or load, and the node
-markers fencelock's Redlock writes stay on Redlock nodes). The Redlock rows share them: a 3-node row uses the first
-three of the 5-node rows' nodes. Only one row runs at a time, so they never compete.
+markers fencelock's Redlock writes stay on Redlock nodes). Each deployment size has nodes of its own: the 3-node
+rows do not use the 5-node rows' nodes. Sharing them would be one node in two deployments: fencelock marks the
+nodes of the deployment that used them first, so the other deployment's unmarked nodes look like nodes that lost
+their data, and it runs with them quarantined (a 5-node row on 3 counting nodes, for `repair_delay`). The rows of
+one size share their nodes; only one row runs at a time, so they never compete.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from types import TracebackType
 
 import redis
 
+from fencelock.testing.etcd import EtcdCluster, EtcdServer
 from fencelock.testing.servers import RedisServer
 from fencelock.testing.zookeeper import ZooKeeperServer, four_letter_word
 
@@ -32,8 +36,9 @@ class Services:
     def __init__(self) -> None:
         self._stack = ExitStack()
         self._redis: list[RedisServer] = []
-        self._redlock: list[RedisServer] = []
+        self._redlock: dict[int, list[RedisServer]] = {}  # nodes per deployment size
         self._targets: dict[Need, Target] = {}
+        self._etcd: list[EtcdCluster] = []
         self._zookeeper: ZooKeeperServer | None = None
 
     def target(self, need: Need) -> Target:
@@ -54,12 +59,21 @@ class Services:
 
     def _start(self, need: Need) -> Target:
         if need.service in ("redis", "redlock"):
-            pool = self._redis if need.service == "redis" else self._redlock
             if need.service == "redlock" and need.nodes < 3:
                 raise Unavailable(f"{need}: Redlock needs at least 3 nodes")
-            self._grow(pool, need.nodes, "bench" if need.service == "redis" else "bench-redlock")
-            # Every need of one service shares the first nodes: a 3-node row uses 3 of the 5-node rows' nodes.
+            if need.service == "redis":
+                pool, name = self._redis, "bench"
+            else:
+                pool, name = self._redlock.setdefault(need.nodes, []), f"bench-redlock{need.nodes}-"
+            self._grow(pool, need.nodes, name)
             return Target(need.service, tuple(s.url for s in pool[:need.nodes]))
+        if need.service == "etcd":
+            try:
+                cluster = EtcdServer() if need.nodes == 1 else EtcdCluster(need.nodes)
+                self._etcd.append(self._stack.enter_context(cluster))
+            except RuntimeError as exc:  # no etcd binary, or it did not start
+                raise Unavailable(str(exc)) from exc
+            return Target("etcd", (cluster.url,))
         if need.service == "zookeeper":
             if need.nodes != 1:
                 raise Unavailable(f"{need}: only a standalone ZooKeeper is started here")
@@ -71,14 +85,15 @@ class Services:
         raise Unavailable(f"no way to start {need} yet (bench/services.py)")
 
     def server_pids(self) -> list[int]:
-        """PIDs of the server processes this run started (for CPU pinning): the single node and the Redlock nodes."""
-        pids = [server.pid for server in (*self._redis, *self._redlock)]
-        pids.append(self._zookeeper.pid if self._zookeeper is not None else None)
-        return [pid for pid in pids if pid is not None]
+        """PIDs of the server processes this run started (for CPU pinning): the single node, the Redlock nodes, etcd,
+        ZooKeeper."""
+        etcd = [pid for cluster in self._etcd for pid in cluster.pids()]
+        zookeeper = [self._zookeeper.pid] if self._zookeeper is not None else []
+        return [pid for pid in (*(server.pid for server in self._all()), *etcd, *zookeeper) if pid is not None]
 
     def pid(self, url: str) -> int | None:
         """The PID of the server this run started at `url` (None: not ours, or not known)."""
-        for server in (*self._redis, *self._redlock):
+        for server in self._all():
             if server.url == url:
                 return server.pid
         if self._zookeeper is not None and url == self._zookeeper.url("/bench"):
@@ -88,7 +103,7 @@ class Services:
     def describe(self) -> dict[str, str]:
         """What runs, for the report: binary, version, and the version the server reports itself."""
         out: dict[str, str] = {}
-        servers = [*self._redis, *self._redlock]
+        servers = self._all()
         if servers:
             first = servers[0]
             client = redis.Redis(host=first.host, port=first.port)
@@ -101,13 +116,17 @@ class Services:
             out["server binary"] = first.binary
             out["server nodes"] = ", ".join(
                 part for part in (f"{len(self._redis)} single" if self._redis else "",
-                                  f"{len(self._redlock)} Redlock (independent masters)" if self._redlock else "")
+                                  f"{sum(map(len, self._redlock.values()))} Redlock (independent masters: "
+                                  f"{' + '.join(str(n) for n in self._redlock)})" if self._redlock else "")
                 if part)
         if self._zookeeper is not None:
             version = four_letter_word(self._zookeeper.host, self._zookeeper.port, "srvr").splitlines()[:1]
             out["zookeeper"] = (version[0].removeprefix("Zookeeper version: ").split("-")[0] if version else "?") + \
                 " standalone, tickTime 100 ms, no fsync (zookeeper.forceSync=no)"
         return out
+
+    def _all(self) -> list[RedisServer]:
+        return [*self._redis, *(server for pool in self._redlock.values() for server in pool)]
 
     def close(self) -> None:
         self._stack.close()

@@ -26,6 +26,7 @@ SUBSTITUTIONS = [
     (r"__aexit__", "__exit__"),
     (r"\baclose\b", "close"),
     (r"\bAsyncIterator\b", "Iterator"),
+    (r"\baiter_lines\b", "iter_lines"),  # httpx's streamed response
     (r"\bAsync([A-Z]\w*)", r"\1"),
     (r"\bredis\.asyncio\b", "redis"),
     (r"\b_async\b", "_sync"),

@@ -26,6 +26,7 @@ import redis  # noqa: E402
 import fencelock  # noqa: E402
 from fencelock._logic.keys import redis_keys  # noqa: E402
 from fencelock.testing import ClusterDeployment, Deployment, RedisDeployment, RedlockDeployment  # noqa: E402
+from fencelock.testing.etcd import EtcdCluster, EtcdDeployment, EtcdServer, find_etcd_binary  # noqa: E402
 from fencelock.testing.redis_deployments import initialise_redlock  # noqa: E402
 from fencelock.testing.servers import RedisClusterServers, RedisNodes, RedisServer, find_server_binary  # noqa: E402
 
@@ -66,10 +67,32 @@ def zookeeper_deployment() -> Deployment:
     return ZooKeeperDeployment.start()
 
 
+def require_etcd_binary() -> str:
+    """The etcd binary; in CI its absence fails the test, locally it skips with how to install it."""
+    try:
+        return find_etcd_binary()
+    except RuntimeError as exc:
+        if IN_CI:
+            pytest.fail(f"CI must run every backend's tests: {exc}")
+        pytest.skip(str(exc))
+
+
+def etcd_deployment() -> Deployment:
+    require_etcd_binary()
+    return EtcdDeployment.start()
+
+
+def etcd_cluster_deployment() -> Deployment:
+    require_etcd_binary()
+    return EtcdDeployment.start(3)
+
+
 BACKENDS: dict[str, Callable[[], Deployment]] = {
     "redis": redis_deployment,        # a single Redis
     "cluster": cluster_deployment,    # a Redis Cluster of three masters
     "redlock": redlock_deployment,    # Redlock over five independent nodes
+    "etcd": etcd_deployment,          # one etcd member (data in memory; 1 s minimum lease)
+    "etcd3": etcd_cluster_deployment,  # three etcd members (etcd's default timing: 2 s minimum lease)
     "zookeeper": zookeeper_deployment,  # a standalone ZooKeeper (each deployment its own chroot)
 }
 """Every backend the conformance suite runs on. Each function starts a deployment that its `close()` stops, and
@@ -208,3 +231,35 @@ def own_zk() -> Iterator[Any]:
         if server.running:
             server.resume()
         deployment.close()
+
+
+# ------------------------------------------------------------------------------------------------ etcd
+
+
+@pytest.fixture(scope="session")
+def etcd_server(shared_deployments: SharedDeployments) -> EtcdServer:
+    """The etcd member of the session's shared etcd deployment (tests that do not inject faults; each uses its
+    own lock names)."""
+    deployment = shared_deployments.get("etcd")
+    assert isinstance(deployment, EtcdDeployment)
+    assert isinstance(deployment.cluster, EtcdServer)
+    return deployment.cluster
+
+
+@pytest.fixture
+def own_etcd_server() -> Iterator[EtcdServer]:
+    """One etcd member for this test alone: for tests that pause or kill it."""
+    require_etcd_binary()
+    with EtcdServer(memory=True) as server:
+        yield server
+
+
+@pytest.fixture
+def etcd_cluster() -> Iterator[EtcdCluster]:
+    """Three etcd members for this test alone (etcd's default timing: 100 ms heartbeat, 1 s election).
+
+    Tests keep etcd's data in memory (/dev/shm): they check the protocol, and a disk fsync per write would only
+    make them slower on a busy machine."""
+    require_etcd_binary()
+    with EtcdCluster(3, memory=True) as cluster:
+        yield cluster

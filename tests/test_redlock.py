@@ -112,6 +112,27 @@ def test_three_stopped_nodes_fail_on_time_and_leave_no_key_behind(five: RedisNod
     locks.close()
 
 
+def test_a_retry_after_no_quorum_keeps_its_grant_when_the_failed_rounds_give_theirs_back(
+        five: RedisNodes, name: str) -> None:
+    """Every node stalls, so the first attempts of one acquisition find no quorum; their give-backs wait for
+    their own requests, and run when the nodes answer again. The attempt that then wins uses the same token,
+    so it must propose a t of its own: a give-back matching its t would delete its grant."""
+    locks = fencelock.connect(_urls(five.nodes, socket_timeout=2.0))
+    locks.acquire(name + ":warm", ttl=5.0, wait=0).release()
+    five.pause()
+    resume = threading.Timer(0.4, five.resume)
+    resume.start()
+    try:
+        lease = locks.acquire(name, ttl=10.0, wait=3.0)  # QuorumUnavailable is retried within the wait
+    finally:
+        resume.join()
+        five.resume()
+    time.sleep(0.3)  # every give-back of the failed attempts has run by now
+    assert sum(_holds(node, name, lease.token) for node in five.nodes) >= 3
+    lease.release()
+    locks.close()
+
+
 def test_a_slow_node_does_not_slow_a_grant_that_has_a_quorum(five: RedisNodes, name: str) -> None:
     locks = fencelock.connect(_urls(five.nodes, socket_timeout=2.0))
     locks.acquire(name + ":warm", ttl=5.0, wait=0).release()

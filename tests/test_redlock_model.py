@@ -31,6 +31,7 @@ from fencelock._logic.redlock import (
     next_proposal,
     quorum,
     repaired_hwm,
+    worth_another_round,
 )
 from fencelock._logic.timing import drift
 
@@ -329,3 +330,15 @@ def test_exhaustively_repairing_without_the_quarantine_lets_a_fence_repeat() -> 
     """An attempt in flight when the node crashed can finish after an immediate repair: why the delay exists."""
     _, violation = _explore(quarantine=0.0, repair=True)
     assert violation is not None
+
+
+def test_a_woken_waiter_proposes_again_when_the_keys_it_met_are_the_releasers() -> None:
+    """Woken by the release of fence 7, a waiter still met that key on three of five nodes (the release had not
+    reached them yet): worth another round at once. A key above the released fence is a new holder's: not."""
+    granted, stale = Answer(Reply.GRANTED, 8), Answer(Reply.STALE, 7)
+    releasers = [Answer(Reply.HELD, 7, 29.9)] * 3
+    assert not worth_another_round([granted, stale, *releasers], 5)  # not woken: three keys held, wait
+    assert worth_another_round([granted, stale, *releasers], 5, released=7)
+    newer = [Answer(Reply.HELD, 8, 29.9)] * 3
+    assert not worth_another_round([granted, stale, *newer], 5, released=7)
+    assert not worth_another_round([granted, stale, *[Answer(Reply.UNREADY)] * 3], 5, released=7)

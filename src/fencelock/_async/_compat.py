@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
+
+from .._logic import resp
 
 T = TypeVar("T")
 
@@ -99,11 +102,78 @@ async def fan_out(calls: Sequence[Call[T]], timeout: float,
     return results, tasks
 
 
+class Channel:
+    """One server's dedicated connections for `run_scripts`, outside the client's connection pool.
+
+    Each connection carries one request at a time: it is idle here, or owned by exactly one request until that
+    request's reply has been read. A request sends on an idle connection and reads its reply itself, with none of
+    the pool's per-request work (its lock, its "no unread data" check, its metrics hooks). The connections are
+    made with the client's own settings (address, TLS, credentials, timeouts), so they behave as the client's
+    would; the client's pool still serves every other command (BLPOP, repair).
+
+    One task at a time uses one connection per server; concurrent tasks each take their own (a new one is
+    connected when none is idle). Connections belong to the event loop that made them: under another loop (a
+    second `asyncio.run`), or after `os.fork()`, the old ones are let go and new ones are made. `aclose` closes
+    every connection, also those a request still uses (as redis-py's pool does).
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        pool = client.connection_pool
+        self._class, self._kwargs = pool.connection_class, pool.connection_kwargs
+        self._idle: list[Any] = []
+        self._open: set[Any] = set()  # every connection made and not yet dropped: idle or in use
+        self._owner: tuple[int, asyncio.AbstractEventLoop | None] = (os.getpid(), None)
+
+    def take(self) -> Any:
+        """An idle connection, connected and with nothing left to read; None if there is none."""
+        owner = os.getpid(), asyncio.get_running_loop()
+        if owner != self._owner:
+            self._let_go(same_process=owner[0] == self._owner[0])
+            self._owner = owner
+        return self._idle.pop() if self._idle else None
+
+    def give_back(self, conn: Any) -> None:
+        """Idle again, if its reply was read and it is still connected; a connection that failed is dropped."""
+        if conn in self._open and conn.is_connected:
+            self._idle.append(conn)
+        else:
+            self._open.discard(conn)
+
+    async def connect(self) -> Any:
+        """A new connection: TCP connect and the client's handshake."""
+        conn = self._class(**self._kwargs)
+        self._open.add(conn)
+        try:
+            await conn.connect()
+        except BaseException:
+            self._open.discard(conn)
+            raise
+        return conn
+
+    def _let_go(self, *, same_process: bool) -> None:
+        """Forget the connections of another loop (closing them if that loop still runs) or another process."""
+        old, self._open, self._idle = self._open, set(), []
+        for conn in old if same_process else ():
+            try:
+                conn._close()  # without waiting: the loop they belong to is not running here
+            except RuntimeError:
+                pass  # that loop is closed, and its transports with it
+
+    async def aclose(self) -> None:
+        if self._owner != (os.getpid(), asyncio.get_running_loop()):
+            self._let_go(same_process=self._owner[0] == os.getpid())
+            return
+        old, self._open, self._idle = self._open, set(), []
+        for conn in old:
+            await conn.disconnect(nowait=True)
+
+
 class ScriptRequest(NamedTuple):
     """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
     (the same objects) carry the same command: it is encoded once."""
 
-    client: Any
+    channel: Channel
     lua: Any  # fencelock._scripts.Lua
     keys: list[str]
     args: list[Any]
@@ -111,20 +181,60 @@ class ScriptRequest(NamedTuple):
 
 async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                       enough: Callable[[dict[int, Any]], bool]) -> tuple[dict[int, Any], list[Handle[Any]]]:
-    """Run one script on each of several servers at once; like `fan_out`. A reply is the script's answer, or
-    the exception the server or network gave. (The synchronous twin multiplexes sockets from one thread.)"""
-    return await fan_out([partial(_call_script, request) for request in requests], timeout, enough)
+    """Run one script on each of several servers at once, each on a dedicated connection (`Channel`); like
+    `fan_out`. A reply is the script's answer, or the exception the server or network gave; after NOSCRIPT the
+    script is sent again as EVAL on the same connection. A reply still missing at the end is read in the
+    background before its connection is used again; one that does not come within the socket timeout drops it.
+    (The synchronous twin multiplexes sockets from one thread.)"""
+    packed: dict[tuple[str, int, int], Any] = {}  # requests sharing their key and argument lists: packed once
+    return await fan_out([partial(_call_script, request, packed) for request in requests], timeout, enough)
 
 
-async def _call_script(request: ScriptRequest) -> Any:
-    client = request.client
+async def _call_script(request: ScriptRequest, packed: dict[tuple[str, int, int], Any]) -> Any:
+    channel = request.channel
+    conn = channel.take()
+    if conn is None:
+        try:
+            conn = await channel.connect()
+        except Exception as exc:
+            return exc
+    same = request.lua.sha, id(request.keys), id(request.args)
+    command = packed.get(same)
+    if command is None:
+        command = packed[same] = _command(conn, request, reload=False)
     try:
         try:
-            return await client.evalsha(request.lua.sha, len(request.keys), *request.keys, *request.args)
+            await _write(conn, command)
+            reply = await conn.read_response()
         except NoScriptError:
-            return await client.eval(request.lua.source, len(request.keys), *request.keys, *request.args)
-    except Exception as exc:
+            await _write(conn, _command(conn, request, reload=True))
+            reply = await conn.read_response()
+    except ResponseError as exc:  # the server's answer: the connection is still good
+        reply = exc
+    except BaseException as exc:
+        # A network error (redis-py has closed the connection), or the task was cancelled half-way, which
+        # leaves a reply unread: either way this connection must not carry another request.
+        await conn.disconnect(nowait=True)
+        channel.give_back(conn)  # (dropped: it is not connected)
+        if not isinstance(exc, Exception):
+            raise
         return exc
+    channel.give_back(conn)
+    return reply
+
+
+async def _write(conn: Any, command: bytes) -> None:
+    """Write a request. (redis-py's send_packed_command starts a task for every command when a socket timeout
+    is set; a command this small goes straight into the transport's buffer, and the reply's read is timed.)"""
+    conn._writer.write(command)
+    await conn._writer.drain()
+
+
+def _command(conn: Any, request: ScriptRequest, *, reload: bool) -> bytes:
+    """The request as bytes: EVALSHA, or EVAL (the script itself) after the server said NOSCRIPT."""
+    script = request.lua.source if reload else request.lua.sha
+    return resp.command(conn.encoder.encode, ("EVAL" if reload else "EVALSHA", script, len(request.keys),
+                                              *request.keys, *request.args))
 
 
 def then(handle: Handle[Any], work: Callable[[], Awaitable[object]]) -> None:

@@ -47,7 +47,7 @@ from .._scripts import (
     REDLOCK_RELEASE,
     STATUS,
 )
-from ._compat import ScriptRequest, fan_out, in_background, run_scripts, sleep, then
+from ._compat import Channel, ScriptRequest, fan_out, in_background, run_scripts, sleep, then
 from .redis import BATCH, CLIENT_ERRORS, MIN_BLOCK, run_script, scan_names, socket_timeout, wait_for_wake
 
 _FAILED = Answer(Reply.FAILED)
@@ -76,6 +76,7 @@ class AsyncRedlockBackend:
                  node_timeout: float | None = None, repair: bool = True,
                  repair_delay: float = DEFAULT_REPAIR_DELAY) -> None:
         self._nodes = clients
+        self._channels = [Channel(client) for client in clients]  # dedicated connections for the scripts
         self._owns_clients = owns_clients
         self._n = len(clients)
         self._q = quorum(self._n)
@@ -121,6 +122,7 @@ class AsyncRedlockBackend:
                           fair: bool = False) -> Attempt:
         """One attempt: propose t to every node at once; on a stale t, propose again above what was learnt."""
         keys = redis_keys(name, self._prefix)
+        released = 0  # the fence of the release that woke us, if one did
         if wait > 0.0:
             # Every release pushes a wake-up on every node; the waiters of one name all block on the same node.
             home = self._nodes[zlib.crc32(name.encode()) % self._n]
@@ -128,18 +130,20 @@ class AsyncRedlockBackend:
             if woken is None:
                 # That node failed: a short jittered pause instead, so that contenders do not collide again.
                 await sleep(self._rng.uniform(0.0, min(wait, _FALLBACK_PAUSE)))
-            elif woken > self._known.get(name, 0):
-                self._known[name] = woken  # the release told us its fence: propose above it at once
+            elif woken:
+                released = woken
+                if woken > self._known.get(name, 0):
+                    self._known[name] = woken  # the release told us its fence: propose above it at once
         timeout = self._timeout(ttl_ms / 1000.0)
         n = self._n
         t = next_proposal(self._known.get(name, 0), ())
         for _ in range(MAX_ROUNDS):
             script_keys, args = [keys.lock, keys.fence, self._marker, keys.waiters], [token, ttl_ms, t]
-            requests = [ScriptRequest(node, REDLOCK_ACQUIRE, script_keys, args) for node in self._nodes]
+            requests = [ScriptRequest(channel, REDLOCK_ACQUIRE, script_keys, args) for channel in self._channels]
             done, handles = await run_scripts(requests, timeout,
                                               lambda so_far: decide(map(_answer, so_far.values()), n) is not None)
             answers = [_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
-            self._learn(name, answers)
+            self._learn(name, answers, t)
             outcome = decide(answers, n)
             unready = any(a.reply is Reply.UNREADY for a in answers)
             if outcome is Outcome.GRANTED:
@@ -159,21 +163,26 @@ class AsyncRedlockBackend:
                 answered = sum(1 for a in answers if a.reply is not Reply.FAILED)
                 raise QuorumUnavailable(f"only {answered} of {n} nodes answered within {timeout:.3f} s; "
                                         f"{self._q} are needed", name=name)
-            if not (healed or worth_another_round(answers, n)):
+            if not (healed or worth_another_round(answers, n, released)):
                 return Attempt(False, 0, holder_ttl(answers, n))
             t = next_proposal(t, answers)
         return Attempt(False, 0, None)
 
-    def _learn(self, name: str, answers: list[Answer]) -> None:
+    def _learn(self, name: str, answers: list[Answer], t: int) -> None:
+        """Remember the highest hwm the answers showed, and at least `t`: the next attempt proposes above both.
+
+        Above `t` too, because a failed round's give-backs may still be on their way (each waits for its own
+        request): they match this token and `t`, so the retry of the same acquisition (same token) must never
+        win with that `t` again, or a late give-back would delete its grant.
+        """
         if len(self._known) > 10_000:
-            self._known.clear()  # only a hint for the first proposal: forgetting costs one round, never safety
-        highest = next_proposal(self._known.get(name, 0), answers) - 1
-        self._known[name] = highest
+            self._known.clear()  # only a hint for the first proposal: forgetting costs one round
+        self._known[name] = max(t, next_proposal(self._known.get(name, 0), answers) - 1)
 
     async def release(self, name: str, token: str, fence: int) -> Released:
         keys = redis_keys(name, self._prefix)
         script_keys, args = [keys.lock, keys.fence, keys.waiters, keys.wake], [token, fence]
-        requests = [ScriptRequest(node, REDLOCK_RELEASE, script_keys, args) for node in self._nodes]
+        requests = [ScriptRequest(channel, REDLOCK_RELEASE, script_keys, args) for channel in self._channels]
         done, _ = await run_scripts(requests, self._timeout(DEFAULT_TTL), self._settled)
         results = [_code(done.get(i)) for i in range(self._n)]
         released = results.count(1)
@@ -187,7 +196,7 @@ class AsyncRedlockBackend:
     async def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         keys = redis_keys(name, self._prefix)
         script_keys, args = [keys.lock, keys.fence], [token, ttl_ms, fence]
-        requests = [ScriptRequest(node, REDLOCK_EXTEND, script_keys, args) for node in self._nodes]
+        requests = [ScriptRequest(channel, REDLOCK_EXTEND, script_keys, args) for channel in self._channels]
         done, handles = await run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
         results = [_code(done.get(i)) for i in range(self._n)]
         extended = results.count(1)
@@ -247,7 +256,7 @@ class AsyncRedlockBackend:
         deadlines, _ = fair_keys(name, self._prefix)
         script_keys = ([keys.lock, keys.fence, keys.waiters, keys.wake, keys.queue, deadlines] if removing
                        else [keys.lock, keys.fence, deadlines])
-        requests = [ScriptRequest(node, lua, script_keys, []) for node in self._nodes]
+        requests = [ScriptRequest(channel, lua, script_keys, []) for channel in self._channels]
         done, _ = await run_scripts(requests, max(GATE_TIMEOUT, self._timeout(DEFAULT_TTL)),
                                     lambda so_far: len(so_far) == self._n)
         views: list[NodeView | None] = []
@@ -387,6 +396,8 @@ class AsyncRedlockBackend:
             return None
 
     async def aclose(self) -> None:
+        for channel in self._channels:
+            await channel.aclose()
         if self._owns_clients:
             for node in self._nodes:
                 client: Any = node

@@ -122,9 +122,16 @@ def next_proposal(known: int, answers: Iterable[Answer | None]) -> int:
     return highest + 1
 
 
-def worth_another_round(answers: Iterable[Answer | None], n: int) -> bool:
-    """A refused attempt may propose again at once if enough refusals were for a stale t, not a held key."""
-    held = sum(1 for a in answers if a is not None and a.reply in (Reply.HELD, Reply.UNREADY))
+def worth_another_round(answers: Iterable[Answer | None], n: int, released: int = 0) -> bool:
+    """A refused attempt may propose again at once if enough refusals were not for a key that stays held.
+
+    A refusal for a stale `t` is not (the answer taught the client the node's hwm). Neither is a key whose hwm is
+    at most `released`, the fence of the release that just woke this waiter: that is the releaser's own key, and
+    its release is on its way to that node (it reached the waiter's home node first). Blocking again instead
+    would wait for a wake-up that already came, while the lock is free.
+    """
+    held = sum(1 for a in answers
+               if a is not None and (a.reply is Reply.UNREADY or (a.reply is Reply.HELD and a.hwm > released)))
     return held <= n - quorum(n)
 
 

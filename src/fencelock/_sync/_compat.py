@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import select
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple, TypeVar
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .._logic import resp
 
 T = TypeVar("T")
 
@@ -49,8 +55,22 @@ def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object]) ->
         raise
 
 
-_POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="fencelock")
-"""Threads that talk to several servers at once (Redlock). Created lazily, shared by every client."""
+def _new_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=64, thread_name_prefix="fencelock")
+
+
+_POOL = _new_pool()
+"""Threads that talk to several servers at once (Redlock). Its threads start when needed, shared by every client.
+A forked child gets a pool of its own: the parent's threads do not exist there, and the parent's pool would
+queue work for them for ever."""
+
+
+def _pool_after_fork() -> None:
+    global _POOL
+    _POOL = _new_pool()
+
+
+os.register_at_fork(after_in_child=_pool_after_fork)
 
 Handle = Future
 
@@ -82,128 +102,261 @@ def fan_out(calls: Sequence[Call[T]], timeout: float,
     return results, futures
 
 
-def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
-                enough: Callable[[dict[int, Any]], bool]) -> tuple[dict[int, Any], list[Handle[Any]]]:
-    """Run one script on each of several servers at once, from this thread alone; like `fan_out`.
+class Channel:
+    """One server's dedicated connections for `run_scripts`, outside the client's connection pool.
 
-    Threads cost more than they save here (each request is mostly Python work under one lock), so the request
-    is written to an idle pooled connection of every server first, and the replies are read as they arrive
-    (`select`). A reply is the script's answer, or the exception the server or network gave. A server with no
-    idle connection (the first request, or after a failure) is served from a thread, so a stalled one never
-    holds the caller past `timeout`. Replies still missing at the end are read in the background before their
-    connection is reused; the returned handles complete then, so cleanup can be chained after each (`then`).
+    Each connection carries one request at a time: it is idle here, or owned by exactly one request until that
+    request's reply has been read. A request sends on an idle connection and reads its reply itself, with none of
+    the pool's per-request work (its locks, its "no unread data" check, which costs a read, its metrics hooks).
+    The connections are made with the client's own settings (address, TLS, credentials, timeouts), so they
+    behave as the client's would; the client's pool still serves every other command (BLPOP, repair).
+
+    A single-threaded caller uses one connection per server. Threads that share the client each take their own
+    (a new one is connected when none is idle), so a connection is never used by two requests at once.
+    After `os.fork()` the child leaves the parent's connections alone and makes its own. `close` closes every
+    connection, also those a request still uses (as redis-py's pool does).
     """
-    results: dict[int, Any] = {}
-    handles: list[Handle[Any]] = []
-    waiting: dict[Any, tuple[int, Any, Any, Future[Any]]] = {}   # socket -> (index, pool, connection, handle)
-    threads: dict[Future[Any], int] = {}
-    packed: dict[tuple[str, int, int], Any] = {}  # requests sharing their key and argument lists: packed once
-    for i, request in enumerate(requests):
-        pool = request.client.connection_pool
-        conn = _idle_connection(pool)
-        if conn is None:
-            future = _POOL.submit(_call_script, request)
-            threads[future] = i
-            handles.append(future)
-            continue
-        handle: Future[Any] = Future()
-        handles.append(handle)
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        pool = client.connection_pool
+        self._class, self._kwargs = pool.connection_class, pool.connection_kwargs
+        # deque's append and pop, and a set's add and discard, are atomic: no lock is needed between threads.
+        self._idle: deque[Any] = deque()
+        self._open: set[Any] = set()  # every connection made and not yet dropped: idle or in use
+        self._pid = os.getpid()
+
+    def take(self) -> Any:
+        """An idle connection, connected and with nothing left to read; None if there is none."""
+        if self._pid != os.getpid():  # forked: those sockets are the parent's
+            self._idle, self._open, self._pid = deque(), set(), os.getpid()
         try:
-            same = request.lua.sha, id(request.keys), id(request.args)
-            command = packed.get(same)
-            if command is None:
-                command = packed[same] = conn.pack_command("EVALSHA", request.lua.sha, len(request.keys),
-                                                           *request.keys, *request.args)
-            conn.send_packed_command(command, check_health=False)
-        except Exception as exc:
-            pool.release(conn)
-            results[i] = exc
-            handle.set_result(exc)
-            continue
-        waiting[conn._sock] = (i, pool, conn, handle)
-    deadline = time.monotonic() + timeout
-    decided = False
-    while waiting or threads:
-        if not decided and enough(results):
-            # Decided. Replies due any moment still get a short grace: a connection read now is free for the
-            # next request, where one left to the background would send that request to a thread.
-            decided = True
-            deadline = min(deadline, time.monotonic() + _GRACE)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        if waiting:
-            ready, _, _ = select.select(list(waiting), [], [], min(remaining, 0.002) if threads else remaining)
+            return self._idle.pop()
+        except IndexError:
+            return None
+
+    def give_back(self, conn: Any) -> None:
+        """Idle again, if its reply was read and it is still connected; a connection that failed is dropped."""
+        if conn in self._open and conn._sock is not None:
+            self._idle.append(conn)
         else:
-            wait(list(threads), timeout=remaining, return_when=FIRST_COMPLETED)
-            ready = []
-        for sock in ready:
-            i, pool, conn, handle = waiting.pop(sock)
-            results[i] = _read_reply(pool, conn, requests[i])
-            handle.set_result(results[i])
-        for future in [f for f in threads if f.done()]:
-            results[threads.pop(future)] = future.result()
-    for i, pool, conn, handle in waiting.values():
-        _POOL.submit(_drain, pool, conn, requests[i], handle)
-    return results, handles
+            self._open.discard(conn)
 
+    def connect(self) -> Any:
+        """A new connection (TCP connect and the client's handshake: it may block, so only ever from a thread)."""
+        conn = self._class(**self._kwargs)
+        self._open.add(conn)
+        try:
+            conn.connect()
+        except BaseException:
+            self._open.discard(conn)
+            raise
+        return conn
 
-_GRACE = 0.002  # seconds
+    def close(self) -> None:
+        old, self._open, self._idle = self._open, set(), deque()
+        if self._pid == os.getpid():
+            for conn in list(old):
+                conn.disconnect()
 
 
 class ScriptRequest(NamedTuple):
     """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
     (the same objects) carry the same command: it is encoded once."""
 
-    client: Any
+    channel: Channel
     lua: Any  # fencelock._scripts.Lua
     keys: list[str]
     args: list[Any]
 
 
-def _idle_connection(pool: Any) -> Any:
-    """An idle, connected connection of a plain redis-py pool, or None (then a thread serves the request).
+class _InFlight(NamedTuple):
+    """A request written to a dedicated connection, whose reply is still to be read."""
 
-    Only one already connected: connecting (and the client's handshake) to a stalled server would block here.
+    position: int  # in the requests
+    request: ScriptRequest
+    conn: Any
+    reloaded: bool = False  # sent again as EVAL after NOSCRIPT
+
+
+def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
+                enough: Callable[[dict[int, Any]], bool]) -> tuple[dict[int, Any], list[Handle[Any]]]:
+    """Run one script on each of several servers at once, from this thread alone; like `fan_out`.
+
+    Threads cost more than they save here (each request is mostly Python work under one lock), so the request
+    is written to an idle dedicated connection (`Channel`) of every server first, and the replies are read as
+    they arrive (`select`). A reply is the script's answer, or the exception the server or network gave; after
+    NOSCRIPT the script is sent again as EVAL on the same connection. A server with no idle connection (the first
+    request, a second thread, or after a failure) is served from a thread that connects, so a stalled server
+    never holds the caller past `timeout`. Replies still missing at the end are read in the background: a
+    connection is used again only once its reply has been read, and is dropped if none comes within its socket
+    timeout. The returned handles complete when each reply is in, so cleanup can be chained after each (`then`).
     """
-    idle = getattr(pool, "_available_connections", None)
-    if not idle or getattr(idle[-1], "_sock", None) is None:
-        return None
+    results: dict[int, Any] = {}
+    handles: list[Handle[Any]] = []
+    waiting: dict[Any, _InFlight] = {}  # socket -> the request in flight on it
+    threads: dict[Future[Any], int] = {}
+    packed: dict[tuple[str, int, int], Any] = {}  # requests sharing their key and argument lists: packed once
+
+    def done(i: int, reply: Any) -> None:
+        results[i] = reply
+        handles[i] = _DONE  # nothing runs on in the background: cleanup chained after it may start at once
+
     try:
-        conn = pool.get_connection()
-    except Exception:
-        return None
-    if getattr(conn, "_sock", None) is None:
-        pool.release(conn)
-        return None
-    return conn
+        for i, request in enumerate(requests):
+            conn = request.channel.take()
+            if conn is None:
+                future = _POOL.submit(_on_new_connection, request)
+                threads[future] = i
+                handles.append(future)
+                continue
+            handles.append(_DONE)  # replaced by a real handle if its reply is left to the background
+            same = request.lua.sha, id(request.keys), id(request.args)
+            command = packed.get(same)
+            if command is None:
+                command = packed[same] = _command(conn, request, reload=False)
+            flight = _InFlight(i, request, conn)
+            failed = _send(flight, command)
+            if failed is None:
+                waiting[conn._sock] = flight
+            else:
+                done(i, failed)
+        deadline = time.monotonic() + timeout
+        decided = False
+        while waiting or threads:
+            if not decided and enough(results):
+                # Decided. Replies due any moment still get a short grace: a connection read now is free for the
+                # next request, where one left to the background would send that request to a thread.
+                decided = True
+                deadline = min(deadline, time.monotonic() + _GRACE)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if waiting:
+                ready, _, _ = select.select(list(waiting), [], [], min(remaining, 0.002) if threads else remaining)
+            else:
+                wait(list(threads), timeout=remaining, return_when=FIRST_COMPLETED)
+                ready = []
+            for sock in ready:
+                flight = waiting.pop(sock)
+                reply, again = _receive(flight)
+                if again is not None:
+                    waiting[again.conn._sock] = again
+                else:
+                    done(flight.position, reply)
+            for future in [f for f in threads if f.done()]:
+                results[threads.pop(future)] = future.result()
+    except BaseException:
+        for flight in waiting.values():  # interrupted: their replies will never be read
+            _drop(flight)
+        raise
+    for flight in waiting.values():
+        handles[flight.position] = _POOL.submit(_finish, flight)
+    return results, handles
 
 
-def _read_reply(pool: Any, conn: Any, request: ScriptRequest) -> Any:
+_GRACE = 0.002  # seconds
+
+_DONE: Future[Any] = Future()
+"""The handle of a request that has nothing left to run."""
+_DONE.set_result(None)
+
+
+def _command(conn: Any, request: ScriptRequest, *, reload: bool) -> bytes:
+    """The request as bytes: EVALSHA, or EVAL (the script itself) after the server said NOSCRIPT."""
+    script = request.lua.source if reload else request.lua.sha
+    return resp.command(conn.encoder.encode, ("EVAL" if reload else "EVALSHA", script, len(request.keys),
+                                              *request.keys, *request.args))
+
+
+def _send(flight: _InFlight, command: Any) -> Exception | None:
+    """Write one request; a connection that fails to write is dropped, and the error is the reply."""
     try:
-        reply = conn.read_response()
+        flight.conn.send_packed_command([command], check_health=False)
     except Exception as exc:
-        reply = exc
-    finally:
-        pool.release(conn)
-    if isinstance(reply, NoScriptError):
-        return _call_script(request)  # the server lost its script cache: EVAL it, which caches it again
+        _drop(flight)
+        return exc
+    return None
+
+
+def _drop(flight: _InFlight) -> None:
+    """A connection that failed, or whose reply will not be read: closed, and never used again."""
+    flight.conn.disconnect()
+    flight.request.channel.give_back(flight.conn)
+
+
+def _receive(flight: _InFlight) -> tuple[Any, _InFlight | None]:
+    """Read the reply due on the connection: (the reply, None), or (None, the request sent again) after NOSCRIPT.
+
+    The connection goes back to its channel once a reply was read; after a network error it is dropped.
+    """
+    try:
+        reply = _read_reply(flight.conn)
+    except Exception as exc:
+        _drop(flight)
+        return exc, None
+    if isinstance(reply, NoScriptError) and not flight.reloaded:
+        again = flight._replace(reloaded=True)
+        failed = _send(again, _command(flight.conn, flight.request, reload=True))
+        return (failed, None) if failed is not None else (None, again)
+    flight.request.channel.give_back(flight.conn)
+    return reply, None
+
+
+def _read_reply(conn: Any) -> Any:
+    """One reply, read from the connection's socket (blocking for the rest of it, at most the socket timeout).
+
+    A server's error is returned as redis-py's exception (NoScriptError, ResponseError), not raised: the
+    connection is still good. A network fault raises redis-py's ConnectionError or TimeoutError.
+    """
+    sock = conn._sock
+    data = b""
+    while True:
+        try:
+            more = sock.recv(65536)
+        except TimeoutError as exc:  # socket.timeout
+            raise RedisTimeoutError(f"Timeout reading from {_where(conn)}") from exc
+        except OSError as exc:
+            raise RedisConnectionError(f"Error while reading from {_where(conn)}: {exc}") from exc
+        if not more:
+            raise RedisConnectionError(f"Connection closed by {_where(conn)}")
+        data += more
+        got = resp.parse(data)
+        while not isinstance(got, resp.Incomplete) and isinstance(got[0], resp.Push):
+            data = data[got[1]:]  # a push message the server sent on its own: not our reply
+            got = resp.parse(data) if data else resp.INCOMPLETE
+        if isinstance(got, resp.Incomplete):
+            continue
+        reply, end = got
+        if end != len(data):  # one request in flight, so one reply: anything more means we lost track
+            raise RedisConnectionError(f"unexpected data after a reply from {_where(conn)}")
+        if isinstance(reply, resp.ServerError):
+            return NoScriptError(reply) if reply.startswith("NOSCRIPT") else ResponseError(reply)
+        return reply
+
+
+def _where(conn: Any) -> str:
+    path = getattr(conn, "path", None)
+    return str(path) if path else f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
+
+
+def _finish(flight: _InFlight) -> Any:
+    """Wait for the reply (blocking, at most the socket timeout per read, which then drops the connection)."""
+    reply, again = _receive(flight)
+    while again is not None:
+        reply, again = _receive(again)
     return reply
 
 
-def _drain(pool: Any, conn: Any, request: ScriptRequest, handle: Future[Any]) -> None:
-    handle.set_result(_read_reply(pool, conn, request))
-
-
-def _call_script(request: ScriptRequest) -> Any:
-    client = request.client
+def _on_new_connection(request: ScriptRequest) -> Any:
+    """A request on a server with no idle connection, from a thread: connect, send, read; keep the connection."""
     try:
-        try:
-            return client.evalsha(request.lua.sha, len(request.keys), *request.keys, *request.args)
-        except NoScriptError:
-            return client.eval(request.lua.source, len(request.keys), *request.keys, *request.args)
+        conn = request.channel.connect()
     except Exception as exc:
         return exc
+    flight = _InFlight(0, request, conn)
+    failed = _send(flight, _command(conn, request, reload=False))
+    return failed if failed is not None else _finish(flight)
 
 
 def then(handle: Handle[Any], work: Callable[[], object]) -> None:

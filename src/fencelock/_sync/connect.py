@@ -12,6 +12,7 @@ from redis.backoff import NoBackoff
 
 from .._errors import BackendError
 from .._logic.args import check_ttl
+from .._logic.etcd import is_etcd_url, parse_etcd_url
 from .._logic.keys import PREFIX
 from .._logic.redlock import DEFAULT_REPAIR_DELAY, check_node_count
 from .._logic.urls import DEFAULT_SOCKET_TIMEOUT, parse_redis_url
@@ -26,6 +27,7 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
             repair_delay: float = DEFAULT_REPAIR_DELAY) -> Locks:
     """A lock client for `target`: a URL (see the README) or a redis-py client you configured yourself.
 
+    `etcd://[user:password@]host:port[,host:port...]` (or `etcds://` for TLS) keeps the locks in etcd.
     `zookeeper://host:2181[,host:2181...][/chroot][?timeout=2]` keeps the locks in ZooKeeper (the extra
     `fencelock[zookeeper]`; see `fencelock._sync.zookeeper` for how the TTL maps to sessions).
 
@@ -40,6 +42,10 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     """
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
+    if is_etcd_url(target):
+        return _etcd(str(target), prefix)
+    if isinstance(target, (list, tuple)) and any(is_etcd_url(item) for item in target):
+        raise ValueError("url: give an etcd cluster's endpoints in one URL, etcd://h1:2379,h2:2379, not as a list")
     if isinstance(target, (Redis, RedisCluster)):
         return Locks(RedisBackend(target, owns_client=False, prefix=prefix, shown=_describe(target)))
     if isinstance(target, str) and target.partition("://")[0].lower() == "zookeeper":
@@ -61,6 +67,14 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     else:
         client = Redis.from_url(parsed.url, **options)
     return Locks(RedisBackend(client, owns_client=True, prefix=prefix, shown=parsed.shown))
+
+
+def _etcd(url: str, prefix: str) -> Locks:
+    """etcd://host:port[,host:port...]: the etcd backend, which needs the `fencelock[etcd]` extra (httpx)."""
+    target = parse_etcd_url(url)
+    from .etcd import EtcdBackend  # raises ImportError naming the extra when httpx is missing
+
+    return Locks(EtcdBackend(target, prefix=prefix))
 
 
 def _describe(client: Redis | RedisCluster) -> str:

@@ -118,22 +118,21 @@ class RedisBackend:
         return Attempt(False, 0, value / 1000.0 if value >= 0 else None)
 
     def release(self, name: str, token: str, fence: int) -> Released:
+        """Delete our key; the script also wakes the next waiter (the fair queue's head on its own list)."""
         keys = redis_keys(name, self._prefix)
-        code, head = self._run(RELEASE, name, list(keys), [token, fence])
-        if head:
-            self._wake_head(name, head, fence)
+        _, wake_prefix = fair_keys(name, self._prefix)
+        code = self._run(RELEASE, name, [*keys, wake_prefix], [token, fence, self._entry_ttl_ms])
         return _RELEASE_ANSWERS[int(code)]
 
     def leave(self, name: str, token: str) -> None:
-        """A fair waiter gives up: out of the queue now, and wake the new head if the lock is free."""
+        """A fair waiter gives up: out of the queue now, and the new head is woken if the lock is free."""
         keys = redis_keys(name, self._prefix)
-        deadlines, _ = fair_keys(name, self._prefix)
-        head = self._run(FAIR_LEAVE, name, [keys.lock, keys.queue, deadlines], [token])
-        if head:
-            self._wake_head(name, head, 0)
+        deadlines, wake_prefix = fair_keys(name, self._prefix)
+        self._run(FAIR_LEAVE, name, [keys.lock, keys.queue, deadlines, wake_prefix], [token, self._entry_ttl_ms])
 
     def _wake_head(self, name: str, head: str | bytes, fence: int) -> None:
-        """Push to the fair queue head's own wake list: only that waiter wakes."""
+        """Push to the fair queue head's own wake list (force_release only: release.lua and fair_leave.lua push
+        it themselves, in the same step)."""
         _, wake_prefix = fair_keys(name, self._prefix)
         key = wake_prefix + (head.decode() if isinstance(head, bytes) else head)
         client: Any = self._client

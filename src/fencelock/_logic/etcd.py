@@ -1,0 +1,272 @@
+"""The etcd backend's decisions, with no I/O: URLs, key names, the TTL mapping, and what an answer means.
+
+One lock name is a queue of keys under one directory, as in etcd's `concurrency.Mutex`:
+
+    <prefix>/<encoded name>/<lease id, 16 hex digits>     value = the acquisition's token, attached to its lease
+    <prefix>/<encoded name>                               the fence of the last lease released (no lease: it stays)
+
+- Every acquisition has a lease of its own: one it grants (with an ID it picks itself, so a retried grant finds
+  its own lease), or a spare its client kept from an acquisition it released (then carrying no key), refreshed by
+  a keep-alive. It puts its key only if the key is absent (a transaction on `create_revision == 0`).
+- The holder is the key with the lowest create revision. That revision is the fence: etcd's revisions increase
+  across the whole cluster, a new key always gets a higher one than every key that exists, so the lowest
+  existing one only ever grows, and two keys never share one.
+- A waiter watches only the key just before its own (its predecessor) for a delete: one release wakes one
+  waiter, in arrival order. After the watch it looks again, and is granted only if its own key still exists
+  and is now the oldest (Jepsen found etcd 3.4.3's lock granting a waiter whose lease had expired meanwhile).
+
+`<encoded name>` is the name with `%` and `/` percent-encoded, so that a name is one path segment and the range of
+one name (`.../<name>/` to `.../<name>0`) never covers another name's keys.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+from urllib.parse import parse_qsl, unquote
+
+from .outcomes import Released
+
+DEFAULT_TIMEOUT = 2.0
+"""Seconds per request (connect, read). A stopped member gives a `BackendError` within about this."""
+
+DEFAULT_PORT = 2379
+
+MAX_TXN_OPS = 128
+"""etcd's default `--max-txn-ops`: the most operations one transaction may carry."""
+
+BLOCK_CAP = 2.0
+"""Seconds one watch may last before the waiter refreshes its lease and looks again. It bounds how late a waiter
+notices a stopped server, and how long a cancelled asyncio waiter's key outlives its cancellation."""
+
+SCAN_PAGE = 500
+"""Keys per range request when listing locks (never one unbounded range)."""
+
+_SCHEMES = {"etcd": False, "etcds": True}
+_FLOAT_OPTIONS = {"timeout"}
+_FILE_OPTIONS = {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile"}
+
+
+# ---------------------------------------------------------------------------------------------------- URLs
+
+
+@dataclass(frozen=True)
+class EtcdTarget:
+    """A parsed `etcd://` or `etcds://` URL."""
+
+    endpoints: tuple[str, ...]          # base URLs of the members' JSON gateways ("http://host:port")
+    tls: bool
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    timeout: float = DEFAULT_TIMEOUT
+    ssl_ca_certs: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    shown: str = ""                     # for messages: endpoints and user, never the password
+
+
+def is_etcd_url(target: object) -> bool:
+    return isinstance(target, str) and target.split(":", 1)[0].lower() in _SCHEMES
+
+
+def parse_etcd_url(url: str) -> EtcdTarget:
+    """`etcd[s]://[user:password@]host[:port][,host[:port]...][/][?timeout=2&ssl_ca_certs=...]`."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in _SCHEMES:
+        raise ValueError(f"url {_masked(url)!r} is not a valid etcd URL: the scheme must be etcd or etcds")
+    tls = _SCHEMES[scheme.lower()]
+    rest, _, query = rest.partition("?")
+    rest, _, fragment = rest.partition("#")
+    netloc, _, path = rest.partition("/")
+    username = password = None
+    if "@" in netloc:
+        userinfo, netloc = netloc.rsplit("@", 1)
+        user, has_password, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if has_password else None
+    shown_user = "" if username is None else f"{username}{':***' if password is not None else ''}@"
+    shown = f"{scheme.lower()}://{shown_user}{netloc}"
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"url {shown!r} is not a valid etcd URL: {why}")
+
+    if path.strip("/") or fragment:
+        raise bad("it must not have a path (the lock names' prefix is connect(prefix=...))")
+    if (username is None) != (password is None):
+        raise bad("give both a user and a password, as user:password@")
+    if not netloc:
+        raise bad("it has no host")
+    endpoints: list[str] = []
+    for part in netloc.split(","):
+        host, port = _host_port(part.strip(), bad)
+        endpoint = f"{'https' if tls else 'http'}://{host}:{port}"
+        if endpoint in endpoints:
+            raise bad(f"{host}:{port} is listed twice")
+        endpoints.append(endpoint)
+    options: dict[str, Any] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key in _FLOAT_OPTIONS:
+            try:
+                number = float(value)
+            except ValueError:
+                raise bad(f"{key} must be a number of seconds, got {value!r}") from None
+            if not math.isfinite(number) or number <= 0:
+                raise bad(f"{key} must be a positive number of seconds, got {value!r}")
+            options[key] = number
+        elif key in _FILE_OPTIONS:
+            if not tls:
+                raise bad(f"{key} needs etcds:// (TLS)")
+            if not value:
+                raise bad(f"{key} needs a file name")
+            options[key] = value
+        else:
+            raise bad(f"unknown option {key!r}")
+    return EtcdTarget(tuple(endpoints), tls, username, password, shown=shown, **options)
+
+
+def _host_port(part: str, bad: Any) -> tuple[str, int]:
+    match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::(\d*))?|([^:\[\]\s/]+)(?::(\d*))?", part)
+    if not match:
+        raise bad(f"{part!r} is not host[:port]")
+    host = f"[{match[1]}]" if match[1] else match[3]
+    digits = match[2] if match[1] else match[4]
+    if digits == "":
+        raise bad(f"{part!r} has an empty port")
+    port = DEFAULT_PORT if digits is None else int(digits)
+    if not 0 < port < 65536:
+        raise bad(f"port {port} is not a server port")
+    return host, port
+
+
+def _masked(url: str) -> str:
+    head, sep, tail = url.partition("://")
+    if sep and "@" in tail.split("/", 1)[0]:
+        userinfo, rest = tail.split("@", 1)
+        return f"{head}://{userinfo.split(':', 1)[0]}:***@{rest}"
+    return url
+
+
+# ---------------------------------------------------------------------------------------------------- keys
+
+_ENCODE = str.maketrans({"%": "%25", "/": "%2F"})
+
+
+def name_dir(prefix: str, name: str) -> bytes:
+    """Where the keys of `name` live: `<prefix>/<encoded name>/`."""
+    return f"{prefix}/{name.translate(_ENCODE)}/".encode()
+
+
+def fence_key(prefix: str, name: str) -> bytes:
+    """The key a release (in its own transaction) sets to the fence it released, so that an operator sees the last
+    fence of a free lock. It lies outside the name's directory, so it never counts as a holder or a waiter."""
+    return f"{prefix}/{name.translate(_ENCODE)}".encode()
+
+
+def lock_key(prefix: str, name: str, lease_id: int) -> bytes:
+    return name_dir(prefix, name) + f"{lease_id:016x}".encode()
+
+
+def range_end(start: bytes) -> bytes:
+    """The end of the range of every key that starts with `start` (etcd's prefix rule: last byte + 1)."""
+    trimmed = start.rstrip(b"\xff")
+    if not trimmed:
+        return b"\x00"  # every key from `start` on
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def name_of(prefix: str, key: bytes) -> str | None:
+    """The lock name a key belongs to (None: not one of ours)."""
+    head = f"{prefix}/".encode()
+    if not key.startswith(head):
+        return None
+    encoded, sep, lease = key[len(head):].rpartition(b"/")
+    if not sep or not encoded or not re.fullmatch(rb"[0-9a-f]{16}", lease):
+        return None
+    return unquote(encoded.decode("utf-8", "replace"))
+
+
+def new_lease_id(bits: int) -> int:
+    """A lease ID from 63 random `bits`: positive and never 0 (0 asks the server to choose)."""
+    return (bits & (2**63 - 1)) or 1
+
+
+# ---------------------------------------------------------------------------------------------------- TTL
+
+
+def lease_seconds(ttl_ms: int) -> int:
+    """The lease TTL to ask for: whole seconds, rounded up, so the server never ends it before our validity.
+
+    The server may grant more (its minimum is 3/2 of the election timeout, rounded up: 2 s by default). The
+    lease's validity (`remaining()`) still counts the TTL the caller asked for, from before the request: never
+    more than the server grants. The key may outlive it by the rounding (under 1 s) or up to the minimum.
+    """
+    return max(1, math.ceil(ttl_ms / 1000))
+
+
+def keepalive_suffices(granted_s: int, ttl_ms: int) -> bool:
+    """Whether refreshing the current lease gives at least `ttl_ms` (a keep-alive restarts the lease's own TTL);
+    if not, extending moves the key to a new, longer lease."""
+    return granted_s >= lease_seconds(ttl_ms)
+
+
+# ---------------------------------------------------------------------------------------------------- answers
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str | None) -> bytes:
+    return base64.b64decode(text) if text else b""
+
+
+def number(value: Any) -> int:
+    """The JSON gateway sends 64-bit numbers as strings and leaves out zeros."""
+    return int(value) if value else 0
+
+
+class Kv(NamedTuple):
+    key: bytes
+    create_revision: int
+    lease: int
+    value: bytes
+
+
+def kvs(range_response: dict[str, Any]) -> list[Kv]:
+    return [Kv(unb64(kv.get("key")), number(kv.get("create_revision")), number(kv.get("lease")),
+               unb64(kv.get("value"))) for kv in range_response.get("kvs", ())]
+
+
+class Verdict(enum.Enum):
+    GRANTED = "granted"     # our key exists and is the oldest of the name: we hold the lock
+    WAITING = "waiting"     # our key exists behind an older one
+    GONE = "gone"           # our key is gone (its lease expired, or an operator removed it): our place is lost
+
+
+def verdict(mine: Kv | None, token: bytes, owner: Kv | None) -> Verdict:
+    """What a look at our own key and the name's oldest key means."""
+    if mine is None or mine.value != token:
+        return Verdict.GONE
+    if owner is not None and owner.create_revision == mine.create_revision:
+        return Verdict.GRANTED
+    return Verdict.WAITING
+
+
+def released(deleted: bool, newer_keys: int) -> Released:
+    """A compare-and-delete's answer: our key deleted; else gone, and maybe someone queued (or held) after us."""
+    if deleted:
+        return Released.RELEASED
+    return Released.TAKEN if newer_keys else Released.EXPIRED
+
+
+def retry_after(failures: int, transient: bool, endpoints: int) -> float | None:
+    """After `failures` failed acquire requests in a row: retry (at once, then after a short pause), as long as
+    another member may answer; never more than once per endpoint, so a cluster that is down is reported soon.
+    Only transient faults (the network, or a cluster between leaders) are retried."""
+    if not transient or failures > max(1, endpoints):
+        return None
+    return 0.0 if failures == 1 else min(1.0, 0.25 * failures)

@@ -1,0 +1,173 @@
+"""Redlock's dedicated node connections (`Channel` in `_compat.py`, both twins), on real servers: a connection
+carries one request at a time, a late reply is read for its own request and never for a later one, a connection
+with no reply within its socket timeout is dropped, threads sharing a client never share a connection, and a
+forked child makes connections of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import threading
+import time
+from typing import Any
+
+import redis
+import redis.asyncio
+
+import fencelock
+from fencelock._async import _compat as async_compat
+from fencelock._scripts import Lua
+from fencelock._sync import _compat as sync_compat
+from fencelock.testing.servers import RedisNodes, RedisServer
+
+from .conftest import initialise_redlock
+
+_ECHO_SOURCE = "return ARGV[1]"
+ECHO = Lua("echo", _ECHO_SOURCE, hashlib.sha1(_ECHO_SOURCE.encode()).hexdigest())
+SOCKET_TIMEOUT = 0.3
+
+
+def _one(done: dict[int, Any]) -> bool:
+    return len(done) == 1
+
+
+def test_a_late_reply_is_read_for_its_own_request_and_a_silent_connection_is_dropped(
+        own_server: RedisServer) -> None:
+    channel = sync_compat.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}"))
+
+    def ask(value: str, timeout: float = 2.0) -> tuple[Any, Any]:
+        done, handles = sync_compat.run_scripts([sync_compat.ScriptRequest(channel, ECHO, [], [value])], timeout,
+                                                _one)
+        return done.get(0), handles[0]
+
+    assert ask("warm")[0] == b"warm"  # (the first request connects, and meets NOSCRIPT: EVAL, then cached)
+    assert ask("cached")[0] == b"cached"
+    own_server.pause()
+    try:
+        late, handle = ask("late", timeout=0.05)
+        assert late is None
+    finally:
+        own_server.resume()
+    assert ask("next")[0] == b"next"  # not "late": that reply belongs to the request before
+    assert handle.result(timeout=2.0) == b"late"  # read in the background, for its own request
+    own_server.pause()
+    try:
+        lost, handle = ask("lost", timeout=0.05)
+        assert lost is None
+        assert isinstance(handle.result(timeout=2.0), redis.TimeoutError)  # no reply within the socket timeout
+    finally:
+        own_server.resume()
+    assert ask("after")[0] == b"after"  # on another connection: the silent one was closed, never reused
+    channel.close()
+
+
+def test_asyncio_a_late_reply_is_read_for_its_own_request_and_a_silent_connection_is_dropped(
+        own_server: RedisServer) -> None:
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}")
+        channel = async_compat.Channel(client)
+
+        async def ask(value: str, timeout: float = 2.0) -> tuple[Any, Any]:
+            done, handles = await async_compat.run_scripts(
+                [async_compat.ScriptRequest(channel, ECHO, [], [value])], timeout, _one)
+            return done.get(0), handles[0]
+
+        assert (await ask("warm"))[0] == b"warm"
+        own_server.pause()
+        try:
+            late, handle = await ask("late", timeout=0.05)
+            assert late is None
+        finally:
+            own_server.resume()
+        assert (await ask("next"))[0] == b"next"
+        assert await asyncio.wait_for(handle, 2.0) == b"late"
+        own_server.pause()
+        try:
+            lost, handle = await ask("lost", timeout=0.05)
+            assert lost is None
+            assert isinstance(await asyncio.wait_for(handle, 2.0), redis.TimeoutError)
+        finally:
+            own_server.resume()
+        assert (await ask("after"))[0] == b"after"
+        await channel.aclose()
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+def _our_connections(nodes: RedisNodes) -> list[int]:
+    """Per node, the client connections other than the one asking."""
+    counts = []
+    for node in nodes.nodes:
+        with node.client() as asking:
+            counts.append(len(asking.client_list()) - 1)
+    return counts
+
+
+def test_threads_sharing_a_redlock_client_never_share_a_node_connection(name: str) -> None:
+    """Eight threads, one client, each thread locking its own name 30 times: if two requests ever shared a
+    connection, replies would cross between threads and show as errors or fences out of step."""
+    with RedisNodes(5) as nodes:
+        initialise_redlock(nodes.urls)
+        before = _our_connections(nodes)
+        locks = fencelock.connect(nodes.urls)
+        failures: list[BaseException] = []
+
+        def worker(i: int) -> None:
+            try:
+                for k in range(1, 31):
+                    lease = locks.acquire(f"{name}:{i}", ttl=5.0, wait=0)
+                    assert lease.fence == k, (lease.fence, k)
+                    lease.release()
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not failures, failures[:3]
+        # As many as were in use at once (a reply left to the background keeps its connection a while), not one
+        # per request (240 requests went to every node).
+        assert max(_our_connections(nodes)) <= 3 * 8 + max(before)
+        locks.close()
+        time.sleep(0.05)  # (the nodes see the connections close)
+        assert _our_connections(nodes) == before
+
+
+def test_a_forked_child_uses_node_connections_of_its_own(name: str) -> None:
+    with RedisNodes(5) as nodes:
+        initialise_redlock(nodes.urls)
+        locks = fencelock.connect(nodes.urls)
+        locks.acquire(name + ":warm", ttl=5.0, wait=0).release()  # the parent has a connection to every node
+        report_r, report_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: works, on its own connections, while the parent works on its own
+            code = 1
+            try:
+                for _ in range(50):
+                    locks.acquire(name + ":child", ttl=5.0, wait=0).release()
+                code = 0
+            except BaseException as exc:
+                os.write(report_w, repr(exc).encode())
+            finally:
+                os._exit(code)
+        os.close(report_w)
+        deadline = time.monotonic() + 30
+        for _ in range(50):
+            locks.acquire(name + ":parent", ttl=5.0, wait=0).release()
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the child did not finish")
+        with os.fdopen(report_r) as report:
+            assert os.waitstatus_to_exitcode(status) == 0, report.read()
+        locks.acquire(name + ":parent", ttl=5.0, wait=0).release()
+        locks.close()

@@ -1,0 +1,541 @@
+"""The etcd backend on real etcd members started by the harness: one member, and a three-member cluster.
+
+What the behaviour tests share with the other backends runs in the conformance suite; these tests cover what is
+etcd's own: the lease and key layout, FIFO hand-off by watching the predecessor, cleanup of leases on give-up and
+cancellation, the operators' methods, URLs, outages, and a leader that dies while a lock is held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import fencelock
+from fencelock._logic.etcd import BLOCK_CAP, name_dir, range_end
+from fencelock.testing.etcd import EtcdCluster, EtcdDeployment, EtcdServer
+from fencelock.testing.servers import free_port
+
+from .conftest import IN_CI, require_etcd_binary
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def keys_of(cluster: EtcdCluster, name: str) -> list[dict[str, Any]]:
+    """The name's keys on the server, oldest first (each with create_revision, lease and value)."""
+    directory = name_dir("fencelock", name)
+    answer = cluster.request("/v3/kv/range", {"key": _b64(directory), "range_end": _b64(range_end(directory)),
+                                              "sort_order": "ASCEND", "sort_target": "CREATE"})
+    found: list[dict[str, Any]] = answer.get("kvs", [])
+    return found
+
+
+def leases_of(cluster: EtcdCluster) -> set[int]:
+    return {int(lease["ID"]) for lease in cluster.request("/v3/lease/leases", {}).get("leases", [])}
+
+
+def lease_ttl(cluster: EtcdCluster, lease: int) -> int:
+    """Seconds the server still gives the lease (-1: it has no such lease)."""
+    return int(cluster.request("/v3/lease/timetolive", {"ID": lease}).get("TTL", 0))
+
+
+def eventually(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.02)
+
+
+async def queued(locks: fencelock.aio.Locks, name: str, waiters: int, timeout: float = 5.0) -> None:
+    backend: Any = locks.backend
+    for _ in range(int(timeout / 0.02)):
+        if (await backend.status(name)).queued == waiters:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{waiters} waiters did not queue within {timeout} s")
+
+
+@pytest.fixture
+def etcd(etcd_server: EtcdServer) -> EtcdDeployment:
+    return EtcdDeployment(etcd_server)
+
+
+@pytest.fixture
+def locks(etcd_server: EtcdServer) -> Any:
+    client = fencelock.connect(etcd_server.url)
+    yield client
+    client.close()
+
+
+# ------------------------------------------------------------------------------------------------ the basics
+
+
+def test_a_lease_is_one_key_on_its_own_lease_and_the_fence_is_its_create_revision(
+        etcd: EtcdDeployment, etcd_server: EtcdServer, name: str) -> None:
+    locks = fencelock.connect(etcd_server.url)
+    before = leases_of(etcd_server)
+    lease = locks.acquire(name, ttl=5.0, wait=0)
+    [kv] = keys_of(etcd_server, name)
+    assert base64.b64decode(kv["value"]).decode() == lease.token == etcd.holder(name)
+    assert int(kv["create_revision"]) == lease.fence
+    assert lease_ttl(etcd_server, int(kv["lease"])) in (4, 5)  # whole seconds; 5 granted
+    assert leases_of(etcd_server) - before == {int(kv["lease"])}
+    assert 4.9 < lease.remaining() <= 5.0 - 0.052  # validity: the TTL asked for, never the rounded-up lease
+    lease.release()
+    assert keys_of(etcd_server, name) == []
+    lease.release()  # a second release does nothing
+    # The client keeps the released lease, without its key, for its next acquisition of that TTL...
+    answer = etcd_server.request("/v3/lease/timetolive", {"ID": int(kv["lease"]), "keys": True})
+    assert int(answer["TTL"]) > 0
+    assert "keys" not in answer
+    again = locks.acquire(name + ":again", ttl=5.0, wait=0)
+    [kv2] = keys_of(etcd_server, name + ":again")
+    assert kv2["lease"] == kv["lease"]
+    again.release()
+    # ... and ends it when it is closed.
+    locks.close()
+    assert lease_ttl(etcd_server, int(kv["lease"])) == -1
+    assert leases_of(etcd_server) - before == set()
+
+
+def test_fences_increase_with_every_grant(locks: fencelock.Locks, name: str) -> None:
+    fences = []
+    for _ in range(20):
+        with locks.lock(name, ttl=5.0, wait=0) as lease:
+            fences.append(lease.fence)
+    assert fences == sorted(set(fences))
+
+
+def test_a_held_lock_is_refused_with_wait_zero_and_the_attempt_leaves_nothing(
+        locks: fencelock.Locks, etcd_server: EtcdServer, name: str) -> None:
+    with locks.lock(name, ttl=5.0) as lease:
+        before = leases_of(etcd_server)
+        with pytest.raises(fencelock.NotAcquired) as info:
+            locks.acquire(name, wait=0)
+        assert not isinstance(info.value, fencelock.AcquireTimeout)
+        assert [base64.b64decode(kv["value"]).decode() for kv in keys_of(etcd_server, name)] == [lease.token]
+        assert leases_of(etcd_server) - before == set()
+
+
+def test_wait_is_one_deadline_and_giving_up_revokes_the_waiters_lease(
+        locks: fencelock.Locks, etcd_server: EtcdServer, name: str) -> None:
+    with locks.lock(name, ttl=10.0):
+        before = leases_of(etcd_server)
+        started = time.monotonic()
+        with pytest.raises(fencelock.AcquireTimeout):
+            locks.acquire(name, ttl=10.0, wait=1.0)
+        took = time.monotonic() - started
+        assert 1.0 <= took < 1.6
+        assert len(keys_of(etcd_server, name)) == 1
+        assert leases_of(etcd_server) - before == set()
+
+
+def test_a_waiter_whose_key_vanished_while_it_waited_is_not_granted(locks: fencelock.Locks,
+                                                                     etcd_server: EtcdServer, name: str) -> None:
+    """Jepsen's etcd 3.4.3 finding: a waiter must look at its own key after its wait, not assume it won."""
+    backend: Any = locks.backend
+    holder = locks.acquire(name, ttl=10.0)
+    got: dict[str, fencelock.Lease] = {}
+
+    def waiter(tag: str) -> None:
+        got[tag] = locks.acquire(name, ttl=10.0, wait=20.0)
+
+    threads = {}
+    for tag, queued in (("w", 1), ("x", 2)):
+        threads[tag] = threading.Thread(target=waiter, args=(tag,))
+        threads[tag].start()
+        eventually(lambda queued=queued: backend.status(name).queued == queued, 5.0, f"waiter {tag} queued")
+    w_key = keys_of(etcd_server, name)[1]["key"]
+    etcd_server.request("/v3/kv/deleterange", {"key": w_key})  # w's key goes while w watches the holder's
+    holder.release()
+    threads["x"].join(10)
+    assert "x" in got
+    time.sleep(0.5)
+    assert "w" not in got, "a waiter whose key had gone was granted the lock beside the real holder"
+    got["x"].release()
+    threads["w"].join(10)
+    assert got["w"].fence > got["x"].fence  # w queued again, behind x
+    got["w"].release()
+
+
+def test_waiters_are_served_in_arrival_order(locks: fencelock.Locks, name: str) -> None:
+    holder = locks.acquire(name, ttl=10.0)
+    order: list[int] = []
+    fences: list[int] = []
+    errors: list[BaseException] = []
+
+    def waiter(i: int) -> None:
+        try:
+            with locks.lock(name, ttl=10.0, wait=20.0) as lease:
+                order.append(i)
+                fences.append(lease.fence)
+                time.sleep(0.05)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = []
+    for i in range(4):
+        thread = threading.Thread(target=waiter, args=(i,))
+        thread.start()
+        threads.append(thread)
+        eventually(lambda i=i: locks.backend.status(name).queued == i + 1, 5.0, f"waiter {i} queued")
+    holder.release()
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+    assert order == [0, 1, 2, 3]
+    assert fences == sorted(fences)
+    assert fences[0] > holder.fence
+
+
+def test_a_release_wakes_the_waiter_at_once_not_at_its_next_poll(locks: fencelock.Locks, name: str) -> None:
+    holder = locks.acquire(name, ttl=30.0)
+    got: list[float] = []
+    thread = threading.Thread(target=lambda: got.append(time.monotonic()) if locks.acquire(name, ttl=30.0, wait=20)
+                              else None)
+    thread.start()
+    eventually(lambda: locks.backend.status(name).queued == 1, 5.0, "the waiter queued")
+    time.sleep(BLOCK_CAP / 2)  # half-way through its watch: a poller would look again only at its end
+    released_at = time.monotonic()
+    holder.release()
+    thread.join(10)
+    assert got, "the waiter never got the lock"
+    assert got[0] - released_at < BLOCK_CAP / 4
+
+
+def test_a_cancelled_asyncio_waiter_leaves_no_key_and_no_lease(etcd_server: EtcdServer, name: str) -> None:
+    async def main() -> None:
+        locks = fencelock.aio.connect(etcd_server.url)
+        try:
+            holder = await locks.acquire(name, ttl=30.0)
+            before = leases_of(etcd_server)
+            task = asyncio.ensure_future(locks.acquire(name, ttl=30.0, wait=20.0))
+            await queued(locks, name, 1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # The request on the wire runs to its end (at most one watch), then the waiter leaves.
+            deadline = time.monotonic() + BLOCK_CAP + 3.0
+            while len(keys_of(etcd_server, name)) != 1 or leases_of(etcd_server) - before:
+                assert time.monotonic() < deadline, "the cancelled waiter's key or lease is still there"
+                await asyncio.sleep(0.05)
+            assert (await locks.backend.status(name)).queued == 0
+            await holder.release()
+        finally:
+            await locks.aclose()
+
+    asyncio.run(main())
+
+
+def test_asyncio_hand_off_in_arrival_order(etcd_server: EtcdServer, name: str) -> None:
+    async def main() -> list[int]:
+        locks = fencelock.aio.connect(etcd_server.url)
+        order: list[int] = []
+        try:
+            holder = await locks.acquire(name, ttl=10.0)
+
+            async def waiter(i: int) -> None:
+                async with locks.lock(name, ttl=10.0, wait=20.0):
+                    order.append(i)
+
+            tasks = []
+            for i in range(3):
+                tasks.append(asyncio.ensure_future(waiter(i)))
+                await queued(locks, name, i + 1)
+            await holder.release()
+            await asyncio.wait_for(asyncio.gather(*tasks), 20)
+        finally:
+            await locks.aclose()
+        return order
+
+    assert asyncio.run(main()) == [0, 1, 2]
+
+
+# ------------------------------------------------------------------------------------------------ liveness
+
+
+def test_a_deleted_key_is_noticed_as_lost(locks: fencelock.Locks, etcd: EtcdDeployment, name: str) -> None:
+    lost: list[fencelock.Lease] = []
+    context = locks.lock(name, ttl=3.0, on_lost=lost.append)
+    lease = context.__enter__()
+    etcd.steal(name)
+    eventually(lambda: lease.lost, 3.0, "the renewal noticed the stolen key")
+    with pytest.raises(fencelock.LockLost):
+        context.__exit__(None, None, None)
+    assert lost == [lease]
+
+
+def test_a_lease_the_server_no_longer_has_cannot_be_extended(locks: fencelock.Locks, etcd_server: EtcdServer,
+                                                             name: str) -> None:
+    lease = locks.acquire(name, ttl=1.0)
+    eventually(lambda: keys_of(etcd_server, name) == [], 5.0, "the lease expired on the server")
+    with pytest.raises(fencelock.LockLost):
+        lease.extend()
+    with pytest.raises(fencelock.LockLost):
+        lease.release()
+
+
+def test_renewal_keeps_a_short_lease_alive(locks: fencelock.Locks, etcd: EtcdDeployment, name: str) -> None:
+    with locks.lock(name, ttl=1.0) as lease:
+        time.sleep(3.0)
+        lease.ensure()
+        assert etcd.holder(name) == lease.token
+
+
+def test_the_watchdog_renews_many_leases_in_few_requests(etcd_server: EtcdServer, name: str) -> None:
+    locks = fencelock.connect(etcd_server.url)
+    backend: Any = locks.backend
+    try:
+        leases = [locks.acquire(f"{name}:{i}", ttl=3.0, renew=True) for i in range(200)]
+        time.sleep(4.0)  # past the TTL: only renewals keep them
+        assert not [lease for lease in leases if lease.lost]
+        renewed = locks.watchdog.renewals
+        assert renewed >= 200
+        assert backend.renewal_requests * 10 <= renewed  # batched: one keep-alive request carries many leases
+        # One batch of all 200 at once: the gateway answers long keep-alive requests only in part (a prefix);
+        # what it left unanswered is sent again, and never counts as lost.
+        sent = backend.renewal_requests
+        batch = [(lease.name, lease.token, lease.fence, 3000) for lease in leases]
+        assert backend.extend_many(batch) == [True] * 200
+        assert backend.renewal_requests - sent >= 200 // 32
+        for lease in leases:
+            lease.release()
+    finally:
+        locks.close()
+
+
+def test_extending_past_the_lease_ttl_moves_the_key_to_a_longer_lease_and_keeps_the_fence(
+        locks: fencelock.Locks, etcd_server: EtcdServer, name: str) -> None:
+    lease = locks.acquire(name, ttl=2.0)
+    [before] = keys_of(etcd_server, name)
+    lease.extend(ttl=20.0)
+    [after] = keys_of(etcd_server, name)
+    assert after["create_revision"] == before["create_revision"] == str(lease.fence)
+    assert after["lease"] != before["lease"]
+    assert lease_ttl(etcd_server, int(before["lease"])) == -1
+    assert lease_ttl(etcd_server, int(after["lease"])) >= 18
+    assert lease.remaining() > 19.0
+    lease.release()
+    assert keys_of(etcd_server, name) == []
+
+
+# ------------------------------------------------------------------------------------------------ operators
+
+
+def test_status_scan_and_force_release(locks: fencelock.Locks, etcd_server: EtcdServer, name: str) -> None:
+    backend: Any = locks.backend
+    free = backend.status(name)
+    assert (free.held, free.fence, free.queued) == (False, None, 0)
+    holder = locks.acquire(name, ttl=10.0)
+    other = locks.acquire(name + ":other", ttl=10.0)
+    got: list[fencelock.Lease] = []
+    thread = threading.Thread(target=lambda: got.append(locks.acquire(name, ttl=10.0, wait=10.0)))
+    thread.start()
+    eventually(lambda: backend.status(name).queued == 1, 5.0, "the waiter queued")
+    status = backend.status(name)
+    assert (status.held, status.fence, status.queued) == (True, holder.fence, 1)
+    assert 8.0 <= status.remaining <= 10.0
+    listed = backend.scan(name + "*")
+    assert [s.name for s in listed] == [name, name + ":other"]
+    assert [s.fence for s in listed] == [holder.fence, other.fence]
+    assert backend.scan("nothing-like-this-*") == []
+    removed = backend.force_release(name)
+    assert (removed.held, removed.fence, removed.queued) == (True, holder.fence, 1)
+    thread.join(10)
+    assert got
+    assert got[0].fence > holder.fence
+    with pytest.raises(fencelock.LockLost):
+        holder.release()
+    got[0].release()
+    other.release()
+    assert backend.force_release(name).held is False
+
+
+# ------------------------------------------------------------------------------------------------ URLs, outages
+
+
+@pytest.mark.parametrize("url", ["etcd://", "etcd://127.0.0.1:0", "etcd://h/x", "etcd://h?bogus=1",
+                                 "etcd://root:hunter2@h:0"])
+def test_bad_urls_are_refused_before_anything_is_sent(url: str) -> None:
+    for connect in (fencelock.connect, fencelock.aio.connect):
+        with pytest.raises(ValueError, match="url") as info:
+            connect(url)
+        assert "hunter2" not in str(info.value)
+
+
+def test_etcd_endpoints_go_in_one_url_not_a_list() -> None:
+    with pytest.raises(ValueError, match="one URL"):
+        fencelock.connect(["etcd://127.0.0.1:2379", "etcd://127.0.0.2:2379", "etcd://127.0.0.3:2379"])
+
+
+def test_a_missing_extra_is_named() -> None:
+    code = "import sys; sys.modules['httpx'] = None; import fencelock; fencelock.connect('etcd://127.0.0.1:1')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert result.returncode != 0
+    assert "pip install 'fencelock[etcd]'" in result.stderr
+
+
+def test_nothing_listening_gives_backend_error_at_once(name: str) -> None:
+    locks = fencelock.connect(f"etcd://127.0.0.1:{free_port()}")
+    try:
+        started = time.monotonic()
+        with pytest.raises(fencelock.BackendError) as info:
+            locks.acquire(name, wait=5.0)
+        assert time.monotonic() - started < 1.5
+        assert info.value.name == name
+    finally:
+        locks.close()
+
+
+def test_a_stopped_server_gives_backend_error_in_bounded_time_and_the_lease_stays_releasable(
+        own_etcd_server: EtcdServer, name: str) -> None:
+    locks = fencelock.connect(own_etcd_server.url + "?timeout=0.5")
+    try:
+        lease = locks.acquire(name, ttl=30.0)
+        own_etcd_server.pause()
+        try:
+            started = time.monotonic()
+            with pytest.raises(fencelock.BackendError):
+                locks.acquire(name + ":2", wait=10.0)
+            assert time.monotonic() - started < 2.5  # two tries of 0.5 s, on a busy machine
+            with pytest.raises(fencelock.BackendError):
+                lease.release()
+            with pytest.raises(fencelock.BackendError):
+                locks.backend.status(name)
+        finally:
+            own_etcd_server.resume()
+        lease.release()  # it kept its token
+        assert keys_of(own_etcd_server, name) == []
+    finally:
+        locks.close()
+
+
+def test_asyncio_stopped_server_gives_backend_error(own_etcd_server: EtcdServer, name: str) -> None:
+    async def main() -> None:
+        locks = fencelock.aio.connect(own_etcd_server.url + "?timeout=0.5")
+        try:
+            own_etcd_server.pause()
+            try:
+                with pytest.raises(fencelock.BackendError):
+                    await asyncio.wait_for(locks.acquire(name, wait=10.0), 5.0)
+            finally:
+                own_etcd_server.resume()
+        finally:
+            await locks.aclose()
+
+    asyncio.run(main())
+
+
+def test_user_and_password_from_the_url(own_etcd_server: EtcdServer, name: str) -> None:
+    for path, body in (("/v3/auth/user/add", {"name": "root", "password": "s3cret"}),
+                       ("/v3/auth/user/grant", {"user": "root", "role": "root"}),
+                       ("/v3/auth/enable", {})):
+        own_etcd_server.request(path, body)
+    host = own_etcd_server.url.removeprefix("etcd://")
+    locks = fencelock.connect(f"etcd://root:s3cret@{host}")
+    try:
+        assert "s3cret" not in repr(locks)
+        holder = locks.acquire(name, ttl=10.0)
+        threading.Timer(0.3, holder.release).start()
+        with locks.lock(name, ttl=10.0, wait=5.0) as lease:  # the waiter's watch is authenticated too
+            assert lease.fence > holder.fence
+    finally:
+        locks.close()
+    wrong = fencelock.connect(f"etcd://root:hunter2@{host}")
+    try:
+        with pytest.raises(fencelock.BackendError, match="authentication as 'root' failed") as info:
+            wrong.acquire(name, wait=0)
+        assert "hunter2" not in str(info.value)
+    finally:
+        wrong.close()
+
+
+def test_etcds_urls_use_tls(tmp_path: Any, name: str) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        if IN_CI:
+            pytest.fail("the etcd TLS test needs openssl (apt-get install openssl)")
+        pytest.skip("the etcd TLS test needs openssl (apt-get install openssl)")
+    require_etcd_binary()
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    with EtcdServer(memory=True, tls=(cert, key)) as server:
+        assert server.url.startswith("etcds://")
+        locks = fencelock.connect(f"{server.url}?ssl_ca_certs={cert}")
+        try:
+            with locks.lock(name, ttl=5.0, wait=0) as lease:
+                assert lease.fence > 0
+        finally:
+            locks.close()
+        untrusted = fencelock.connect(server.url)  # the system's CAs do not know this certificate
+        try:
+            with pytest.raises(fencelock.BackendError):
+                untrusted.acquire(name, wait=0)
+        finally:
+            untrusted.close()
+        plain = fencelock.connect(server.url.replace("etcds://", "etcd://"))
+        try:
+            with pytest.raises(fencelock.BackendError):
+                plain.acquire(name, wait=0)
+        finally:
+            plain.close()
+
+
+# ------------------------------------------------------------------------------------------------ a cluster
+
+
+@pytest.mark.slow
+def test_killing_the_leader_keeps_the_lock_exclusive_and_the_fences_increasing(etcd_cluster: EtcdCluster,
+                                                                              name: str) -> None:
+    deployment = EtcdDeployment(etcd_cluster)
+    holder_client = fencelock.connect(etcd_cluster.url)
+    other_client = fencelock.connect(etcd_cluster.url)
+    lost: list[fencelock.Lease] = []
+    try:
+        lease = holder_client.acquire(name, ttl=4.0, renew=True, on_lost=lost.append)
+        leader = etcd_cluster.leader()
+        etcd_cluster.kill(leader)
+        overlaps = []
+        fences = [lease.fence]
+        end = time.monotonic() + 8.0  # two TTLs: a lease that survived was really renewed through the failover
+        while time.monotonic() < end:
+            try:
+                other = other_client.acquire(name, ttl=4.0, wait=0)
+            except (fencelock.NotAcquired, fencelock.BackendError):
+                pass
+            else:
+                if not lease.lost:
+                    overlaps.append(other.fence)
+                fences.append(other.fence)
+                other.release()
+            time.sleep(0.1)
+        assert overlaps == [], "another client got the lock while its holder still believed it held it"
+        etcd_cluster.wait_leader(other_than=leader)
+        if lost:
+            # The loss signal fired: the server must really have let the lease go.
+            assert deployment.holder(name) != lease.token
+        else:
+            assert not lease.lost
+            assert deployment.holder(name) == lease.token
+            lease.release()
+        etcd_cluster.restart(leader)
+        with other_client.lock(name, ttl=4.0, wait=10.0) as after:
+            fences.append(after.fence)
+        assert fences == sorted(set(fences))
+    finally:
+        holder_client.close()
+        other_client.close()

@@ -1,0 +1,174 @@
+"""The etcd backend's pure decisions (`fencelock._logic.etcd`): URLs, keys, the TTL mapping, answers. No server."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fencelock._logic.etcd import (
+    DEFAULT_TIMEOUT,
+    Kv,
+    Verdict,
+    fence_key,
+    is_etcd_url,
+    keepalive_suffices,
+    lease_seconds,
+    lock_key,
+    name_dir,
+    name_of,
+    new_lease_id,
+    parse_etcd_url,
+    range_end,
+    released,
+    retry_after,
+    verdict,
+)
+from fencelock._logic.outcomes import Released
+
+
+def test_one_endpoint_with_the_default_port() -> None:
+    target = parse_etcd_url("etcd://127.0.0.1")
+    assert target.endpoints == ("http://127.0.0.1:2379",)
+    assert not target.tls
+    assert target.timeout == DEFAULT_TIMEOUT
+    assert target.username is None
+
+
+def test_several_endpoints_tls_options_and_credentials() -> None:
+    target = parse_etcd_url("etcds://root:s%3Acret@h1:2379,h2:23790,[::1]:2381/?timeout=0.5&ssl_ca_certs=/ca.pem"
+                            "&ssl_certfile=/c.pem&ssl_keyfile=/k.pem")
+    assert target.endpoints == ("https://h1:2379", "https://h2:23790", "https://[::1]:2381")
+    assert target.tls
+    assert (target.username, target.password) == ("root", "s:cret")
+    assert target.timeout == 0.5
+    assert (target.ssl_ca_certs, target.ssl_certfile, target.ssl_keyfile) == ("/ca.pem", "/c.pem", "/k.pem")
+    assert "s:cret" not in repr(target)
+    assert "s%3Acret" not in target.shown
+    assert target.shown == "etcds://root:***@h1:2379,h2:23790,[::1]:2381"
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("etcd://", "no host"),
+    ("etcd://h:0", "port 0"),
+    ("etcd://h:70000", "port 70000"),
+    ("etcd://h:abc", "not host[:port]"),
+    ("etcd://h:", "empty port"),
+    ("etcd://h1:2379,h1:2379", "listed twice"),
+    ("etcd://h/some/path", "path"),
+    ("etcd://h?bogus=1", "unknown option 'bogus'"),
+    ("etcd://h?timeout=0", "positive"),
+    ("etcd://h?timeout=nan", "positive"),
+    ("etcd://h?timeout=x", "number of seconds"),
+    ("etcd://h?ssl_ca_certs=/ca.pem", "needs etcds://"),
+    ("etcd://user@h", "both a user and a password"),
+    ("http://h:2379", "scheme"),
+])
+def test_bad_urls_say_what_is_wrong(url: str, why: str) -> None:
+    with pytest.raises(ValueError, match="etcd URL") as info:
+        parse_etcd_url(url)
+    assert why in str(info.value)
+
+
+def test_a_bad_url_never_shows_its_password() -> None:
+    for url in ("etcd://root:hunter2@h:0", "etcd://root:hunter2@h?bogus=1", "etcd://root:hunter2@", "xx://a:hunter2@h"):
+        with pytest.raises(ValueError, match="URL") as info:
+            parse_etcd_url(url)
+        assert "hunter2" not in str(info.value)
+
+
+def test_only_etcd_schemes_are_etcd_urls() -> None:
+    assert is_etcd_url("etcd://h")
+    assert is_etcd_url("ETCDS://h")
+    assert not is_etcd_url("redis://h")
+    assert not is_etcd_url(["etcd://h"])
+    assert not is_etcd_url(None)
+
+
+def test_lease_ttl_is_whole_seconds_rounded_up() -> None:
+    assert lease_seconds(10) == 1
+    assert lease_seconds(1000) == 1
+    assert lease_seconds(1001) == 2
+    assert lease_seconds(30_000) == 30
+
+
+@given(st.integers(min_value=10, max_value=10**9))
+def test_the_lease_never_ends_before_the_ttl_asked_for(ttl_ms: int) -> None:
+    seconds = lease_seconds(ttl_ms)
+    assert seconds * 1000 >= ttl_ms
+    assert seconds * 1000 - ttl_ms < 1000
+
+
+def test_a_keepalive_suffices_only_when_the_lease_is_long_enough() -> None:
+    assert keepalive_suffices(2, 500)      # the server's minimum gave more than asked
+    assert keepalive_suffices(30, 30_000)
+    assert not keepalive_suffices(30, 30_001)  # a longer TTL needs a new lease
+
+
+@given(st.text(min_size=1, max_size=50))
+def test_every_name_is_one_key_directory_and_comes_back(name: str) -> None:
+    key = lock_key("fencelock", name, 0x1234)
+    assert key.startswith(name_dir("fencelock", name))
+    assert key.count(b"/") == 2
+    assert name_of("fencelock", key) == name
+
+
+def test_one_names_range_never_covers_another_name() -> None:
+    directory = name_dir("fencelock", "a")
+    end = range_end(directory)
+    for other in ("a/b", "a%", "ab", "a0", "a/"):
+        key = lock_key("fencelock", other, 1)
+        assert not directory <= key < end, other
+    assert directory <= lock_key("fencelock", "a", 2**63 - 1) < end
+
+
+@given(st.text(min_size=1, max_size=20), st.text(min_size=1, max_size=20))
+def test_the_fence_record_is_in_no_names_queue(name: str, other: str) -> None:
+    key = fence_key("fencelock", name)
+    directory = name_dir("fencelock", other)
+    assert not directory <= key < range_end(directory)
+    assert name_of("fencelock", key) is None  # and listing locks never takes it for one
+
+
+def test_range_end_is_etcds_prefix_rule() -> None:
+    assert range_end(b"a/") == b"a0"
+    assert range_end(b"a\xff") == b"b"
+    assert range_end(b"\xff\xff") == b"\x00"
+
+
+def test_keys_that_are_not_ours_have_no_name() -> None:
+    assert name_of("fencelock", b"other/x/0000000000000001") is None
+    assert name_of("fencelock", b"fencelock/x/not-a-lease") is None
+    assert name_of("fencelock", b"fencelock//0000000000000001") is None
+
+
+def test_lease_ids_are_positive_and_never_zero() -> None:
+    assert new_lease_id(0) == 1
+    assert new_lease_id(2**64 - 1) == 2**63 - 1
+    assert new_lease_id(5) == 5
+
+
+def _kv(rev: int, value: bytes = b"t") -> Kv:
+    return Kv(b"k", rev, 7, value)
+
+
+def test_granted_only_while_our_key_exists_and_is_the_oldest() -> None:
+    assert verdict(_kv(5), b"t", _kv(5)) is Verdict.GRANTED
+    assert verdict(_kv(5), b"t", _kv(3)) is Verdict.WAITING
+    # Jepsen's etcd 3.4.3 finding: after a wait, a waiter whose key expired meanwhile must not count as holder.
+    assert verdict(None, b"t", None) is Verdict.GONE
+    assert verdict(None, b"t", _kv(9)) is Verdict.GONE
+    assert verdict(_kv(5, b"other"), b"t", _kv(5)) is Verdict.GONE
+
+
+def test_what_a_release_answer_means() -> None:
+    assert released(True, 0) is Released.RELEASED
+    assert released(False, 0) is Released.EXPIRED
+    assert released(False, 2) is Released.TAKEN
+
+
+def test_acquire_retries_once_per_endpoint_and_only_transient_faults() -> None:
+    assert retry_after(1, True, 1) == 0.0
+    assert retry_after(2, True, 1) is None
+    assert [retry_after(n, True, 3) for n in (1, 2, 3, 4)] == [0.0, 0.5, 0.75, None]
+    assert retry_after(1, False, 3) is None
