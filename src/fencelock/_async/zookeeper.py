@@ -51,6 +51,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from .._errors import BackendError
@@ -96,6 +97,13 @@ on a live session; this only bounds the wait after one was dropped with a connec
 
 def _nothing() -> None:
     pass
+
+
+def _stop(client: Any) -> None:
+    try:
+        client.stop()
+    finally:
+        client.close()
 
 
 _STATES = {KazooState.CONNECTED: Session.CONNECTED, KazooState.SUSPENDED: Session.SUSPENDED,
@@ -716,6 +724,6 @@ class AsyncZooKeeperBackend:
             self._sessions.clear()
         self._expiry.close()
         for session in sessions:
-            client = session.client
-            if await blocking(client.stop, self._timeout + 1.0):
-                client.close()
+            # Closed in the same thread once stopped, even if we stop waiting for it first (a stalled server):
+            # the client's sockets are never left to the garbage collector.
+            await blocking(partial(_stop, session.client), self._timeout + 1.0)
