@@ -49,7 +49,7 @@ def _progress(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
-GROUPS = ("single", "redlock", "etcd")
+GROUPS = ("single", "redlock", "etcd", "zookeeper")
 """What `--only` accepts besides contender keys: every row of one group (`Contender.group`)."""
 
 SECTIONS = ("watchdog",)

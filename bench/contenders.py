@@ -585,3 +585,87 @@ register(Contender(
     contended=False, cycles_scale=0.2,
     note="fencelock.aio.connect('etcd://...'), one task, for information",
 ))
+
+
+# ---------------------------------------------------------------------------------------------------- ZooKeeper
+
+def _kazoo_client(target: Target) -> Any:
+    """A started kazoo client with its defaults (10 s session), at the host list of a `zookeeper://` URL."""
+    from kazoo.client import KazooClient  # optional dependency (`.[bench]`): imported only when this row runs
+
+    from fencelock._logic.zookeeper import parse_zookeeper_url
+
+    client = KazooClient(hosts=parse_zookeeper_url(target.url).hosts_string)
+    client.start(timeout=10)
+    return client
+
+
+def _kazoo_close(client: Any) -> Callable[[], None]:
+    def close() -> None:
+        client.stop()
+        client.close()
+
+    return close
+
+
+def floor_zookeeper(target: Target) -> Locker:
+    """By hand with kazoo: create an ephemeral sequential node, list the children, delete it. No waiting, no TTL,
+    no fence: the least a correct ZooKeeper lock does (the holder is known only once the queue is read)."""
+    client = _kazoo_client(target)
+    root = "/bench-floor"
+
+    def acquire(name: str, wait: float) -> object | None:
+        if wait != 0:
+            raise NotImplementedError("the floor makes one attempt only")
+        path: str = client.create(f"{root}/{name}/{secrets.token_hex(16)}-", ephemeral=True, sequence=True,
+                                  makepath=True)
+        children = sorted(client.get_children(f"{root}/{name}"), key=lambda child: child[-10:])
+        if path.rsplit("/", 1)[1] == children[0]:
+            return path
+        client.delete(path)
+        return None
+
+    def release(handle: object) -> None:
+        client.delete(cast(str, handle))
+
+    return Locker(acquire, release, _kazoo_close(client))
+
+
+def kazoo_lock(target: Target) -> Locker:
+    """kazoo's own `Lock` recipe: a uuid-prefixed ephemeral sequential node, each waiter watches its predecessor.
+    Its lock lives as long as the client's session (10 s by default): it has no TTL of its own."""
+    from kazoo.recipe.lock import Lock
+
+    client = _kazoo_client(target)
+
+    def acquire(name: str, wait: float) -> object | None:
+        lock = Lock(client, f"/bench-kazoo/{name}")
+        got = lock.acquire(blocking=wait > 0, timeout=wait if wait > 0 else None)
+        return lock if got else None
+
+    def release(handle: object) -> None:
+        cast("Any", handle).release()
+
+    return Locker(acquire, release, _kazoo_close(client))
+
+
+ZOOKEEPER = Need("zookeeper")
+
+register(Contender(
+    "floor-zk", "floor: ZooKeeper by hand (kazoo)", "floor", ZOOKEEPER, make=floor_zookeeper, contended=False,
+    cycles_scale=0.5,
+    note="create ephemeral sequential + get_children + delete, with kazoo",
+))
+register(Contender(
+    "fencelock-zk", "fencelock ZooKeeper", "subject", ZOOKEEPER, make=fencelock_sync, cycles_scale=0.5,
+    note="fencelock.connect('zookeeper://...'): acquire(ttl=30) / lease.release()",
+))
+register(Contender(
+    "kazoo-lock", "kazoo Lock recipe", "anchor", ZOOKEEPER, make=kazoo_lock, cycles_scale=0.5,
+    note="kazoo.recipe.lock.Lock(client, path).acquire(blocking=, timeout=): watches its predecessor",
+))
+register(Contender(
+    "fencelock-aio-zk", "fencelock.aio ZooKeeper", "info", ZOOKEEPER, make_async=fencelock_async,
+    contended=False, cycles_scale=0.5,
+    note="fencelock.aio.connect('zookeeper://...'), one task, for information",
+))

@@ -77,6 +77,7 @@ def machine(server: Mapping[str, str]) -> dict[str, str]:
         "python-redis-lock": _version("python-redis-lock"),
         "pottery": _version("pottery"),
         "redlock-ng": _version("redlock-ng"),
+        "kazoo": _version("kazoo"),
         **server,
     }
 
@@ -346,6 +347,7 @@ def checks(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[str],
                              "<= 1.00x (no worse)" if targeted else "-", (p99 <= 1.0) if targeted else None))
     out += _fair_contended(con)
     out += _redlock_contended(con)
+    out += _zookeeper_checks(unc, places, con)
     if con:
         overlaps = sum(result.overlaps for result in con.values())
         out.append(Check("contended: overlapping critical sections, all rows (see the table)", str(overlaps),
@@ -473,6 +475,27 @@ def _redlock_contended(con: Mapping[str, Contended]) -> list[Check]:
     overlaps = sum(r.overlaps for r in redlock.values())
     out.append(Check(f"contended: overlapping critical sections, Redlock rows ({len(redlock)})", str(overlaps), "0",
                      overlaps == 0))
+    return out
+
+
+def _zookeeper_checks(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[str],
+                      con: Mapping[str, Contended]) -> list[Check]:
+    """fencelock on ZooKeeper against kazoo's own Lock recipe, measured in the same run (information: the issue
+    sets no target for them)."""
+    out: list[Check] = []
+    for place in places:
+        ours, theirs = unc.get(place, {}).get("fencelock-zk"), unc.get(place, {}).get("kazoo-lock")
+        if ours is not None and theirs is not None:
+            out.append(Check(f"uncontended, {place}: fencelock-zk / kazoo-lock (time per cycle)",
+                             _ratio(ours.median_us / theirs.median_us, 3), "- (< 1: faster)", None))
+    ours_c, theirs_c = con.get("fencelock-zk"), con.get("kazoo-lock")
+    if ours_c is not None and theirs_c is not None:
+        if theirs_c.per_s:
+            out.append(Check("contended: fencelock-zk / kazoo-lock acquisitions/s",
+                             _ratio(ours_c.per_s / theirs_c.per_s, 3), "-", None))
+        if theirs_c.wait_p99_ms:
+            out.append(Check("contended: fencelock-zk / kazoo-lock wait p99",
+                             _ratio(ours_c.wait_p99_ms / theirs_c.wait_p99_ms, 3), "-", None))
     return out
 
 

@@ -1,7 +1,8 @@
 """The servers the chosen contenders need, started once per run and shared by every row that needs the same.
 
 Today: one Redis-compatible server for the single-node rows ("redis"), and up to N more, independent ones for
-the Redlock rows ("redlock": `fencelock.testing.servers.RedisServer` each). To add a service (etcd, ZooKeeper),
+the Redlock rows ("redlock": `fencelock.testing.servers.RedisServer` each), etcd, and one standalone ZooKeeper
+("zookeeper": `fencelock.testing.zookeeper.ZooKeeperServer`). To add a service,
 teach `Services.target()` to start it; a need it cannot meet raises `Unavailable`, and the rows that need it are
 skipped with the reason, the others still run.
 
@@ -22,6 +23,7 @@ import redis
 
 from fencelock.testing.etcd import EtcdCluster, EtcdServer
 from fencelock.testing.servers import RedisServer
+from fencelock.testing.zookeeper import ZooKeeperServer, four_letter_word
 
 from .contenders import Need, Target
 
@@ -37,6 +39,7 @@ class Services:
         self._redlock: dict[int, list[RedisServer]] = {}  # nodes per deployment size
         self._targets: dict[Need, Target] = {}
         self._etcd: list[EtcdCluster] = []
+        self._zookeeper: ZooKeeperServer | None = None
 
     def target(self, need: Need) -> Target:
         if need not in self._targets:
@@ -71,18 +74,30 @@ class Services:
             except RuntimeError as exc:  # no etcd binary, or it did not start
                 raise Unavailable(str(exc)) from exc
             return Target("etcd", (cluster.url,))
+        if need.service == "zookeeper":
+            if need.nodes != 1:
+                raise Unavailable(f"{need}: only a standalone ZooKeeper is started here")
+            try:
+                self._zookeeper = self._stack.enter_context(ZooKeeperServer(name="bench-zk"))
+            except RuntimeError as exc:  # no server, or it did not start
+                raise Unavailable(str(exc)) from exc
+            return Target("zookeeper", (self._zookeeper.url("/bench"),))
         raise Unavailable(f"no way to start {need} yet (bench/services.py)")
 
     def server_pids(self) -> list[int]:
-        """PIDs of the server processes this run started (for CPU pinning): the single node, the Redlock nodes, etcd."""
+        """PIDs of the server processes this run started (for CPU pinning): the single node, the Redlock nodes, etcd,
+        ZooKeeper."""
         etcd = [pid for cluster in self._etcd for pid in cluster.pids()]
-        return [pid for pid in (*(server.pid for server in self._all()), *etcd) if pid is not None]
+        zookeeper = [self._zookeeper.pid] if self._zookeeper is not None else []
+        return [pid for pid in (*(server.pid for server in self._all()), *etcd, *zookeeper) if pid is not None]
 
     def pid(self, url: str) -> int | None:
         """The PID of the server this run started at `url` (None: not ours, or not known)."""
         for server in self._all():
             if server.url == url:
                 return server.pid
+        if self._zookeeper is not None and url == self._zookeeper.url("/bench"):
+            return self._zookeeper.pid
         return None
 
     def describe(self) -> dict[str, str]:
@@ -104,6 +119,10 @@ class Services:
                                   f"{sum(map(len, self._redlock.values()))} Redlock (independent masters: "
                                   f"{' + '.join(str(n) for n in self._redlock)})" if self._redlock else "")
                 if part)
+        if self._zookeeper is not None:
+            version = four_letter_word(self._zookeeper.host, self._zookeeper.port, "srvr").splitlines()[:1]
+            out["zookeeper"] = (version[0].removeprefix("Zookeeper version: ").split("-")[0] if version else "?") + \
+                " standalone, tickTime 100 ms, no fsync (zookeeper.forceSync=no)"
         return out
 
     def _all(self) -> list[RedisServer]:

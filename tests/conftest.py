@@ -61,6 +61,12 @@ def redlock_deployment() -> Deployment:
     return RedlockDeployment.start(5)
 
 
+def zookeeper_deployment() -> Deployment:
+    _require_zookeeper()
+    from fencelock.testing.zookeeper import ZooKeeperDeployment
+    return ZooKeeperDeployment.start()
+
+
 def require_etcd_binary() -> str:
     """The etcd binary; in CI its absence fails the test, locally it skips with how to install it."""
     try:
@@ -87,6 +93,7 @@ BACKENDS: dict[str, Callable[[], Deployment]] = {
     "redlock": redlock_deployment,    # Redlock over five independent nodes
     "etcd": etcd_deployment,          # one etcd member (data in memory; 1 s minimum lease)
     "etcd3": etcd_cluster_deployment,  # three etcd members (etcd's default timing: 2 s minimum lease)
+    "zookeeper": zookeeper_deployment,  # a standalone ZooKeeper (each deployment its own chroot)
 }
 """Every backend the conformance suite runs on. Each function starts a deployment that its `close()` stops, and
 skips (in CI: fails) when the server is not installed."""
@@ -177,6 +184,53 @@ def lock_value(raw: redis.Redis | redis.RedisCluster, name: str) -> str | None:
     """The token stored in `name`'s lock key, read directly from the server (None: no key)."""
     value: Any = raw.get(redis_keys(name).lock)
     return None if value is None else bytes(value).decode()
+
+
+# -- ZooKeeper ------------------------------------------------------------------------------------------------
+
+def _require_zookeeper() -> None:
+    from fencelock.testing.zookeeper import find_zookeeper
+    try:
+        find_zookeeper()
+    except RuntimeError as exc:
+        if IN_CI:
+            pytest.fail(f"CI must run every backend's tests: {exc}")
+        pytest.skip(str(exc))
+    try:
+        import kazoo  # noqa: F401
+    except ImportError:
+        if IN_CI:
+            pytest.fail("CI must run the ZooKeeper tests: pip install -e '.[test]' installs kazoo")
+        pytest.skip("kazoo is not installed: pip install -e '.[test]' (or 'fencelock[zookeeper]')")
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(shared_deployments: SharedDeployments) -> Any:
+    """The conformance suite's shared ZooKeeper; every ZooKeeper-specific test gets its own chroot on it (`zk`)."""
+    deployment = shared_deployments.get("zookeeper")
+    return deployment.server  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def zk(zookeeper_server: Any) -> Iterator[Any]:
+    """A `ZooKeeperDeployment` with a chroot no other test uses."""
+    from fencelock.testing.zookeeper import ZooKeeperDeployment
+    deployment = ZooKeeperDeployment(zookeeper_server)
+    yield deployment
+    deployment.close()
+
+
+@pytest.fixture
+def own_zk() -> Iterator[Any]:
+    """A ZooKeeper server of this test's own, for tests that pause or kill it."""
+    _require_zookeeper()
+    from fencelock.testing.zookeeper import ZooKeeperDeployment, ZooKeeperServer
+    with ZooKeeperServer(name="zk-own") as server:
+        deployment = ZooKeeperDeployment(server)
+        yield deployment
+        if server.running:
+            server.resume()
+        deployment.close()
 
 
 # ------------------------------------------------------------------------------------------------ etcd

@@ -16,6 +16,7 @@ from .._logic.etcd import is_etcd_url, parse_etcd_url
 from .._logic.keys import PREFIX
 from .._logic.redlock import DEFAULT_REPAIR_DELAY, check_node_count
 from .._logic.urls import DEFAULT_SOCKET_TIMEOUT, parse_redis_url
+from .._logic.zookeeper import parse_zookeeper_url
 from .client import Locks
 from .redis import CLIENT_ERRORS, RedisBackend
 from .redlock import RedlockBackend
@@ -27,6 +28,9 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     """A lock client for `target`: a URL (see the README) or a redis-py client you configured yourself.
 
     `etcd://[user:password@]host:port[,host:port...]` (or `etcds://` for TLS) keeps the locks in etcd.
+    `zookeeper://host:2181[,host:2181...][/chroot][?timeout=2]` keeps the locks in ZooKeeper (the extra
+    `fencelock[zookeeper]`; see `fencelock._sync.zookeeper` for how the TTL maps to sessions).
+
     A list of three or more URLs (or clients) of independent Redis masters runs Redlock over them, with fencing
     tokens. `node_timeout` (default: 50 ms + 1 % of the TTL) bounds each node's answer; `repair` and
     `repair_delay` govern nodes that come back without their data (see `fencelock._logic.redlock`).
@@ -44,6 +48,10 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
         raise ValueError("url: give an etcd cluster's endpoints in one URL, etcd://h1:2379,h2:2379, not as a list")
     if isinstance(target, (Redis, RedisCluster)):
         return Locks(RedisBackend(target, owns_client=False, prefix=prefix, shown=_describe(target)))
+    if isinstance(target, str) and target.partition("://")[0].lower() == "zookeeper":
+        zookeeper = parse_zookeeper_url(target)   # a bad URL fails here, before kazoo is even imported
+        from .zookeeper import ZooKeeperBackend  # the optional extra: imported only when asked for
+        return Locks(ZooKeeperBackend(zookeeper, prefix=prefix))
     _not_another_client(target)
     if isinstance(target, (list, tuple)):
         return _redlock(list(target), prefix=prefix, node_timeout=node_timeout, repair=repair,

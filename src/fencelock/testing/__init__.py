@@ -4,11 +4,14 @@
 - `Deployment` (`fencelock.testing.deployment`): a lock service under test, as the conformance suite sees it;
   `RedisDeployment`, `ClusterDeployment` and `RedlockDeployment` are the Redis family's.
 - `fencelock.testing.etcd`: start, pause, kill and restart real etcd members and clusters; `EtcdDeployment`.
+- `fencelock.testing.zookeeper`: start, pause, kill and restart a standalone ZooKeeper; `ZooKeeperDeployment`.
 - `fencelock.testing.conformance`: the behavioural suite every backend passes (needs pytest; import it yourself).
 """
 
 from .deployment import Deployment
 from .etcd import EtcdDeployment
 from .redis_deployments import ClusterDeployment, RedisDeployment, RedlockDeployment
+from .zookeeper import ZooKeeperDeployment
 
-__all__ = ["ClusterDeployment", "Deployment", "EtcdDeployment", "RedisDeployment", "RedlockDeployment"]
+__all__ = ["ClusterDeployment", "Deployment", "EtcdDeployment", "RedisDeployment", "RedlockDeployment",
+           "ZooKeeperDeployment"]

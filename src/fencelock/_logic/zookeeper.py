@@ -1,0 +1,251 @@
+"""ZooKeeper's pure decisions: the URL, where a lock's nodes live, queue order, sessions for TTLs, states.
+
+    <chroot>/<prefix>/<encoded name>              one persistent node per lock name (the queue)
+    <chroot>/<prefix>/<encoded name>/<token>-<seq>  one ephemeral sequential node per acquisition
+
+The holder is the child with the lowest sequence number; every other child waits, and watches only the child
+just before it. A node's name starts with its acquisition's token, so a create that is retried after a lost
+answer finds its own node instead of queueing twice. The fence is the node's `czxid`: the transaction id that
+created it, which increases across the whole ensemble, so a node created later always has a larger one.
+
+Nothing here does I/O; `fencelock._async.zookeeper` carries the bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, quote, unquote
+
+DEFAULT_PORT = 2181
+DEFAULT_TIMEOUT = 2.0
+"""Seconds: how long one request (and the first connection) may take before it is a `BackendError`."""
+
+SCHEME = "zookeeper"
+
+SEQUENCE_DIGITS = 10
+"""ZooKeeper appends a sequence number of ten digits to a sequential node's name."""
+
+
+@dataclass(frozen=True)
+class ZooKeeperTarget:
+    hosts: tuple[tuple[str, int], ...]
+    chroot: str         # "" or "/a/b": every path fencelock uses starts with it
+    timeout: float      # seconds, per request and for the first connection
+    shown: str          # for messages
+
+    @property
+    def hosts_string(self) -> str:
+        """What kazoo takes: `h1:2181,h2:2181` (IPv6 hosts in brackets)."""
+        return ",".join(f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in self.hosts)
+
+
+def parse_zookeeper_url(url: object) -> ZooKeeperTarget:
+    """`zookeeper://host[:port][,host[:port]...][/chroot][?timeout=2]`; a bad URL is a ValueError naming `url`."""
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str, got {type(url).__name__}")
+
+    shown = re.sub(r"(?<=://)[^/@?]*@", "***@", url)  # never show credentials
+
+    def bad(why: str) -> ValueError:
+        return ValueError(f"url {shown!r} is not a valid ZooKeeper URL: {why}")
+
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() != SCHEME:
+        raise bad("it must start with zookeeper://")
+    rest, _, query = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    if "@" in netloc:
+        raise bad("credentials in the URL are not supported")
+    if not netloc:
+        raise bad("it has no host")
+    hosts: list[tuple[str, int]] = []
+    for part in netloc.split(","):
+        match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::(\d+))?|([A-Za-z0-9._-]+)(?::(\d+))?", part)
+        if match is None:
+            raise bad(f"{part!r} is not host[:port]")
+        host = match.group(1) or match.group(3)
+        port_text = match.group(2) or match.group(4)
+        port = DEFAULT_PORT if port_text is None else int(port_text)
+        if not 0 < port < 65536:
+            raise bad(f"port {port} is not a server port")
+        hosts.append((host, port))
+    if len(set(hosts)) != len(hosts):
+        raise bad("a server is listed twice")
+    chroot = ""
+    if slash and path.strip("/"):
+        parts = path.strip("/").split("/")
+        if parts[0] == "zookeeper":
+            raise bad("/zookeeper is ZooKeeper's own subtree")
+        for part in parts:
+            if part in ("", ".", "..") or not _valid_component(part):
+                raise bad(f"the chroot path component {part!r} is not allowed")
+        chroot = "/" + "/".join(parts)
+    timeout = DEFAULT_TIMEOUT
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key != "timeout":
+            raise bad(f"unknown option {key!r} (the one option is timeout, in seconds)")
+        try:
+            timeout = float(value)
+        except ValueError:
+            raise bad(f"timeout must be a number of seconds, got {value!r}") from None
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise bad(f"timeout must be a positive number of seconds, got {value!r}")
+    return ZooKeeperTarget(tuple(hosts), chroot, timeout, url)
+
+
+def _valid_component(part: str) -> bool:
+    return not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xF8FF or ord(c) >= 0xFFF0
+                   for c in part)
+
+
+# -- paths --------------------------------------------------------------------------------------------------
+
+def encode_name(name: str) -> str:
+    """One path component for any lock name: percent-encoded, with `.` encoded too (`.` and `..` are not
+    allowed as components), so the mapping is one-to-one and `decode_name` undoes it."""
+    return quote(name, safe="").replace(".", "%2E")
+
+
+def decode_name(component: str) -> str:
+    return unquote(component)
+
+
+def root_path(chroot: str, prefix: str) -> str:
+    return f"{chroot}/{prefix}"
+
+
+def lock_path(root: str, name: str) -> str:
+    return f"{root}/{encode_name(name)}"
+
+
+def node_prefix(token: str) -> str:
+    """The name an acquisition's node is created with; ZooKeeper appends the sequence number."""
+    return f"{token}-"
+
+
+@dataclass(frozen=True, order=True)
+class Child:
+    """One node in a lock's queue, ordered by its sequence number."""
+
+    sequence: int
+    token: str
+
+
+def parse_child(child: str) -> Child | None:
+    """`<token>-<10 digits>` -> Child; anything else (not ours) -> None, and is ignored."""
+    token, sep, digits = child.rpartition("-")
+    if not sep or not token or len(digits) != SEQUENCE_DIGITS or not digits.isdigit():
+        return None
+    return Child(int(digits), token)
+
+
+def child_name(child: Child) -> str:
+    return f"{child.token}-{child.sequence:0{SEQUENCE_DIGITS}d}"
+
+
+def queue(children: list[str]) -> list[Child]:
+    """The lock's queue, holder first: children sorted by sequence number (not by name: tokens differ)."""
+    return sorted(c for c in map(parse_child, children) if c is not None)
+
+
+def find_own(children: list[str], token: str) -> Child | None:
+    for child in queue(children):
+        if child.token == token:
+            return child
+    return None
+
+
+class Position(enum.Enum):
+    HOLDER = "holder"
+    WAITING = "waiting"
+    GONE = "gone"       # our node is not in the queue (the session expired, or someone deleted it)
+
+
+def position(children: list[str], token: str) -> tuple[Position, Child | None]:
+    """Where `token` stands: the holder, or waiting (with the one node it must watch), or gone."""
+    line = queue(children)
+    for i, child in enumerate(line):
+        if child.token == token:
+            return (Position.HOLDER, None) if i == 0 else (Position.WAITING, line[i - 1])
+    return Position.GONE, None
+
+
+# -- sessions -----------------------------------------------------------------------------------------------
+
+SESSION_STEPS_PER_DOUBLING = 4
+"""Session timeouts come in steps of 2^(1/4) (about 19 %): a TTL gets the first step at or above it, so a few
+sessions serve every TTL, and a crashed holder blocks the lock for at most about 1.19 x its TTL."""
+
+
+def session_timeout_ms(ttl_ms: int, server_min_ms: int | None = None) -> int:
+    """The session timeout to ask for, for leases of `ttl_ms`: the first step >= the TTL, in whole ms.
+
+    A server raises any timeout below its `minSessionTimeout` to it; once that is known (`server_min_ms`),
+    every TTL at or below it shares the one session of that timeout.
+    """
+    if ttl_ms <= 0:
+        raise ValueError(f"ttl_ms must be positive, got {ttl_ms}")
+    if server_min_ms is not None and ttl_ms <= server_min_ms:
+        return server_min_ms
+    def step(exponent: int) -> int:
+        return math.ceil(2 ** (exponent / SESSION_STEPS_PER_DOUBLING))
+
+    exponent = math.ceil(math.log2(ttl_ms) * SESSION_STEPS_PER_DOUBLING)
+    while exponent > 0 and step(exponent - 1) >= ttl_ms:  # the smallest step at or above the TTL, in whole ms
+        exponent -= 1
+    while step(exponent) < ttl_ms:
+        exponent += 1
+    return step(exponent)
+
+
+def ttl_fits(ttl_ms: int, negotiated_ms: int) -> bool:
+    """A lease may claim its TTL only if the server keeps its session at least that long without hearing from
+    it; otherwise a cut-off holder's node could vanish while `remaining()` still shows validity."""
+    return negotiated_ms >= ttl_ms
+
+
+class Session(enum.Enum):
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"   # the connection dropped; the session (and its nodes) may or may not live
+    LOST = "lost"             # the session expired or was closed: every node it created is gone
+
+
+def renewal_answer(state: Session, node_exists: bool | None) -> bool | None:
+    """What a renewal reports to the watchdog: True still ours, False lost, None unknown (try again).
+
+    SUSPENDED is unknown, not lost: the server keeps the session for its whole timeout (>= the TTL) after it
+    last heard from us, so the lease's validity, counted from before our last confirmed request, is still
+    true; the watchdog reports the loss when that validity runs out, unless the session comes back first.
+    LOST is lost at once.
+    """
+    if state is Session.LOST:
+        return False
+    if node_exists is None:
+        return None
+    return node_exists
+
+
+# -- what the nodes carry, for operators ------------------------------------------------------------------------
+
+def encode_number(value: int) -> bytes:
+    """A lease node carries its TTL in ms; a lock's node carries the fence of its last holder to go."""
+    return str(value).encode()
+
+
+def decode_number(data: bytes | None) -> int | None:
+    """The number a node carries, or None (empty, or not written by fencelock)."""
+    try:
+        return int(data or b"")
+    except ValueError:
+        return None
+
+
+def lease_remaining(ttl_ms: int | None, mtime_ms: int, now_ms: float) -> float | None:
+    """Seconds until a holder's TTL runs out, from its node's last write (granted or extended: `mtime`, the
+    server's wall clock) and the reader's wall clock. None if the node carries no TTL."""
+    if ttl_ms is None:
+        return None
+    return max(0.0, (mtime_ms + ttl_ms - now_ms) / 1000.0)

@@ -1,0 +1,136 @@
+"""ZooKeeper's pure decisions (`fencelock._logic.zookeeper`), without any server."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fencelock._logic.zookeeper import (
+    DEFAULT_PORT,
+    DEFAULT_TIMEOUT,
+    Child,
+    Position,
+    Session,
+    child_name,
+    decode_name,
+    decode_number,
+    encode_name,
+    encode_number,
+    find_own,
+    lease_remaining,
+    parse_child,
+    parse_zookeeper_url,
+    position,
+    queue,
+    renewal_answer,
+    session_timeout_ms,
+    ttl_fits,
+)
+
+
+def test_urls_give_hosts_chroot_and_timeout() -> None:
+    target = parse_zookeeper_url("zookeeper://a:1,b,[::1]:3/x/y?timeout=0.5")
+    assert target.hosts == (("a", 1), ("b", DEFAULT_PORT), ("::1", 3))
+    assert target.hosts_string == "a:1,b:2181,[::1]:3"
+    assert target.chroot == "/x/y"
+    assert target.timeout == 0.5
+    plain = parse_zookeeper_url("ZooKeeper://127.0.0.1:2181/")
+    assert (plain.chroot, plain.timeout) == ("", DEFAULT_TIMEOUT)
+
+
+def test_a_url_with_credentials_never_shows_them() -> None:
+    with pytest.raises(ValueError, match="credentials") as info:
+        parse_zookeeper_url("zookeeper://user:hunter2@h:2181/x")
+    assert "hunter2" not in str(info.value)
+
+
+def test_a_non_str_url_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="url must be a str"):
+        parse_zookeeper_url(b"zookeeper://h")
+
+
+@given(st.text(min_size=1, max_size=50))
+def test_any_name_is_one_path_component_and_comes_back(name: str) -> None:
+    component = encode_name(name)
+    assert "/" not in component
+    assert component not in (".", "..")
+    assert all(0x20 <= ord(c) < 0x7F for c in component)
+    assert decode_name(component) == name
+
+
+def test_names_that_differ_give_different_components() -> None:
+    names = ["a/b", "a%2Fb", "a.b", "a%2Eb", ".", "..", "A/B"]
+    assert len({encode_name(n) for n in names}) == len(names)
+
+
+def test_the_queue_is_ordered_by_sequence_number_not_by_name() -> None:
+    children = ["ffff-0000000002", "0000-0000000010", "aaaa-0000000001", "not-ours", "x-12", "-0000000003"]
+    assert queue(children) == [Child(1, "aaaa"), Child(2, "ffff"), Child(10, "0000")]
+    assert child_name(Child(2, "ffff")) == "ffff-0000000002"
+    assert parse_child("a-b-0000000007") == Child(7, "a-b")
+
+
+def test_each_waiter_watches_only_the_node_just_before_it() -> None:
+    children = ["c-0000000005", "a-0000000001", "b-0000000003"]
+    assert position(children, "a") == (Position.HOLDER, None)
+    assert position(children, "b") == (Position.WAITING, Child(1, "a"))
+    assert position(children, "c") == (Position.WAITING, Child(3, "b"))
+    assert position(children, "d") == (Position.GONE, None)
+    assert find_own(children, "b") == Child(3, "b")
+    assert find_own(children, "z") is None
+
+
+@given(st.integers(min_value=1, max_value=10**8))
+def test_a_session_outlives_its_ttl_by_at_most_one_step(ttl_ms: int) -> None:
+    timeout = session_timeout_ms(ttl_ms)
+    assert ttl_ms <= timeout <= ttl_ms * 2 ** 0.25 + 1
+    assert session_timeout_ms(timeout) == timeout  # a step maps to itself: TTLs of one step share a session
+
+
+def test_few_sessions_serve_many_ttls() -> None:
+    # from 1 s to 60 s: the steps 2^(40/4) ms ... 2^(64/4) ms, 25 sessions at most
+    assert len({session_timeout_ms(ms) for ms in range(1000, 60_001, 100)}) == 25
+    assert session_timeout_ms(30_000) == session_timeout_ms(29_000) == 32_768
+
+
+def test_ttls_below_the_servers_minimum_share_its_session() -> None:
+    assert {session_timeout_ms(ms, 2000) for ms in (10, 500, 1999, 2000)} == {2000}
+    assert session_timeout_ms(2001, 2000) == session_timeout_ms(2001)
+
+
+def test_bad_ttl_for_a_session_is_refused() -> None:
+    with pytest.raises(ValueError, match="ttl_ms"):
+        session_timeout_ms(0)
+
+
+def test_a_ttl_fits_only_a_session_at_least_as_long() -> None:
+    assert ttl_fits(30_000, 32_768)
+    assert ttl_fits(30_000, 30_000)
+    assert not ttl_fits(30_000, 20_000)  # the server lowered it to maxSessionTimeout
+
+
+@pytest.mark.parametrize(("state", "exists", "answer"), [
+    (Session.CONNECTED, True, True),
+    (Session.CONNECTED, False, False),   # deleted behind our back
+    (Session.CONNECTED, None, None),     # no answer: try again
+    (Session.SUSPENDED, None, None),     # the session may live: lost only when the validity runs out
+    (Session.SUSPENDED, True, True),     # the answer came before the drop
+    (Session.LOST, None, False),         # expired: every node of the session is gone
+    (Session.LOST, True, False),
+])
+def test_what_a_renewal_reports(state: Session, exists: bool | None, answer: bool | None) -> None:
+    assert renewal_answer(state, exists) is answer
+
+
+def test_nodes_carry_numbers_and_ignore_what_is_not_ours() -> None:
+    assert decode_number(encode_number(30_000)) == 30_000
+    assert decode_number(b"") is None
+    assert decode_number(None) is None
+    assert decode_number(b"not a number") is None
+
+
+def test_a_holders_remaining_time_counts_from_its_nodes_last_write() -> None:
+    assert lease_remaining(30_000, 1_000_000, 1_010_000.0) == 20.0
+    assert lease_remaining(30_000, 1_000_000, 1_040_000.0) == 0.0   # ran out: never negative
+    assert lease_remaining(None, 1_000_000, 1_000_000.0) is None     # a node fencelock did not write
