@@ -114,6 +114,7 @@ class _Waiter:
     def __init__(self, locks: fencelock.Locks, name: str, wait: float) -> None:
         self.lease: fencelock.Lease | None = None
         self.error: BaseException | None = None
+        self.returned_at = 0.0   # monotonic: when acquire returned or raised
         self._thread = threading.Thread(target=self._run, args=(locks, name, wait), daemon=True)
         self._thread.start()
 
@@ -122,6 +123,7 @@ class _Waiter:
             self.lease = locks.acquire(name, ttl=TTL, wait=wait)
         except BaseException as exc:
             self.error = exc
+        self.returned_at = time.monotonic()
 
     @property
     def blocked(self) -> bool:
@@ -205,6 +207,103 @@ def test_a_lease_survives_the_member_its_session_is_on_being_killed(zk3: ZooKeep
     """The member the holder is connected to dies (a follower: no election; the leader: an election as well):
     kazoo moves the session to a survivor within its timeout, and the session's ephemeral nodes go with it."""
     _fail_over(zk3, name, holder_role=role, kill="holder's")
+
+
+def test_a_lease_survives_the_member_its_session_is_on_freezing(zk3: ZooKeeperEnsembleDeployment, name: str) -> None:
+    """A member that stops answering (SIGSTOP: a GC pause, a stalled VM) is worse than a dead one: the connection
+    stays open. kazoo takes every request it sends for a ping, so while renewals keep going out it never
+    notices. fencelock drops a connection on which a request got no answer within the URL's `timeout`, and kazoo
+    moves the session to another member. Here `timeout` is 0.5 s against a 5 s TTL: a renewal that hits the
+    frozen member is retried on a live one long before the lease's validity runs out."""
+    ensemble = zk3.ensemble
+    ttl = 5.0
+    fast = ZooKeeperEnsembleDeployment(ensemble, zk3.chroot)
+    fast.target += "?timeout=0.5"
+    holder_locks = None
+    for _ in range(40):
+        holder_locks = fast.connect()
+        holder_locks.acquire(f"{name}:warm-up", ttl=ttl, wait=5.0).release()
+        member = ensemble.member_of_session(_session_id(holder_locks))
+        if member is not None and ensemble.mode(member) == "follower":
+            break
+        holder_locks.close()
+    assert holder_locks is not None
+    lost: list[float] = []
+    try:
+        lease = holder_locks.acquire(name, ttl=ttl, wait=0, renew=True, on_lost=lambda _: lost.append(1.0))
+        sid = _session_id(holder_locks)
+        frozen = ensemble.member_of_session(sid)
+        assert frozen is not None
+        _until(lambda: lease.remaining() < ttl * 2 / 3 + 0.1, ttl, "a renewal is about to be due")
+        ensemble.pause(frozen)
+        paused_at = time.monotonic()
+        try:
+            _until(lambda: _session(holder_locks).connected and ensemble.member_of_session(sid) not in (None, frozen),
+                   ttl, "the session moved to a live member")
+            time.sleep(max(0.0, paused_at + ttl * 1.2 - time.monotonic()))
+            assert lost == []
+            lease.ensure()
+            assert _session_id(holder_locks) == sid
+            assert zk3.holder(name) == lease.token
+        finally:
+            ensemble.resume(frozen)
+        lease.release()
+        assert zk3.nodes(name) == []
+    finally:
+        holder_locks.close()
+
+
+def test_a_frozen_member_never_gives_the_lock_to_two_holders(zk3: ZooKeeperEnsembleDeployment, name: str) -> None:
+    """The member the holder is connected to is stopped (SIGSTOP) just before a renewal is due, the worst moment.
+
+    kazoo notices a silent server only when its read timeout (2/3 of the session timeout) passes, so here the
+    lease may be kept (the session moved in time) or reported lost (its validity ran out first; the session may
+    even expire). Either way the lock is never held twice: the waiter, on another member, is granted only after
+    the holder's lease was reported lost, and never while the holder still claims it."""
+    ensemble = zk3.ensemble
+    lost_at: list[float] = []
+    holder_locks = _client_on(zk3, "follower", name)
+    waiter_locks = _client_on(zk3, "leader", name + ":w")
+    try:
+        lease = holder_locks.acquire(name, ttl=TTL, wait=0, renew=True,
+                                     on_lost=lambda _: lost_at.append(time.monotonic()))
+        frozen = ensemble.member_of_session(_session_id(holder_locks))
+        assert frozen is not None
+        waiter = _Waiter(waiter_locks, name, wait=30.0)
+        _until(lambda: zk3.queued(name) == 1, 10.0, "the waiter is queued behind the holder")
+        _until(lambda: lease.remaining() < TTL * 2 / 3 + 0.1, TTL, "a renewal is about to be due")
+        ensemble.pause(frozen)
+        claimed_until = 0.0  # the latest moment the holder's lease has claimed to be valid until
+        deadline = time.monotonic() + TTL + 2.0  # past the session timeout (3.36 s): kept, moved or expired
+        while time.monotonic() < deadline and waiter.blocked:
+            now = time.monotonic()
+            left = lease.remaining()
+            if left > 0:
+                claimed_until = max(claimed_until, now + left)
+            time.sleep(0.005)
+        if not waiter.blocked:
+            assert waiter.error is None, waiter.error
+            assert lease.lost, "the waiter was granted the lock while the holder still claimed it"
+            assert waiter.returned_at >= claimed_until, claimed_until - waiter.returned_at
+        ensemble.resume(frozen)
+        if lease.lost:
+            waiter.join(15.0)
+            assert waiter.error is None, waiter.error
+            assert waiter.lease is not None
+            assert waiter.lease.fence > lease.fence
+            assert waiter.returned_at >= claimed_until, claimed_until - waiter.returned_at
+            assert lost_at[0] >= claimed_until   # reported on time, by the local clock
+            waiter.lease.release()
+        else:  # kept: the session moved to a survivor in time, and the waiter still waits
+            assert zk3.holder(name) == lease.token
+            assert waiter.blocked
+            lease.release()
+            waiter.join(10.0)
+            assert waiter.lease is not None
+            waiter.lease.release()
+    finally:
+        holder_locks.close()
+        waiter_locks.close()
 
 
 def test_with_one_member_down_the_lock_works(zk3: ZooKeeperEnsembleDeployment, name: str) -> None:
