@@ -21,9 +21,10 @@ from fencelock.testing.zookeeper_ensemble import ZooKeeperEnsemble, ZooKeeperEns
 
 from .conftest import _require_zookeeper
 
-TTL = 3.0
-"""The holder's TTL in the failover tests: its session's timeout (the next step of 2^(1/4), 3.36 s) must cover an
-election (about 0.5 s here) and a reconnect to another member, with room for a loaded machine."""
+TTL = 5.0
+"""The holder's TTL in the failover tests. A renewal is due every TTL/3, so the lease may have only 2/3 of it (3.3 s)
+left when a member dies: enough for an election (0.4-0.9 s here) and a reconnect to another member, with room for
+a loaded machine. Its session's timeout is the next step of 2^(1/4) above it, 5.66 s."""
 
 
 def _until(condition: Callable[[], object], timeout: float, what: str) -> None:
@@ -70,18 +71,25 @@ def _session(locks: fencelock.Locks) -> Any:
     return next(iter(sessions.values()))
 
 
+def _history(locks: fencelock.Locks) -> list[tuple[float, str]]:
+    """From now on, every state change of the client's session, with its monotonic time (for failure messages)."""
+    seen: list[tuple[float, str]] = []
+    _session(locks).client.add_listener(lambda state: seen.append((round(time.monotonic(), 3), str(state))))
+    return seen
+
+
 def _session_id(locks: fencelock.Locks) -> int:
     return int(_session(locks).client.client_id[0])
 
 
-def _client_on(zk3: ZooKeeperEnsembleDeployment, role: str, name: str) -> fencelock.Locks:
-    """A client whose session (for `TTL`) is connected to a member that is `role` ("leader" or "follower").
+def _client_on(zk3: ZooKeeperEnsembleDeployment, role: str, name: str, ttl: float = TTL) -> fencelock.Locks:
+    """A client whose session (for `ttl`) is connected to a member that is `role` ("leader" or "follower").
 
     kazoo picks a member at random, so this connects until it lands on one (2 in 3 or 1 in 3 per try)."""
     ensemble = zk3.ensemble
     for _ in range(40):
         locks = zk3.connect()
-        locks.acquire(f"{name}:warm-up", ttl=TTL, wait=5.0).release()   # opens the session for TTL
+        locks.acquire(f"{name}:warm-up", ttl=ttl, wait=5.0).release()   # opens the session for `ttl`
         member = ensemble.member_of_session(_session_id(locks))
         if member is not None and ensemble.mode(member) == role:
             return locks
@@ -111,16 +119,16 @@ def _children_on(ensemble: ZooKeeperEnsemble, i: int, directory: str) -> list[st
 class _Waiter:
     """`locks.acquire(name, wait=...)` in a thread of its own: its lease, or its error, once it returns."""
 
-    def __init__(self, locks: fencelock.Locks, name: str, wait: float) -> None:
+    def __init__(self, locks: fencelock.Locks, name: str, wait: float, ttl: float = TTL) -> None:
         self.lease: fencelock.Lease | None = None
         self.error: BaseException | None = None
         self.returned_at = 0.0   # monotonic: when acquire returned or raised
-        self._thread = threading.Thread(target=self._run, args=(locks, name, wait), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(locks, name, wait, ttl), daemon=True)
         self._thread.start()
 
-    def _run(self, locks: fencelock.Locks, name: str, wait: float) -> None:
+    def _run(self, locks: fencelock.Locks, name: str, wait: float, ttl: float) -> None:
         try:
-            self.lease = locks.acquire(name, ttl=TTL, wait=wait)
+            self.lease = locks.acquire(name, ttl=ttl, wait=wait)
         except BaseException as exc:
             self.error = exc
         self.returned_at = time.monotonic()
@@ -152,13 +160,14 @@ def _fail_over(zk3: ZooKeeperEnsembleDeployment, name: str, holder_role: str, ki
         victim = ensemble.leader() if kill == "leader" else holder_member
         assert ensemble.mode(victim) == (holder_role if kill != "leader" else "leader")
 
+        history = _history(holder_locks)
         killed_at = time.monotonic()
         ensemble.kill(victim)
         ensemble.wait_ready(10.0)  # the two survivors serve, one of them leads
 
         # The session moves to (or stays on) a survivor, and is the same session: its nodes are still there.
         _until(lambda: _session(holder_locks).connected and ensemble.member_of_session(sid) is not None, 10.0,
-               "the holder's session is connected to a survivor")
+               f"the holder's session is connected to a survivor (killed at {killed_at:.3f}: {history})")
         assert _session_id(holder_locks) == sid
         moved_to = ensemble.member_of_session(sid)
         assert moved_to is not None
@@ -173,7 +182,7 @@ def _fail_over(zk3: ZooKeeperEnsembleDeployment, name: str, holder_role: str, ki
 
         # Past one TTL after the kill: only renewals confirmed after the failover can have kept the lease.
         time.sleep(max(0.0, killed_at + TTL + 0.5 - time.monotonic()))
-        assert not lease.lost
+        assert not lease.lost, f"killed at {killed_at:.3f}, session states {history}"
         assert lost == []
         lease.ensure()
         assert lease.remaining() > TTL / 3
@@ -213,21 +222,14 @@ def test_a_lease_survives_the_member_its_session_is_on_freezing(zk3: ZooKeeperEn
     """A member that stops answering (SIGSTOP: a GC pause, a stalled VM) is worse than a dead one: the connection
     stays open. kazoo takes every request it sends for a ping, so while renewals keep going out it never
     notices. fencelock drops a connection on which a request got no answer within the URL's `timeout`, and kazoo
-    moves the session to another member. Here `timeout` is 0.5 s against a 5 s TTL: a renewal that hits the
-    frozen member is retried on a live one long before the lease's validity runs out."""
+    moves the session to another member. Here `timeout` is 1 s against a 6 s TTL: a renewal that hits the
+    frozen member is retried on a live one long before the lease's validity runs out. (Without that drop, the
+    renewal and its retries, 1.5 s apart, kept kazoo from ever pinging, and the lease was lost.)"""
     ensemble = zk3.ensemble
-    ttl = 5.0
+    ttl = 6.0
     fast = ZooKeeperEnsembleDeployment(ensemble, zk3.chroot)
-    fast.target += "?timeout=0.5"
-    holder_locks = None
-    for _ in range(40):
-        holder_locks = fast.connect()
-        holder_locks.acquire(f"{name}:warm-up", ttl=ttl, wait=5.0).release()
-        member = ensemble.member_of_session(_session_id(holder_locks))
-        if member is not None and ensemble.mode(member) == "follower":
-            break
-        holder_locks.close()
-    assert holder_locks is not None
+    fast.target += "?timeout=1"
+    holder_locks = _client_on(fast, "follower", name, ttl)
     lost: list[float] = []
     try:
         lease = holder_locks.acquire(name, ttl=ttl, wait=0, renew=True, on_lost=lambda _: lost.append(1.0))
@@ -235,13 +237,14 @@ def test_a_lease_survives_the_member_its_session_is_on_freezing(zk3: ZooKeeperEn
         frozen = ensemble.member_of_session(sid)
         assert frozen is not None
         _until(lambda: lease.remaining() < ttl * 2 / 3 + 0.1, ttl, "a renewal is about to be due")
+        history = _history(holder_locks)
         ensemble.pause(frozen)
         paused_at = time.monotonic()
         try:
             _until(lambda: _session(holder_locks).connected and ensemble.member_of_session(sid) not in (None, frozen),
-                   ttl, "the session moved to a live member")
+                   ttl, f"the session moved to a live member (paused at {paused_at:.3f}: {history})")
             time.sleep(max(0.0, paused_at + ttl * 1.2 - time.monotonic()))
-            assert lost == []
+            assert lost == [], f"paused at {paused_at:.3f}, session states {history}"
             lease.ensure()
             assert _session_id(holder_locks) == sid
             assert zk3.holder(name) == lease.token
@@ -261,20 +264,21 @@ def test_a_frozen_member_never_gives_the_lock_to_two_holders(zk3: ZooKeeperEnsem
     even expire). Either way the lock is never held twice: the waiter, on another member, is granted only after
     the holder's lease was reported lost, and never while the holder still claims it."""
     ensemble = zk3.ensemble
+    ttl = 3.0  # short against the request timeout (2 s): a renewal retried after the drop may come too late
     lost_at: list[float] = []
-    holder_locks = _client_on(zk3, "follower", name)
-    waiter_locks = _client_on(zk3, "leader", name + ":w")
+    holder_locks = _client_on(zk3, "follower", name, ttl)
+    waiter_locks = _client_on(zk3, "leader", name + ":w", ttl)
     try:
-        lease = holder_locks.acquire(name, ttl=TTL, wait=0, renew=True,
+        lease = holder_locks.acquire(name, ttl=ttl, wait=0, renew=True,
                                      on_lost=lambda _: lost_at.append(time.monotonic()))
         frozen = ensemble.member_of_session(_session_id(holder_locks))
         assert frozen is not None
-        waiter = _Waiter(waiter_locks, name, wait=30.0)
+        waiter = _Waiter(waiter_locks, name, wait=30.0, ttl=ttl)
         _until(lambda: zk3.queued(name) == 1, 10.0, "the waiter is queued behind the holder")
-        _until(lambda: lease.remaining() < TTL * 2 / 3 + 0.1, TTL, "a renewal is about to be due")
+        _until(lambda: lease.remaining() < ttl * 2 / 3 + 0.1, ttl, "a renewal is about to be due")
         ensemble.pause(frozen)
         claimed_until = 0.0  # the latest moment the holder's lease has claimed to be valid until
-        deadline = time.monotonic() + TTL + 2.0  # past the session timeout (3.36 s): kept, moved or expired
+        deadline = time.monotonic() + ttl + 2.0  # past the session timeout (3.36 s): kept, moved or expired
         while time.monotonic() < deadline and waiter.blocked:
             now = time.monotonic()
             left = lease.remaining()
