@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import ssl
 import time
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from .._errors import BackendError
 from .._logic.etcd import (
     BLOCK_CAP,
+    GRANT_TRIES,
     MAX_TXN_OPS,
     SCAN_PAGE,
     EtcdTarget,
@@ -48,13 +48,13 @@ from .._logic.etcd import (
     Verdict,
     b64,
     fence_key,
+    granted,
     keepalive_suffices,
     kvs,
     lease_seconds,
     lock_key,
     name_dir,
     name_of,
-    new_lease_id,
     number,
     range_end,
     released,
@@ -333,11 +333,28 @@ class EtcdBackend:
         except BackendError:
             pass
 
-    def _grant(self, lease: int, seconds: int, name: str) -> int:
-        """Grant our own lease ID; a retried grant finds it already granted. Returns the TTL granted."""
-        data = self._gateway.call("/v3/lease/grant", {"ID": lease, "TTL": seconds}, "lease grant", name,
-                                        accept=(_LEASE_EXISTS,))
-        return seconds if "error" in data else max(seconds, number(data.get("TTL")))
+    def _grant(self, seconds: int, name: str) -> tuple[int, int]:
+        """A new lease of `seconds`, whose ID the server chooses: (its ID, the TTL granted).
+
+        Never retried as "the same lease" (see `fencelock._logic.etcd.granted`): a grant whose answer is lost
+        (a timeout, a reset, a cancellation) leaves an orphan lease on the server. No key of ours is on it and
+        nothing here knows its ID, so nothing waits on it or counts it; its TTL ends it. A retried acquire grants
+        another one, and the acquire loop bounds its retries (`retry_after`). "lease already exists" means the
+        server's chosen ID is a lease another client granted with an ID of its own: not ours, so ask again.
+        """
+        for _ in range(GRANT_TRIES):
+            data = self._gateway.call("/v3/lease/grant", {"ID": 0, "TTL": seconds}, "lease grant", name,
+                                            accept=(_LEASE_EXISTS,))
+            if "error" in data:
+                continue  # another client's lease: the next grant gets a new ID
+            lease = granted(data, seconds)
+            if lease is None:
+                raise BackendError(f"lease grant failed on {self._gateway.shown}: the answer names no lease",
+                                   name=name)
+            return lease
+        message = (f"lease grant failed on {self._gateway.shown}: {GRANT_TRIES} times the server chose the ID of "
+                   "a lease that already exists (another client grants leases with IDs it picks itself)")
+        raise BackendError(message, name=name) from EtcdAnswer(9, _LEASE_EXISTS)
 
     def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0,
                           fair: bool = False) -> Attempt:
@@ -388,11 +405,13 @@ class EtcdBackend:
                 self._held[token] = held
                 if (self._gateway.keepalive([held.lease], name))[held.lease] <= 0:
                     held = None  # it ran out while spare
+                    del self._held[token]
         if held is None:
-            lease = new_lease_id(secrets.randbits(63))
-            held = _Held(lock_key(self._prefix, name, lease), lease, seconds, seconds)
-            self._held[token] = held  # before the grant: a retry after a lost answer finds this lease
-            held.seconds = self._grant(lease, seconds, name)
+            # The lease is ours only once the grant's answer names it; a lost answer leaves an orphan lease with
+            # no key on it, which its TTL ends (see `_grant`).
+            lease, granted_s = self._grant(seconds, name)
+            held = _Held(lock_key(self._prefix, name, lease), lease, granted_s, seconds)
+            self._held[token] = held  # before the put: a retry after a lost answer finds its key by lease and token
         key = b64(held.key)
         directory = name_dir(self._prefix, name)
         looks = [_range(held.key), _oldest(directory)]
@@ -499,8 +518,7 @@ class EtcdBackend:
     def _move(self, name: str, token: str, fence: int, ttl_ms: int, held: _Held) -> bool:
         """Extend past the lease's own TTL: put our key on a new, longer lease (its create revision, the fence,
         stays), then revoke the old lease."""
-        lease = new_lease_id(secrets.randbits(63))
-        seconds = self._grant(lease, lease_seconds(ttl_ms), name)
+        lease, seconds = self._grant(lease_seconds(ttl_ms), name)
         key = b64(held.key)
         try:
             data = self._txn({
