@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 import fencelock
+from fencelock._async.etcd import CLOSE_TIMEOUT
 from fencelock._logic.etcd import BLOCK_CAP, GRANT_TRIES, name_dir, range_end
 from fencelock.testing.etcd import EtcdCluster, EtcdDeployment, EtcdServer
 from fencelock.testing.proxy import Proxy
@@ -639,6 +640,64 @@ def test_a_put_whose_answer_was_lost_is_found_again_by_its_retry(etcd_server: Et
         assert keys_of(etcd_server, name) == []
     finally:
         locks.close()
+
+
+# ------------------------------------------------------------------------------------------------ close()
+
+
+def _spares(locks: fencelock.Locks, server: EtcdServer, name: str, n: int) -> set[int]:
+    """Make `n` spare leases: hold `n` locks at once, then release them all (each lease is kept, keyless)."""
+    before = leases_of(server)
+    leases = [locks.acquire(f"{name}:{i}", ttl=1.0, wait=0) for i in range(n)]
+    for lease in leases:
+        lease.release()
+    spares = leases_of(server) - before
+    assert len(spares) == n
+    return spares
+
+
+def test_close_on_a_stalled_server_is_bounded_and_the_spare_leases_end_by_their_ttl(
+        own_etcd_server: EtcdServer, name: str) -> None:
+    server = own_etcd_server
+    locks = fencelock.connect(server.url)  # the default request timeout: 2 s
+    spares = _spares(locks, server, name, 3)
+    locks.acquire(f"{name}:held", ttl=1.0, wait=0, renew=True)  # renewed: the watchdog stops with close() too
+    [held] = keys_of(server, f"{name}:held")
+    server.pause()
+    try:
+        started = time.monotonic()
+        locks.close()
+        took = time.monotonic() - started
+    finally:
+        server.resume()
+    # The old close() waited one request timeout (2 s) for the first revoke on a stalled server.
+    assert took < CLOSE_TIMEOUT + 0.6, took
+    left = spares | {int(held["lease"])}
+    eventually(lambda: not leases_of(server) & left, 5.0, "the leases close() left ended by their TTL")
+    # On a server that answers, close() still revokes them at once.
+    again = fencelock.connect(server.url)
+    spares = _spares(again, server, name, 3)
+    again.close()
+    assert not leases_of(server) & spares
+
+
+def test_asyncio_close_on_a_stalled_server_is_bounded(own_etcd_server: EtcdServer, name: str) -> None:
+    server = own_etcd_server
+
+    async def main() -> float:
+        locks = fencelock.aio.connect(server.url)
+        for lease in [await locks.acquire(f"{name}:{i}", ttl=1.0, wait=0) for i in range(3)]:
+            await lease.release()
+        server.pause()
+        try:
+            started = time.monotonic()
+            await locks.aclose()
+            return time.monotonic() - started
+        finally:
+            server.resume()
+
+    took = asyncio.run(main())
+    assert took < CLOSE_TIMEOUT + 0.6, took
 
 
 # ------------------------------------------------------------------------------------------------ a cluster
