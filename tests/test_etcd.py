@@ -583,15 +583,15 @@ def test_a_grant_whose_answer_never_came_leaves_only_an_orphan_lease_that_its_tt
         own_etcd_server: EtcdServer, name: str) -> None:
     server = own_etcd_server
     port = server.members[0].client_port
-    # The URL's first endpoint is a proxy that hands what the client sends to the server 1.5 s late: the client gives
+    # The URL's first endpoint is a proxy that hands what the client sends to the server 2 s late: the client gives
     # up on its grant after 0.5 s (closing that connection) and retries on the next endpoint, the same server
     # reached directly, while the proxy still delivers the first grant, which the server then makes.
-    with Proxy("127.0.0.1", port, delay=1.5, delay_replies=False, name="late-grant") as late:
+    with Proxy("127.0.0.1", port, delay=2.0, delay_replies=False, name="late-grant") as late:
         locks = fencelock.connect(f"etcd://127.0.0.1:{late.port},127.0.0.1:{port}?timeout=0.5")
         try:
             started = time.monotonic()
-            lease = locks.acquire(name, ttl=1.0, wait=5.0)
-            assert time.monotonic() - started < 1.4  # the retry did not wait for the first grant's answer
+            lease = locks.acquire(name, ttl=2.0, wait=5.0)
+            assert time.monotonic() - started < 1.8  # the retry did not wait for the first grant's answer
             assert late.connections == 1
             [kv] = keys_of(server, name)
             ours = int(kv["lease"])
@@ -603,11 +603,11 @@ def test_a_grant_whose_answer_never_came_leaves_only_an_orphan_lease_that_its_tt
             assert (status.held, status.fence, status.queued) == (True, lease.fence, 0)
             lease.release()
             for _ in range(5):  # later acquisitions (the first reuses the released lease) never land on it
-                with locks.lock(name, ttl=1.0, wait=0):
+                with locks.lock(name, ttl=2.0, wait=0):
                     [kv] = keys_of(server, name)
                     assert int(kv["lease"]) != orphan
-            # Its TTL ends it (the lock's TTL, rounded up to whole seconds, or the server's minimum).
-            eventually(lambda: orphan not in leases_of(server), 4.0, "the orphan lease expired")
+            # Its TTL ends it (the lock's TTL, rounded up to whole seconds).
+            eventually(lambda: orphan not in leases_of(server), 6.0, "the orphan lease expired")
         finally:
             locks.close()
 
