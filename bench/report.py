@@ -394,11 +394,16 @@ def _fair_contended(con: Mapping[str, Contended]) -> list[Check]:
     if fair is None:
         return []
     p = fair.params
-    # Eight in a queue: everyone waits for the seven ahead; the bound is twice one full round of the queue.
-    bound_ms = 2 * (p.workers * p.hold * 1000 + fair.gap_p50_ms)
-    out = [Check(f"contended, fair: longest wait (bound 2 x ({p.workers} x {p.hold * 1000:g} ms + hand-off "
-                 f"{fair.gap_p50_ms:.2f} ms))", f"{fair.longest_ms:.1f} ms", f"<= {bound_ms:.1f} ms",
-                 fair.longest_ms <= bound_ms)]
+    # Eight in a queue: everyone waits for the seven ahead; the bound is twice one full round of the queue. The
+    # critical section is the one the workers really held (time.sleep(0.001) sleeps ~1.1 ms), as the hand-off is
+    # the one measured; the bound with the nominal 1 ms is shown beside it.
+    bound_ms = 2 * (p.workers * fair.hold_mean_ms + fair.gap_p50_ms)
+    nominal_ms = 2 * (p.workers * p.hold * 1000 + fair.gap_p50_ms)
+    out = [Check(f"contended, fair: longest wait (bound 2 x ({p.workers} x critical section {fair.hold_mean_ms:.2f} ms "
+                 f"+ hand-off {fair.gap_p50_ms:.2f} ms), both measured)", f"{fair.longest_ms:.1f} ms",
+                 f"<= {bound_ms:.1f} ms", fair.longest_ms <= bound_ms),
+           Check(f"contended, fair: longest wait against the bound with the nominal {p.hold * 1000:g} ms section",
+                 f"{fair.longest_ms:.1f} ms", f"- ({nominal_ms:.1f} ms)", None)]
     rival = con.get("python-redis-lock")
     if rival is not None and rival.wait_p99_ms:
         ratio = fair.wait_p99_ms / rival.wait_p99_ms
