@@ -102,6 +102,11 @@ def fan_out(calls: Sequence[Call[T]], timeout: float,
     return results, futures
 
 
+PATIENCE = 2.0
+"""Seconds a request waits for the caller's previous request to the same server when the client has no socket
+timeout (with one, it waits that long: the previous request's reply is read within it, or its connection dropped)."""
+
+
 class Channel:
     """One server's dedicated connections for `run_scripts`, outside the client's connection pool.
 
@@ -111,10 +116,19 @@ class Channel:
     The connections are made with the client's own settings (address, TLS, credentials, timeouts), so they
     behave as the client's would; the client's pool still serves every other command (BLPOP, repair).
 
-    A single-threaded caller uses one connection per server. Threads that share the client each take their own
-    (a new one is connected when none is idle), so a connection is never used by two requests at once.
+    Requests one thread sends to one server reach it in the order it sent them: while the thread's previous
+    request there still waits for its reply (one that came after the quorum, read in the background), the next
+    one waits for that reply, at most that request's own bound (the socket timeout), and then takes an idle
+    connection; if it is still unanswered then, the server is stalled and the later one is not sent (it counts
+    as unanswered). Opening another connection instead would let the later request overtake the earlier one (a new
+    acquire run before our own release on a slow node, and refused there by our own key). Threads that share the
+    client are not ordered with each other: each takes its own connection (a new one is connected when none is
+    idle), so a connection is never used by two requests at once.
+
     After `os.fork()` the child leaves the parent's connections alone and makes its own. `close` closes every
-    connection, also those a request still uses (as redis-py's pool does).
+    connection, also those a request still uses (as redis-py's pool does); a request begun before it never keeps
+    or makes one after it, and every connection that is dropped (failed, timed out, or made before `close`) is
+    closed, never left to the garbage collector.
     """
 
     def __init__(self, client: Any) -> None:
@@ -125,35 +139,65 @@ class Channel:
         self._idle: deque[Any] = deque()
         self._open: set[Any] = set()  # every connection made and not yet dropped: idle or in use
         self._pid = os.getpid()
+        self.generation = 0  # +1 at every close: what a request begun before it finds is not its to use
+        self._latest: dict[int, tuple[Future[Any], float]] = {}  # thread -> its latest request here
+        self._latest_lock = threading.Lock()
+        self._patience: float = self._kwargs.get("socket_timeout") or PATIENCE
 
-    def take(self) -> Any:
+    def take(self, generation: int) -> Any:
         """An idle connection, connected and with nothing left to read; None if there is none."""
         if self._pid != os.getpid():  # forked: those sockets are the parent's
-            self._idle, self._open, self._pid = deque(), set(), os.getpid()
+            self._idle, self._open, self._pid, self._latest = deque(), set(), os.getpid(), {}
+            self._latest_lock = threading.Lock()
+        if generation != self.generation:
+            return None
         try:
             return self._idle.pop()
         except IndexError:
             return None
 
+    def in_flight(self, caller: int) -> tuple[Future[Any], float] | None:
+        """The caller's latest request here while its reply is still to come, with how long to wait for it."""
+        latest = self._latest.get(caller)
+        return latest if latest is not None and not latest[0].done() else None
+
+    def track(self, caller: int, request: Future[Any], timeout: float) -> None:
+        """`request` is the caller's latest here; a later one waits for it, at most the socket timeout (at
+        least `timeout`, the per-server timeout it was sent with)."""
+        with self._latest_lock:
+            self._latest[caller] = request, max(self._patience, timeout)
+            if len(self._latest) > 64:  # threads that ended with a request in flight: forget the finished ones
+                for thread, (handle, _) in list(self._latest.items()):
+                    if handle.done():
+                        del self._latest[thread]
+
     def give_back(self, conn: Any) -> None:
-        """Idle again, if its reply was read and it is still connected; a connection that failed is dropped."""
+        """Idle again, if its reply was read and it is still connected and current; otherwise closed and dropped."""
         if conn in self._open and conn._sock is not None:
             self._idle.append(conn)
         else:
             self._open.discard(conn)
+            conn.disconnect()
 
-    def connect(self) -> Any:
-        """A new connection (TCP connect and the client's handshake: it may block, so only ever from a thread)."""
+    def connect(self, generation: int) -> Any:
+        """A new connection (TCP connect and the client's handshake: it may block, so only ever from a thread);
+        refused to a request begun before `close`."""
+        if generation != self.generation:
+            raise RedisConnectionError("the client was closed")
         conn = self._class(**self._kwargs)
         self._open.add(conn)
         try:
             conn.connect()
+            if generation != self.generation:  # closed while this connected: close did not see it connected
+                raise RedisConnectionError("the client was closed")
         except BaseException:
             self._open.discard(conn)
+            conn.disconnect()
             raise
         return conn
 
     def close(self) -> None:
+        self.generation += 1
         old, self._open, self._idle = self._open, set(), deque()
         if self._pid == os.getpid():
             for conn in list(old):
@@ -192,6 +236,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
     connection is used again only once its reply has been read, and is dropped if none comes within its socket
     timeout. The returned handles complete when each reply is in, so cleanup can be chained after each (`then`).
     """
+    caller = threading.get_ident()
     results: dict[int, Any] = {}
     handles: list[Handle[Any]] = []
     waiting: dict[Any, _InFlight] = {}  # socket -> the request in flight on it
@@ -204,9 +249,11 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
 
     try:
         for i, request in enumerate(requests):
-            conn = request.channel.take()
+            channel = request.channel
+            before = channel.in_flight(caller)  # our previous request there: this one must not overtake it
+            conn = channel.take(channel.generation) if before is None else None
             if conn is None:
-                future = _POOL.submit(_on_new_connection, request)
+                future = _POOL.submit(_in_thread, request, channel.generation, before)
                 threads[future] = i
                 handles.append(future)
                 continue
@@ -252,6 +299,9 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         raise
     for flight in waiting.values():
         handles[flight.position] = _POOL.submit(_finish, flight)
+    for request, handle in zip(requests, handles, strict=True):
+        if not handle.done():  # still in flight: the next request of this thread to that server waits for it
+            request.channel.track(caller, handle, timeout)
     return results, handles
 
 
@@ -335,6 +385,15 @@ def _read_reply(conn: Any) -> Any:
         return reply
 
 
+def _not_sent(channel: Channel, waited: float) -> Exception:
+    """The reply of a request left unsent: the caller's previous request to that server had no reply within its
+    bound, so the server is stalled. Sending on another connection would let this one overtake it (and pile one
+    more request onto that server); it counts as unanswered, as any request to a stalled server does."""
+    kwargs = channel._kwargs
+    where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+    return RedisTimeoutError(f"not sent: the previous request to {where} had no reply within {waited:g} s")
+
+
 def _where(conn: Any) -> str:
     path = getattr(conn, "path", None)
     return str(path) if path else f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
@@ -348,12 +407,20 @@ def _finish(flight: _InFlight) -> Any:
     return reply
 
 
-def _on_new_connection(request: ScriptRequest) -> Any:
-    """A request on a server with no idle connection, from a thread: connect, send, read; keep the connection."""
-    try:
-        conn = request.channel.connect()
-    except Exception as exc:
-        return exc
+def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any], float] | None) -> Any:
+    """A request that cannot be sent at once, from a thread: after the caller's previous request to that server
+    (at most its bound), or where no connection is idle. Send on an idle connection, or connect one; read."""
+    channel = request.channel
+    if before is not None:
+        wait([before[0]], timeout=before[1])  # the caller's previous request here goes first
+        if not before[0].done():
+            return _not_sent(channel, before[1])
+    conn = channel.take(generation)
+    if conn is None:
+        try:
+            conn = channel.connect(generation)
+        except Exception as exc:
+            return exc
     flight = _InFlight(0, request, conn)
     failed = _send(flight, _command(conn, request, reload=False))
     return failed if failed is not None else _finish(flight)
