@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
+from redis.asyncio import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -232,6 +233,12 @@ class Channel:
         old, self._open, self._idle = self._open, set(), []
         for conn in old:
             await conn.disconnect(nowait=True)
+
+
+def cluster_from_url(url: str, **options: Any) -> RedisCluster:
+    """A Redis Cluster client from a URL. (redis.asyncio's closes every node's connections on aclose; the
+    synchronous twin needs a subclass for that.)"""
+    return RedisCluster.from_url(url, **options)
 
 
 class ScriptRequest(NamedTuple):
