@@ -268,34 +268,43 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
     threads: dict[Future[Any], int] = {}
     packed: dict[tuple[str, int, int], Any] = {}  # requests sharing their key and argument lists: packed once
 
+    deferred: dict[int, tuple[ScriptRequest, int, tuple[Future[Any], float]]] = {}  # after our previous one
+
     def done(i: int, reply: Any) -> None:
         results[i] = reply
         handles[i] = _DONE  # nothing runs on in the background: cleanup chained after it may start at once
 
+    def send(i: int, request: ScriptRequest, generation: int) -> None:
+        """On an idle connection from this thread, or else from a thread that connects one."""
+        conn = request.channel.take(generation)
+        if conn is None:
+            future = _POOL.submit(_in_thread, request, generation, None)
+            threads[future] = i
+            handles[i] = future
+            return
+        same = request.lua.sha, id(request.keys), id(request.args)
+        command = packed.get(same)
+        if command is None:
+            command = packed[same] = _command(conn, request, reload=False)
+        flight = _InFlight(i, request, conn)
+        failed = _send(flight, command)
+        if failed is None:
+            waiting[conn._sock] = flight
+        else:
+            done(i, failed)
+
     try:
         for i, request in enumerate(requests):
+            handles.append(_DONE)  # replaced by a real handle if its reply is left to the background
             channel = request.channel
             before = channel.in_flight(caller)  # our previous request there: this one must not overtake it
-            conn = channel.take(channel.generation) if before is None else None
-            if conn is None:
-                future = _POOL.submit(_in_thread, request, channel.generation, before)
-                threads[future] = i
-                handles.append(future)
-                continue
-            handles.append(_DONE)  # replaced by a real handle if its reply is left to the background
-            same = request.lua.sha, id(request.keys), id(request.args)
-            command = packed.get(same)
-            if command is None:
-                command = packed[same] = _command(conn, request, reload=False)
-            flight = _InFlight(i, request, conn)
-            failed = _send(flight, command)
-            if failed is None:
-                waiting[conn._sock] = flight
+            if before is None:
+                send(i, request, channel.generation)
             else:
-                done(i, failed)
+                deferred[i] = request, channel.generation, before  # sent here as soon as that reply is in
         deadline = time.monotonic() + timeout
         decided = False
-        while waiting or threads:
+        while waiting or threads or deferred:
             if not decided and enough(results):
                 # Decided. Replies due any moment still get a short grace: a connection read now is free for the
                 # next request, where one left to the background would send that request to a thread.
@@ -304,10 +313,17 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
+            for i in [i for i, (_, _, before) in deferred.items() if before[0].done()]:
+                request, generation, _ = deferred.pop(i)
+                send(i, request, generation)
             if waiting:
-                ready, _, _ = select.select(list(waiting), [], [], min(remaining, 0.002) if threads else remaining)
+                others = threads or deferred
+                ready, _, _ = select.select(list(waiting), [], [], min(remaining, 0.002) if others else remaining)
+            elif threads or deferred:
+                wait([*threads, *(before[0] for _, _, before in deferred.values())], timeout=remaining,
+                     return_when=FIRST_COMPLETED)
+                ready = []
             else:
-                wait(list(threads), timeout=remaining, return_when=FIRST_COMPLETED)
                 ready = []
             for sock in ready:
                 flight = waiting.pop(sock)
@@ -324,6 +340,8 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         raise
     for flight in waiting.values():
         handles[flight.position] = _POOL.submit(_finish, flight)
+    for i, (request, generation, before) in deferred.items():  # their turn did not come in time: in a thread
+        handles[i] = _POOL.submit(_in_thread, request, generation, before)
     for request, handle in zip(requests, handles, strict=True):
         if not handle.done():  # still in flight: the next request of this thread to that server waits for it
             request.channel.track(caller, handle, timeout)
