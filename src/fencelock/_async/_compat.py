@@ -7,7 +7,6 @@ import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
 from redis.asyncio import RedisCluster
@@ -83,7 +82,7 @@ async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callabl
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        _keep(asyncio.ensure_future(_undo_after(task, undo)))
+        _keep(_on_behalf(asyncio.ensure_future(_undo_after(task, undo))))  # after the request's own requests
         raise
 
 
@@ -142,13 +141,14 @@ class Channel:
     would; the client's pool still serves every other command (BLPOP, repair).
 
     Requests one task sends to one server reach it in the order it sent them: while the task's previous request
-    there still waits for its reply (a reply that came after the quorum, read in the background), the next one
-    waits for that reply, at most that request's own bound (the socket timeout), and then takes an idle
-    connection; if it is still unanswered then, the server is stalled and the later one is not sent (it counts
-    as unanswered). Opening another connection instead would let the later request overtake the earlier one (a new
-    acquire run before our own release on a slow node, and refused there by our own key). A task started on a
-    caller's behalf (`shielded`, `undo_if_interrupted`) counts as that caller. Concurrent tasks are not ordered
-    with each other: each takes its own connection (a new one is connected when none is idle).
+    there still waits for its reply (a reply that came after the quorum, read in the background), the next one waits
+    for that reply, at most that request's own bound (the socket timeout), and then takes an idle connection; if it
+    is still unanswered then, the server is stalled and the later one is not sent (it counts as unanswered, and the
+    next one waits for that same unanswered request). So a request reaches a server at most about two socket
+    timeouts after it was made, or never. Opening another connection instead would let the later request overtake
+    the earlier one (a new acquire run before our own release on a slow node, and refused there by our own key). A
+    task started on a caller's behalf (`shielded`, `undo_if_interrupted`) counts as that caller. Concurrent tasks
+    are not ordered with each other: each takes its own connection (a new one is connected when none is idle).
 
     Connections belong to the event loop that made them: under another loop (a second `asyncio.run`), or after
     `os.fork()`, the old ones are let go and new ones are made. `aclose` closes every connection, also those a
@@ -177,19 +177,17 @@ class Channel:
         return self._idle.pop() if self._idle and generation == self.generation else None
 
     def in_flight(self, caller: Any) -> tuple[asyncio.Future[Any], float] | None:
-        """The caller's latest request here while its reply is still to come, with how long to wait for it."""
-        return self._latest.get(caller)
+        """The caller's latest request here while its reply is still to come (or the one that request waited for
+        in vain), with how long to wait for it."""
+        return _pending(self._latest.get(caller))
 
     def track(self, caller: Any, request: asyncio.Future[Any], timeout: float) -> None:
-        """`request` is the caller's latest here; a later one waits for it, at most the socket timeout (at
-        least `timeout`, the per-server timeout it was sent with)."""
+        """`request` is the caller's latest here, still in flight; a later one waits for it, at most the socket
+        timeout (at least `timeout`, the per-server timeout it was sent with)."""
         self._latest[caller] = request, max(self._patience, timeout)
-        request.add_done_callback(partial(self._untrack, caller))
-
-    def _untrack(self, caller: Any, request: asyncio.Future[Any]) -> None:
-        latest = self._latest.get(caller)
-        if latest is not None and latest[0] is request:
-            del self._latest[caller]
+        if len(self._latest) > 64:  # callers that ended with a request in flight: forget the finished ones
+            for key in [key for key, (task, _) in self._latest.items() if task.done()]:
+                del self._latest[key]
 
     async def give_back(self, conn: Any) -> None:
         """Idle again, if its reply was read and it is still connected and current; otherwise closed and dropped."""
@@ -264,20 +262,29 @@ async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
     tasks: list[asyncio.Future[Any]] = []
     for request in requests:
         channel = request.channel
-        before = channel.in_flight(caller)
-        task = asyncio.ensure_future(_call_script(request, packed, channel.generation, before))
-        channel.track(caller, task, timeout)
-        tasks.append(task)
-    return await _gather(tasks, timeout, enough)
+        before = channel.in_flight(caller)  # our previous request there: this one must not overtake it
+        tasks.append(asyncio.ensure_future(_call_script(request, packed, channel.generation, before)))
+    try:
+        return await _gather(tasks, timeout, enough)
+    finally:
+        for request, task in zip(requests, tasks, strict=True):
+            if not task.done():  # in flight: the caller's next request to that server waits for it
+                request.channel.track(caller, task, timeout)
 
 
 async def _call_script(request: ScriptRequest, packed: dict[tuple[str, int, int], Any], generation: int,
                        before: tuple[asyncio.Future[Any], float] | None) -> Any:
     channel = request.channel
-    if before is not None and not before[0].done():
-        await asyncio.wait([before[0]], timeout=before[1])  # the caller's previous request here goes first
-        if not before[0].done():
-            return _not_sent(channel, before[1])
+    before = _pending(before)
+    if before is not None:  # the caller's previous request here goes first
+        deadline = asyncio.get_running_loop().time() + before[1]
+        while before is not None:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining > 0:
+                await asyncio.wait([before[0]], timeout=remaining)
+            if not before[0].done():
+                return NotSent(channel, before)
+            before = _pending(before)
     conn = channel.take(generation)
     if conn is None:
         try:
@@ -309,13 +316,26 @@ async def _call_script(request: ScriptRequest, packed: dict[tuple[str, int, int]
     return reply
 
 
-def _not_sent(channel: Channel, waited: float) -> Exception:
+class NotSent(RedisTimeoutError):
     """The reply of a request left unsent: the caller's previous request to that server had no reply within its
     bound, so the server is stalled. Sending on another connection would let this one overtake it (and pile one
-    more request onto that server); it counts as unanswered, as any request to a stalled server does."""
-    kwargs = channel._kwargs
-    where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
-    return RedisTimeoutError(f"not sent: the previous request to {where} had no reply within {waited:g} s")
+    more request onto that server); it counts as unanswered, as any request to a stalled server does. The
+    caller's next request there waits for that same earlier one (`before`), not for this one."""
+
+    def __init__(self, channel: Channel, before: tuple[asyncio.Future[Any], float]) -> None:
+        kwargs = channel._kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+        super().__init__(f"not sent: the previous request to {where} had no reply within {before[1]:g} s")
+        self.before = before
+
+
+def _pending(before: tuple[asyncio.Future[Any], float] | None) -> tuple[asyncio.Future[Any], float] | None:
+    """The request to wait for: `before`, or the one it waited for if it was not sent; None once all is clear."""
+    while before is not None and before[0].done():
+        task = before[0]
+        result = None if task.cancelled() or task.exception() is not None else task.result()
+        before = result.before if isinstance(result, NotSent) else None
+    return before
 
 
 async def _write(conn: Any, command: bytes) -> None:

@@ -117,14 +117,15 @@ class Channel:
     The connections are made with the client's own settings (address, TLS, credentials, timeouts), so they
     behave as the client's would; the client's pool still serves every other command (BLPOP, repair).
 
-    Requests one thread sends to one server reach it in the order it sent them: while the thread's previous
-    request there still waits for its reply (one that came after the quorum, read in the background), the next
-    one waits for that reply, at most that request's own bound (the socket timeout), and then takes an idle
-    connection; if it is still unanswered then, the server is stalled and the later one is not sent (it counts
-    as unanswered). Opening another connection instead would let the later request overtake the earlier one (a new
-    acquire run before our own release on a slow node, and refused there by our own key). Threads that share the
-    client are not ordered with each other: each takes its own connection (a new one is connected when none is
-    idle), so a connection is never used by two requests at once.
+    Requests one thread sends to one server reach it in the order it sent them: while the thread's previous request
+    there still waits for its reply (one that came after the quorum, read in the background), the next one waits for
+    that reply, at most that request's own bound (the socket timeout), and then takes an idle connection; if it is
+    still unanswered then, the server is stalled and the later one is not sent (it counts as unanswered, and the
+    next one waits for that same unanswered request). So a request reaches a server at most about two socket
+    timeouts after it was made, or never. Opening another connection instead would let the later request overtake
+    the earlier one (a new acquire run before our own release on a slow node, and refused there by our own key).
+    Threads that share the client are not ordered with each other: each takes its own connection (a new one is
+    connected when none is idle), so a connection is never used by two requests at once.
 
     After `os.fork()` the child leaves the parent's connections alone and makes its own. `close` closes every
     connection, also those a request still uses (as redis-py's pool does); a request begun before it never keeps
@@ -157,10 +158,6 @@ class Channel:
         except IndexError:
             return None
 
-    def in_flight(self, caller: int) -> tuple[Future[Any], float] | None:
-        """The caller's latest request here while its reply is still to come, with how long to wait for it."""
-        latest = self._latest.get(caller)
-        return latest if latest is not None and not latest[0].done() else None
 
     def track(self, caller: int, request: Future[Any], timeout: float) -> None:
         """`request` is the caller's latest here; a later one waits for it, at most the socket timeout (at
@@ -275,7 +272,8 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         handles[i] = _DONE  # nothing runs on in the background: cleanup chained after it may start at once
 
     def send(i: int, request: ScriptRequest, generation: int) -> None:
-        """On an idle connection from this thread, or else from a thread that connects one."""
+        """On an idle connection from this thread, or else from a thread that connects one (as in the first
+        pass below, which has it inline)."""
         conn = request.channel.take(generation)
         if conn is None:
             future = _POOL.submit(_in_thread, request, generation, None)
@@ -297,11 +295,30 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         for i, request in enumerate(requests):
             handles.append(_DONE)  # replaced by a real handle if its reply is left to the background
             channel = request.channel
-            before = channel.in_flight(caller)  # our previous request there: this one must not overtake it
-            if before is None:
-                send(i, request, channel.generation)
+            before = channel._latest.get(caller)  # our latest request there, if it was left in flight
+            if before is not None and before[0].done():
+                before = _pending(before)
+            if before is not None:
+                # Our previous request there is still in flight: this one must not overtake it. It is sent from
+                # here as soon as that reply is in.
+                deferred[i] = request, channel.generation, before
+                continue
+            conn = channel.take(channel.generation)
+            if conn is None:
+                future = _POOL.submit(_in_thread, request, channel.generation, None)
+                threads[future] = i
+                handles[i] = future
+                continue
+            same = request.lua.sha, id(request.keys), id(request.args)
+            command = packed.get(same)
+            if command is None:
+                command = packed[same] = _command(conn, request, reload=False)
+            flight = _InFlight(i, request, conn)
+            failed = _send(flight, command)
+            if failed is None:
+                waiting[conn._sock] = flight
             else:
-                deferred[i] = request, channel.generation, before  # sent here as soon as that reply is in
+                done(i, failed)
         deadline = time.monotonic() + timeout
         decided = False
         while waiting or threads or deferred:
@@ -313,9 +330,14 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            for i in [i for i, (_, _, before) in deferred.items() if before[0].done()]:
-                request, generation, _ = deferred.pop(i)
-                send(i, request, generation)
+            if deferred:
+                for i in [i for i, (_, _, before) in deferred.items() if before[0].done()]:
+                    request, generation, before = deferred.pop(i)
+                    later = _pending(before)
+                    if later is None:
+                        send(i, request, generation)
+                    else:
+                        deferred[i] = request, generation, later
             if waiting:
                 others = threads or deferred
                 ready, _, _ = select.select(list(waiting), [], [], min(remaining, 0.002) if others else remaining)
@@ -343,7 +365,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
     for i, (request, generation, before) in deferred.items():  # their turn did not come in time: in a thread
         handles[i] = _POOL.submit(_in_thread, request, generation, before)
     for request, handle in zip(requests, handles, strict=True):
-        if not handle.done():  # still in flight: the next request of this thread to that server waits for it
+        if handle is not _DONE and not handle.done():  # in flight: this thread's next request there waits
             request.channel.track(caller, handle, timeout)
     return results, handles
 
@@ -428,13 +450,26 @@ def _read_reply(conn: Any) -> Any:
         return reply
 
 
-def _not_sent(channel: Channel, waited: float) -> Exception:
+class NotSent(RedisTimeoutError):
     """The reply of a request left unsent: the caller's previous request to that server had no reply within its
     bound, so the server is stalled. Sending on another connection would let this one overtake it (and pile one
-    more request onto that server); it counts as unanswered, as any request to a stalled server does."""
-    kwargs = channel._kwargs
-    where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
-    return RedisTimeoutError(f"not sent: the previous request to {where} had no reply within {waited:g} s")
+    more request onto that server); it counts as unanswered, as any request to a stalled server does. The
+    caller's next request there waits for that same earlier one (`before`), not for this one."""
+
+    def __init__(self, channel: Channel, before: tuple[Future[Any], float]) -> None:
+        kwargs = channel._kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+        super().__init__(f"not sent: the previous request to {where} had no reply within {before[1]:g} s")
+        self.before = before
+
+
+def _pending(before: tuple[Future[Any], float] | None) -> tuple[Future[Any], float] | None:
+    """The request to wait for: `before`, or the one it waited for if it was not sent; None once all is clear."""
+    while before is not None and before[0].done():
+        future = before[0]
+        result = None if future.cancelled() or future.exception() is not None else future.result()
+        before = result.before if isinstance(result, NotSent) else None
+    return before
 
 
 def _where(conn: Any) -> str:
@@ -454,10 +489,14 @@ def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any
     """A request that cannot be sent at once, from a thread: after the caller's previous request to that server
     (at most its bound), or where no connection is idle. Send on an idle connection, or connect one; read."""
     channel = request.channel
-    if before is not None:
-        wait([before[0]], timeout=before[1])  # the caller's previous request here goes first
-        if not before[0].done():
-            return _not_sent(channel, before[1])
+    before = _pending(before)
+    if before is not None:  # the caller's previous request here goes first
+        deadline = time.monotonic() + before[1]
+        while before is not None:
+            wait([before[0]], timeout=max(0.0, deadline - time.monotonic()))
+            if not before[0].done():
+                return NotSent(channel, before)
+            before = _pending(before)
     conn = channel.take(generation)
     if conn is None:
         try:
