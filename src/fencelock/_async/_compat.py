@@ -140,15 +140,15 @@ class Channel:
     made with the client's own settings (address, TLS, credentials, timeouts), so they behave as the client's
     would; the client's pool still serves every other command (BLPOP, repair).
 
-    Requests one task sends to one server reach it in the order it sent them: while the task's previous request
-    there still waits for its reply (a reply that came after the quorum, read in the background), the next one waits
-    for that reply, at most that request's own bound (the socket timeout), and then takes an idle connection; if it
-    is still unanswered then, the server is stalled and the later one is not sent (it counts as unanswered, and the
-    next one waits for that same unanswered request). So a request reaches a server at most about two socket
-    timeouts after it was made, or never. Opening another connection instead would let the later request overtake
-    the earlier one (a new acquire run before our own release on a slow node, and refused there by our own key). A
-    task started on a caller's behalf (`shielded`, `undo_if_interrupted`) counts as that caller. Concurrent tasks
-    are not ordered with each other: each takes its own connection (a new one is connected when none is idle).
+    Requests one task sends to one server reach it in the order it sent them. While the task's previous request there
+    still waits for its reply (one that came after the quorum, read in the background), the next one waits for that
+    reply, at most that request's own bound (the socket timeout), and then takes an idle connection. Opening another
+    connection instead would let the later request overtake the earlier one (a new acquire run before our own release on
+    a slow node, and refused there by our own key). If the earlier one gets no answer (none in time, or a network
+    error), the server is stalled or gone: the later one is not sent (it counts as unanswered, and the next one waits
+    for that same earlier request), so nothing queued behind a request that failed reaches a server late. A task started
+    on a caller's behalf (`shielded`, `undo_if_interrupted`) counts as that caller. Concurrent tasks are not ordered
+    with each other: each takes its own connection (a new one is connected when none is idle).
 
     Connections belong to the event loop that made them: under another loop (a second `asyncio.run`), or after
     `os.fork()`, the old ones are let go and new ones are made. `aclose` closes every connection, also those a
@@ -179,7 +179,11 @@ class Channel:
     def in_flight(self, caller: Any) -> tuple[asyncio.Future[Any], float] | None:
         """The caller's latest request here while its reply is still to come (or the one that request waited for
         in vain), with how long to wait for it."""
-        return _pending(self._latest.get(caller))
+        latest = self._latest.get(caller)
+        if latest is None:
+            return None
+        latest = _last_sent(latest)
+        return latest if not latest[0].done() else None
 
     def track(self, caller: Any, request: asyncio.Future[Any], timeout: float) -> None:
         """`request` is the caller's latest here, still in flight; a later one waits for it, at most the socket
@@ -275,16 +279,19 @@ async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
 async def _call_script(request: ScriptRequest, packed: dict[tuple[str, int, int], Any], generation: int,
                        before: tuple[asyncio.Future[Any], float] | None) -> Any:
     channel = request.channel
-    before = _pending(before)
-    if before is not None:  # the caller's previous request here goes first
+    if before is not None:
+        before = _last_sent(before)
+    if before is not None and not before[0].done():  # the caller's previous request here goes first
         deadline = asyncio.get_running_loop().time() + before[1]
-        while before is not None:
+        while not before[0].done():
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining > 0:
                 await asyncio.wait([before[0]], timeout=remaining)
             if not before[0].done():
                 return NotSent(channel, before)
-            before = _pending(before)
+            before = _last_sent(before)
+        if not _answered(before):
+            return NotSent(channel, before)
     conn = channel.take(generation)
     if conn is None:
         try:
@@ -317,25 +324,37 @@ async def _call_script(request: ScriptRequest, packed: dict[tuple[str, int, int]
 
 
 class NotSent(RedisTimeoutError):
-    """The reply of a request left unsent: the caller's previous request to that server had no reply within its
-    bound, so the server is stalled. Sending on another connection would let this one overtake it (and pile one
-    more request onto that server); it counts as unanswered, as any request to a stalled server does. The
-    caller's next request there waits for that same earlier one (`before`), not for this one."""
+    """The reply of a request left unsent: it had to wait for the caller's previous request to that server, and
+    that one got no answer (none within its bound, or a network error), so the server is stalled or gone. Sent
+    on another connection, this one could overtake it (and pile onto a stalled server); it counts as unanswered,
+    as any request to a stalled server does. `before` is that previous request: the next one waits for it, not
+    for this one."""
 
     def __init__(self, channel: Channel, before: tuple[asyncio.Future[Any], float]) -> None:
         kwargs = channel._kwargs
         where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
-        super().__init__(f"not sent: the previous request to {where} had no reply within {before[1]:g} s")
+        super().__init__(f"not sent: the previous request to {where} got no answer")
         self.before = before
 
 
-def _pending(before: tuple[asyncio.Future[Any], float] | None) -> tuple[asyncio.Future[Any], float] | None:
-    """The request to wait for: `before`, or the one it waited for if it was not sent; None once all is clear."""
-    while before is not None and before[0].done():
+def _last_sent(before: tuple[asyncio.Future[Any], float]) -> tuple[asyncio.Future[Any], float]:
+    """The caller's latest request that was sent: `before`, or, if that one was not sent, the one it waited for."""
+    while before[0].done():
         task = before[0]
         result = None if task.cancelled() or task.exception() is not None else task.result()
-        before = result.before if isinstance(result, NotSent) else None
+        if not isinstance(result, NotSent):
+            break
+        before = result.before
     return before
+
+
+def _answered(request: tuple[asyncio.Future[Any], float]) -> bool:
+    """A finished request got the server's answer (a reply, or the server's error), not a network failure."""
+    task = request[0]
+    if task.cancelled() or task.exception() is not None:
+        return False
+    result = task.result()
+    return not isinstance(result, Exception) or isinstance(result, ResponseError)
 
 
 async def _write(conn: Any, command: bytes) -> None:

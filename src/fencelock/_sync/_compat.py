@@ -117,15 +117,15 @@ class Channel:
     The connections are made with the client's own settings (address, TLS, credentials, timeouts), so they
     behave as the client's would; the client's pool still serves every other command (BLPOP, repair).
 
-    Requests one thread sends to one server reach it in the order it sent them: while the thread's previous request
+    Requests one thread sends to one server reach it in the order it sent them. While the thread's previous request
     there still waits for its reply (one that came after the quorum, read in the background), the next one waits for
-    that reply, at most that request's own bound (the socket timeout), and then takes an idle connection; if it is
-    still unanswered then, the server is stalled and the later one is not sent (it counts as unanswered, and the
-    next one waits for that same unanswered request). So a request reaches a server at most about two socket
-    timeouts after it was made, or never. Opening another connection instead would let the later request overtake
-    the earlier one (a new acquire run before our own release on a slow node, and refused there by our own key).
-    Threads that share the client are not ordered with each other: each takes its own connection (a new one is
-    connected when none is idle), so a connection is never used by two requests at once.
+    that reply, at most that request's own bound (the socket timeout), and then takes an idle connection. Opening
+    another connection instead would let the later request overtake the earlier one (a new acquire run before our own
+    release on a slow node, and refused there by our own key). If the earlier one gets no answer (none in time, or a
+    network error), the server is stalled or gone: the later one is not sent (it counts as unanswered, and the next one
+    waits for that same earlier request), so nothing queued behind a request that failed reaches a server late. Threads
+    that share the client are not ordered with each other: each takes its own connection (a new one is connected when
+    none is idle), so a connection is never used by two requests at once.
 
     After `os.fork()` the child leaves the parent's connections alone and makes its own. `close` closes every
     connection, also those a request still uses (as redis-py's pool does); a request begun before it never keeps
@@ -297,8 +297,8 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
             channel = request.channel
             before = channel._latest.get(caller)  # our latest request there, if it was left in flight
             if before is not None and before[0].done():
-                before = _pending(before)
-            if before is not None:
+                before = _last_sent(before)
+            if before is not None and not before[0].done():
                 # Our previous request there is still in flight: this one must not overtake it. It is sent from
                 # here as soon as that reply is in.
                 deferred[i] = request, channel.generation, before
@@ -333,11 +333,13 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
             if deferred:
                 for i in [i for i, (_, _, before) in deferred.items() if before[0].done()]:
                     request, generation, before = deferred.pop(i)
-                    later = _pending(before)
-                    if later is None:
+                    sent = _last_sent(before)
+                    if not sent[0].done():
+                        deferred[i] = request, generation, sent
+                    elif _answered(sent):
                         send(i, request, generation)
                     else:
-                        deferred[i] = request, generation, later
+                        done(i, NotSent(request.channel, sent))
             if waiting:
                 others = threads or deferred
                 ready, _, _ = select.select(list(waiting), [], [], min(remaining, 0.002) if others else remaining)
@@ -451,25 +453,37 @@ def _read_reply(conn: Any) -> Any:
 
 
 class NotSent(RedisTimeoutError):
-    """The reply of a request left unsent: the caller's previous request to that server had no reply within its
-    bound, so the server is stalled. Sending on another connection would let this one overtake it (and pile one
-    more request onto that server); it counts as unanswered, as any request to a stalled server does. The
-    caller's next request there waits for that same earlier one (`before`), not for this one."""
+    """The reply of a request left unsent: it had to wait for the caller's previous request to that server, and
+    that one got no answer (none within its bound, or a network error), so the server is stalled or gone. Sent
+    on another connection, this one could overtake it (and pile onto a stalled server); it counts as unanswered,
+    as any request to a stalled server does. `before` is that previous request: the next one waits for it, not
+    for this one."""
 
     def __init__(self, channel: Channel, before: tuple[Future[Any], float]) -> None:
         kwargs = channel._kwargs
         where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
-        super().__init__(f"not sent: the previous request to {where} had no reply within {before[1]:g} s")
+        super().__init__(f"not sent: the previous request to {where} got no answer")
         self.before = before
 
 
-def _pending(before: tuple[Future[Any], float] | None) -> tuple[Future[Any], float] | None:
-    """The request to wait for: `before`, or the one it waited for if it was not sent; None once all is clear."""
-    while before is not None and before[0].done():
+def _last_sent(before: tuple[Future[Any], float]) -> tuple[Future[Any], float]:
+    """The caller's latest request that was sent: `before`, or, if that one was not sent, the one it waited for."""
+    while before[0].done():
         future = before[0]
         result = None if future.cancelled() or future.exception() is not None else future.result()
-        before = result.before if isinstance(result, NotSent) else None
+        if not isinstance(result, NotSent):
+            break
+        before = result.before
     return before
+
+
+def _answered(request: tuple[Future[Any], float]) -> bool:
+    """A finished request got the server's answer (a reply, or the server's error), not a network failure."""
+    future = request[0]
+    if future.cancelled() or future.exception() is not None:
+        return False
+    result = future.result()
+    return not isinstance(result, Exception) or isinstance(result, ResponseError)
 
 
 def _where(conn: Any) -> str:
@@ -489,14 +503,17 @@ def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any
     """A request that cannot be sent at once, from a thread: after the caller's previous request to that server
     (at most its bound), or where no connection is idle. Send on an idle connection, or connect one; read."""
     channel = request.channel
-    before = _pending(before)
-    if before is not None:  # the caller's previous request here goes first
+    if before is not None:
+        before = _last_sent(before)
+    if before is not None and not before[0].done():  # the caller's previous request here goes first
         deadline = time.monotonic() + before[1]
-        while before is not None:
+        while not before[0].done():
             wait([before[0]], timeout=max(0.0, deadline - time.monotonic()))
             if not before[0].done():
                 return NotSent(channel, before)
-            before = _pending(before)
+            before = _last_sent(before)
+        if not _answered(before):
+            return NotSent(channel, before)
     conn = channel.take(generation)
     if conn is None:
         try:
