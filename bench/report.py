@@ -18,7 +18,7 @@ from . import stats
 from .contenders import REGISTRY, Contender
 from .placement import Placement
 from .watchdog import WatchdogResult, WatchdogSection
-from .workload import Contended, Uncontended
+from .workload import Contended, Uncontended, least_mean_wait_ms, most_per_s
 
 FLOOR_TARGET = 1.15
 """Uncontended fencelock / floor must stay at or below this."""
@@ -404,6 +404,17 @@ def _fair_contended(con: Mapping[str, Contended]) -> list[Check]:
         ratio = fair.wait_p99_ms / rival.wait_p99_ms
         out.append(Check("contended, fair: wait p99 / python-redis-lock's (same run)", _ratio(ratio, 3),
                          "<= 0.50x", ratio <= 0.5))
+    if rival is not None and rival.wait_p99_ms:
+        # What the machine and the workload allow, from this run's own measurements (see least_mean_wait_ms).
+        least = least_mean_wait_ms(fair)
+        out.append(Check(f"contended, fair: least mean wait any lock allows ({p.workers} x hold "
+                         f"{fair.hold_mean_ms:.2f} ms - hold - release+pause {fair.outside_mean_ms:.2f} ms)",
+                         f"{least:.1f} ms", f"- (vs half of python-redis-lock's p99: {rival.wait_p99_ms / 2:.1f} ms)",
+                         None))
+    flock = con.get("floor-flock")
+    if flock is not None:
+        out.append(Check("contended: floor-flock (no network) longest wait / wait p99",
+                         f"{flock.longest_ms:.1f} / {flock.wait_p99_ms:.1f} ms", "- (the machine's own jitter)", None))
     reference = REGISTRY["python-redis-lock"].reference.wait_p99_ms
     if reference:
         ratio = fair.wait_p99_ms / reference
@@ -463,6 +474,13 @@ def _redlock_contended(con: Mapping[str, Contended]) -> list[Check]:
         out.append(Check(f"contended: fencelock-rl5 / best of {', '.join(anchors)} ({best}) acquisitions/s",
                          _ratio(ratio, 3), f">= {REDLOCK_CONTENDED_TARGET:.2f}x",
                          ratio >= REDLOCK_CONTENDED_TARGET))
+        # What the target asks for, against what any lock can do with these workers (no hand-off at all).
+        ceiling = most_per_s(cf)
+        asked = REDLOCK_CONTENDED_TARGET * con[best].per_s
+        single = con.get("fencelock")
+        out.append(Check(f"contended: {REDLOCK_CONTENDED_TARGET:g} x {best} / the most any lock can do (1 / hold "
+                         f"{cf.hold_mean_ms:.2f} ms)", f"{asked:.0f} / {ceiling:.0f} per s",
+                         f"- (single-node fencelock: {single.per_s:.0f} per s)" if single is not None else "-", None))
     for key in (*anchors, "fencelock"):
         rival = con.get(key)
         if rival is None:

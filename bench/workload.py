@@ -5,9 +5,14 @@ uncontended   one client, one name nobody else wants: acquire (one attempt) + re
               machine hits every row alike; the result is the median round.
 contended     N worker processes (spawn: each imports the library and makes its own client), one shared name.
               Each loops: acquire (blocking, at most `wait` s), hold the critical section `hold` s, release,
-              pause `pause` s, for `duration` s after a common start instant. Each acquisition records when it was
+              pause `pause` s, from a common start instant. Each acquisition records when it was
               requested, granted, and when its critical section ended, on CLOCK_MONOTONIC (one clock for all
               processes on Linux), so that overlapping critical sections can be counted across processes.
+              Only the steady state is measured: the window of `duration` s opens `settle` s after the start
+              (when all workers arrived at once and ran their first, colder, iterations) and every worker keeps
+              going for `settle` s after it closes (a worker that stops pickles its records and closes its
+              client, which the others waiting for the lock would otherwise pay for). A wait counts when it was
+              requested inside the window, however long it then took; throughput counts grants inside it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import queue
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from typing import Any, TypeVar
@@ -155,6 +161,7 @@ class ContendedParams:
     hold: float = 0.001
     pause: float = 0.0005
     wait: float = 10.0
+    settle: float = 0.3  # seconds of running before the measured window opens, and after it closes
 
 
 @dataclass(frozen=True)
@@ -179,6 +186,8 @@ class Contended:
     wait_p99_ms: float = math.nan
     longest_ms: float = math.nan
     gap_p50_ms: float = math.nan
+    hold_mean_ms: float = math.nan  # measured critical section (the workers ask for `hold`; sleep overshoots)
+    outside_mean_ms: float = math.nan  # from a critical section's end to the same worker's next request
     busy_fraction: float = math.nan
     timeouts: int = 0
     overlaps: int = 0
@@ -191,7 +200,8 @@ class Contended:
 
 @dataclass
 class ContendedRun:
-    """The raw outcome of one run: every worker's records, and the common window they ran in."""
+    """The raw outcome of one run: every worker's records, and the window measured (the workers ran `settle` s
+    longer on each side)."""
 
     key: str
     window: tuple[float, float]
@@ -290,12 +300,12 @@ def contended_run(contender: Contender, target: Target, params: ContendedParams,
                 out.errors.append(problem)
         if not out.errors:  # else the window stays empty: everyone who is ready stops at once
             start = time.monotonic() + 0.1
-            out.window = (start, start + params.duration)
-            progress(f"contended: {contender.label}: running {params.duration:g} s")
-        for _ in procs:
-            go.put(out.window)
+            out.window = (start + params.settle, start + params.settle + params.duration)
+            progress(f"contended: {contender.label}: running {params.duration + 2 * params.settle:g} s")
+        for _ in procs:  # (an empty window if a worker failed: everyone who is ready stops at once)
+            go.put((out.window[0] - params.settle, out.window[1] + params.settle) if out.window[1] else out.window)
         running = params.workers - len(out.errors)
-        deadline = time.monotonic() + params.duration + params.wait + 60
+        deadline = time.monotonic() + params.duration + 2 * params.settle + params.wait + 60
         while len(reports) < running:
             reports.append(_get(results, procs, deadline))
     except _NoAnswer as exc:
@@ -314,6 +324,8 @@ def summarise(key: str, params: ContendedParams, runs: Sequence[ContendedRun]) -
     out = Contended(key, params, runs=len(runs))
     waits_ms: list[float] = []
     gaps_s: list[float] = []
+    holds_s: list[float] = []
+    outside_s: list[float] = []  # release + pause: the part of a worker's loop outside acquire and the section
     busy = duration = 0.0
     for run in runs:
         start, end = run.window
@@ -328,10 +340,14 @@ def summarise(key: str, params: ContendedParams, runs: Sequence[ContendedRun]) -
         duration += end - start
         out.runs_per_s.append(sum(counts) / (end - start))
         records = [record for report in run.reports for record in report.records]
-        waits_ms.extend((granted - requested) * 1e3 for requested, granted, _ in records)
+        inside = [record for record in records if start <= record[0] < end]  # requested inside the window
+        waits_ms.extend((granted - requested) * 1e3 for requested, granted, _ in inside)
+        holds_s.extend(ended - granted for _, granted, ended in inside)
+        for report in run.reports:
+            outside_s.extend(nxt[0] - cur[2] for cur, nxt in pairwise(report.records) if start <= cur[0] < end)
         sections = [(granted, ended) for _, granted, ended in records]
-        out.overlaps += stats.overlaps(sections)
-        gaps_s.extend(stats.gaps(sections))
+        out.overlaps += stats.overlaps(sections)  # every section, settling time included: safety has no window
+        gaps_s.extend(stats.gaps([(granted, ended) for _, granted, ended in inside]))
         busy += sum(max(0.0, min(b, end) - max(a, start)) for a, b in sections)
     out.per_worker.sort()
     if duration > 0:
@@ -343,4 +359,25 @@ def summarise(key: str, params: ContendedParams, runs: Sequence[ContendedRun]) -
         out.longest_ms = max(waits_ms)
     if gaps_s:
         out.gap_p50_ms = stats.percentile(gaps_s, 50) * 1e3
+    if holds_s:
+        out.hold_mean_ms = sum(holds_s) / len(holds_s) * 1e3
+    if outside_s:
+        out.outside_mean_ms = sum(outside_s) / len(outside_s) * 1e3
     return out
+
+
+def least_mean_wait_ms(result: Contended) -> float:
+    """The shortest mean wait any lock could give these workers (Little's law on the closed loop).
+
+    Each of the N workers loops: wait, hold (h), then release and pause (o). Critical sections never overlap, so
+    at most 1/h acquisitions happen per second, and each worker's loop then lasts at least N x h on average:
+    mean wait >= N x h - h - o, with h and o as measured in this run. Fair or not, no lock can do better; in a FIFO
+    queue nearly every wait is about the mean, so its p99 cannot be below this either."""
+    h, o = result.hold_mean_ms, result.outside_mean_ms
+    return result.params.workers * h - h - o
+
+
+def most_per_s(result: Contended) -> float:
+    """The most acquisitions per second any lock could give these workers: one critical section after another,
+    with no hand-off at all (1 / the measured hold)."""
+    return 1000.0 / result.hold_mean_ms if result.hold_mean_ms > 0 else math.nan

@@ -67,6 +67,12 @@ def zookeeper_deployment() -> Deployment:
     return ZooKeeperDeployment.start()
 
 
+def zookeeper_ensemble_deployment() -> Deployment:
+    _require_zookeeper()
+    from fencelock.testing.zookeeper_ensemble import ZooKeeperEnsembleDeployment
+    return ZooKeeperEnsembleDeployment.start()
+
+
 def require_etcd_binary() -> str:
     """The etcd binary; in CI its absence fails the test, locally it skips with how to install it."""
     try:
@@ -94,6 +100,7 @@ BACKENDS: dict[str, Callable[[], Deployment]] = {
     "etcd": etcd_deployment,          # one etcd member (data in memory; 1 s minimum lease)
     "etcd3": etcd_cluster_deployment,  # three etcd members (etcd's default timing: 2 s minimum lease)
     "zookeeper": zookeeper_deployment,  # a standalone ZooKeeper (each deployment its own chroot)
+    "zookeeper3": zookeeper_ensemble_deployment,  # a ZooKeeper ensemble of three members
 }
 """Every backend the conformance suite runs on. Each function starts a deployment that its `close()` stops, and
 skips (in CI: fails) when the server is not installed."""

@@ -11,13 +11,13 @@ from fencelock._logic.etcd import (
     Kv,
     Verdict,
     fence_key,
+    granted,
     is_etcd_url,
     keepalive_suffices,
     lease_seconds,
     lock_key,
     name_dir,
     name_of,
-    new_lease_id,
     parse_etcd_url,
     range_end,
     released,
@@ -142,10 +142,21 @@ def test_keys_that_are_not_ours_have_no_name() -> None:
     assert name_of("fencelock", b"fencelock//0000000000000001") is None
 
 
-def test_lease_ids_are_positive_and_never_zero() -> None:
-    assert new_lease_id(0) == 1
-    assert new_lease_id(2**64 - 1) == 2**63 - 1
-    assert new_lease_id(5) == 5
+def test_a_grant_answer_gives_the_id_the_server_chose_and_at_least_the_ttl_asked() -> None:
+    # The gateway sends 64-bit numbers as strings; the server may raise a TTL to its minimum, never lower it.
+    assert granted({"ID": "7587883197476331266", "TTL": "2"}, 1) == (7587883197476331266, 2)
+    assert granted({"ID": "12", "TTL": "5"}, 5) == (12, 5)
+    assert granted({"ID": "12"}, 3) == (12, 3)
+    # An answer that names no lease is not a lease (0 would mean "no lease" to every later request).
+    assert granted({"TTL": "5"}, 5) is None
+    assert granted({"ID": "0", "TTL": "5"}, 5) is None
+    assert granted({"ID": "-4", "TTL": "5"}, 5) is None
+
+
+def test_the_key_of_a_server_chosen_lease_id_names_its_lock() -> None:
+    # etcd puts its member ID in the top bits of the IDs it chooses: 16 hex digits, up to 2**63 - 1.
+    for lease in (1, 0x694D_8A2C_1F3B_0007, 2**63 - 1):
+        assert name_of("fencelock", lock_key("fencelock", "a/b%c", lease)) == "a/b%c"
 
 
 def _kv(rev: int, value: bytes = b"t") -> Kv:

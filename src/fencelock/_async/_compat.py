@@ -546,3 +546,10 @@ async def blocking(work: Callable[[], object], timeout: float) -> bool:
 
     threading.Thread(target=run, name="fencelock-blocking", daemon=True).start()
     return await wait_thread_event(finished, timeout)
+
+
+async def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any]) -> Any:
+    """One script call on one server's dedicated connection: the single-node backend's requests, without
+    redis-py's per-command work. Returns the reply, or the exception the server or the network gave (as
+    `run_scripts` does); a cancelled call drops its connection (its reply is never read)."""
+    return await _call_script(ScriptRequest(channel, lua, keys, args), {})

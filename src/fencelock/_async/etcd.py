@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import ssl
 import time
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from .._errors import BackendError
 from .._logic.etcd import (
     BLOCK_CAP,
+    GRANT_TRIES,
     MAX_TXN_OPS,
     SCAN_PAGE,
     EtcdTarget,
@@ -47,13 +47,13 @@ from .._logic.etcd import (
     Verdict,
     b64,
     fence_key,
+    granted,
     keepalive_suffices,
     kvs,
     lease_seconds,
     lock_key,
     name_dir,
     name_of,
-    new_lease_id,
     number,
     range_end,
     released,
@@ -62,6 +62,7 @@ from .._logic.etcd import (
 )
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
+from .._logic.timing import Deadline
 
 SPARE_LEASES = 16
 """Leases a client keeps, per TTL, from acquisitions it released, for its next acquisitions: a spare lease needs a
@@ -72,6 +73,11 @@ KEEPALIVE_BATCH = 32
 """Leases refreshed by one keep-alive request (one JSON object per lease in its body). The gateway may end its
 answer before it has answered every lease of a longer request (measured on 3.4: after 42 of 50 or 170 of 200);
 the leases it did not answer are sent again."""
+
+CLOSE_TIMEOUT = 0.5
+"""Seconds `close()` spends at most revoking the spare leases (keyless leases kept for reuse). A stalled or
+unreachable server does not make `close()` wait for a request timeout: the leases it did not revoke end by their
+TTL."""
 
 RENEWAL_BATCH = 1000
 """Leases of one watchdog batch handled together: keep-alive requests, then transactions checking their keys."""
@@ -117,26 +123,36 @@ class AsyncGateway:
     def endpoints(self) -> int:
         return len(self._endpoints)
 
+    @property
+    def timeout(self) -> float:
+        """Seconds one request may take (the URL's `?timeout=`)."""
+        return self._target.timeout
+
     def _failed(self, exc: Exception, what: str, name: str | None) -> BackendError:
         return BackendError(f"{what} failed on {self.shown}: {type(exc).__name__}: {exc}", name=name)
 
     def _headers(self) -> dict[str, str]:
         return {} if self._auth is None else {"Authorization": self._auth}
 
-    async def _post(self, path: str, content: bytes, what: str, name: str | None) -> httpx.Response:
-        """POST to the current endpoint; a refused connection (nothing sent) moves on to the next one."""
+    async def _post(self, path: str, content: bytes, what: str, name: str | None,
+                    timeout: float | None = None) -> httpx.Response:
+        """POST to the current endpoint; a refused connection (nothing sent) moves on to the next one. `timeout`
+        (seconds) replaces the URL's request timeout for this request."""
         try:
-            return await self._post_once(path, content, what, name)
+            return await self._post_once(path, content, what, name, timeout)
         finally:
             if self._closed:
                 # Closed while this request was out (a background cleanup): close the connection it used too.
                 await self._transport.aclose()
 
-    async def _post_once(self, path: str, content: bytes, what: str, name: str | None) -> httpx.Response:
+    async def _post_once(self, path: str, content: bytes, what: str, name: str | None,
+                         timeout: float | None) -> httpx.Response:
+        limit: Any = httpx.USE_CLIENT_DEFAULT if timeout is None else httpx.Timeout(timeout)
         for tried in range(len(self._endpoints)):
             endpoint = self._endpoints[self._current]
             try:
-                return await self._http.post(endpoint + path, content=content, headers=self._headers())
+                return await self._http.post(endpoint + path, content=content, headers=self._headers(),
+                                             timeout=limit)
             except RuntimeError as exc:  # httpx: the client has been closed
                 raise self._failed(exc, what, name) from exc
             except httpx.ConnectError as exc:
@@ -150,14 +166,15 @@ class AsyncGateway:
         raise AssertionError("unreachable")
 
     async def call(self, path: str, body: dict[str, Any], what: str, name: str | None,
-                   accept: tuple[str, ...] = ()) -> dict[str, Any]:
+                   accept: tuple[str, ...] = (), timeout: float | None = None) -> dict[str, Any]:
         """One unary request. An etcd error whose message contains one of `accept` comes back as
-        `{"error": message}`; any other raises `BackendError`."""
+        `{"error": message}`; any other raises `BackendError`. `timeout` (seconds) replaces the URL's request
+        timeout for each request this makes."""
         content = json.dumps(body).encode()
         if self._target.username is not None and self._auth is None:
-            await self._authenticate(name)
+            await self._authenticate(name, timeout)
         for attempt in range(2):
-            response = await self._post(path, content, what, name)
+            response = await self._post(path, content, what, name, timeout)
             data = self._decode(response, what, name)
             error = data.get("error")
             if error is None:
@@ -167,7 +184,7 @@ class AsyncGateway:
                 return {"error": message}
             if attempt == 0 and self._target.username is not None and "auth token" in message:
                 self._auth = None  # the server forgot it (restart, expiry): log in again, once
-                await self._authenticate(name)
+                await self._authenticate(name, timeout)
                 continue
             cause = EtcdAnswer(number(data.get("code")), message)
             raise BackendError(f"{what} failed on {self.shown}: {message}", name=name) from cause
@@ -185,9 +202,9 @@ class AsyncGateway:
             data = {"error": f"HTTP {response.status_code}", "code": data.get("code", 0)}
         return data
 
-    async def _authenticate(self, name: str | None) -> None:
+    async def _authenticate(self, name: str | None, timeout: float | None = None) -> None:
         body = json.dumps({"name": self._target.username, "password": self._target.password}).encode()
-        data = self._decode(await self._post("/v3/auth/authenticate", body, "authentication", name),
+        data = self._decode(await self._post("/v3/auth/authenticate", body, "authentication", name, timeout),
                             "authentication", name)
         if "error" in data or not data.get("token"):
             # etcd's own message ("authentication failed, invalid user ID or password") names no secret
@@ -332,11 +349,28 @@ class AsyncEtcdBackend:
         except BackendError:
             pass
 
-    async def _grant(self, lease: int, seconds: int, name: str) -> int:
-        """Grant our own lease ID; a retried grant finds it already granted. Returns the TTL granted."""
-        data = await self._gateway.call("/v3/lease/grant", {"ID": lease, "TTL": seconds}, "lease grant", name,
-                                        accept=(_LEASE_EXISTS,))
-        return seconds if "error" in data else max(seconds, number(data.get("TTL")))
+    async def _grant(self, seconds: int, name: str) -> tuple[int, int]:
+        """A new lease of `seconds`, whose ID the server chooses: (its ID, the TTL granted).
+
+        Never retried as "the same lease" (see `fencelock._logic.etcd.granted`): a grant whose answer is lost
+        (a timeout, a reset, a cancellation) leaves an orphan lease on the server. No key of ours is on it and
+        nothing here knows its ID, so nothing waits on it or counts it; its TTL ends it. A retried acquire grants
+        another one, and the acquire loop bounds its retries (`retry_after`). "lease already exists" means the
+        server's chosen ID is a lease another client granted with an ID of its own: not ours, so ask again.
+        """
+        for _ in range(GRANT_TRIES):
+            data = await self._gateway.call("/v3/lease/grant", {"ID": 0, "TTL": seconds}, "lease grant", name,
+                                            accept=(_LEASE_EXISTS,))
+            if "error" in data:
+                continue  # another client's lease: the next grant gets a new ID
+            lease = granted(data, seconds)
+            if lease is None:
+                raise BackendError(f"lease grant failed on {self._gateway.shown}: the answer names no lease",
+                                   name=name)
+            return lease
+        message = (f"lease grant failed on {self._gateway.shown}: {GRANT_TRIES} times the server chose the ID of "
+                   "a lease that already exists (another client grants leases with IDs it picks itself)")
+        raise BackendError(message, name=name) from EtcdAnswer(9, _LEASE_EXISTS)
 
     async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0,
                           fair: bool = False) -> Attempt:
@@ -387,11 +421,13 @@ class AsyncEtcdBackend:
                 self._held[token] = held
                 if (await self._gateway.keepalive([held.lease], name))[held.lease] <= 0:
                     held = None  # it ran out while spare
+                    del self._held[token]
         if held is None:
-            lease = new_lease_id(secrets.randbits(63))
-            held = _Held(lock_key(self._prefix, name, lease), lease, seconds, seconds)
-            self._held[token] = held  # before the grant: a retry after a lost answer finds this lease
-            held.seconds = await self._grant(lease, seconds, name)
+            # The lease is ours only once the grant's answer names it; a lost answer leaves an orphan lease with
+            # no key on it, which its TTL ends (see `_grant`).
+            lease, granted_s = await self._grant(seconds, name)
+            held = _Held(lock_key(self._prefix, name, lease), lease, granted_s, seconds)
+            self._held[token] = held  # before the put: a retry after a lost answer finds its key by lease and token
         key = b64(held.key)
         directory = name_dir(self._prefix, name)
         looks = [_range(held.key), _oldest(directory)]
@@ -498,8 +534,7 @@ class AsyncEtcdBackend:
     async def _move(self, name: str, token: str, fence: int, ttl_ms: int, held: _Held) -> bool:
         """Extend past the lease's own TTL: put our key on a new, longer lease (its create revision, the fence,
         stays), then revoke the old lease."""
-        lease = new_lease_id(secrets.randbits(63))
-        seconds = await self._grant(lease, lease_seconds(ttl_ms), name)
+        lease, seconds = await self._grant(lease_seconds(ttl_ms), name)
         key = b64(held.key)
         try:
             data = await self._txn({
@@ -643,14 +678,18 @@ class AsyncEtcdBackend:
         raise BackendError("the holder kept changing while it was being removed", name=name)
 
     async def aclose(self) -> None:
-        """End the spare leases (best effort: else their TTL ends them) and close the connections."""
+        """End the spare leases, within `CLOSE_TIMEOUT` in all (best effort: their TTL ends the others), and close
+        the connections."""
         spare, self._spare = self._spare, {}
         if self._spare_pid == os.getpid():
-            try:
-                for leases in spare.values():
-                    for lease, _ in leases:
-                        await self._gateway.call("/v3/lease/revoke", {"ID": lease}, "revoke", None,
-                                                 accept=(_LEASE_GONE,))
-            except BackendError:
-                pass  # the server does not answer: do not make close() wait for each one
+            deadline = Deadline.after(CLOSE_TIMEOUT, time.monotonic())
+            for lease in [lease for leases in spare.values() for lease, _ in leases]:
+                left = min(deadline.remaining(time.monotonic()), self._gateway.timeout)
+                if left <= 0:
+                    break
+                try:
+                    await self._gateway.call("/v3/lease/revoke", {"ID": lease}, "revoke", None,
+                                             accept=(_LEASE_GONE,), timeout=left)
+                except BackendError:
+                    break  # the server does not answer in time: the spare leases end by their TTL
         await self._gateway.aclose()

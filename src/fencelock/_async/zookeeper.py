@@ -47,6 +47,7 @@ import fnmatch
 import heapq
 import itertools
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -139,6 +140,31 @@ class _ZKSession:
     @property
     def connected(self) -> bool:
         return self.state is Session.CONNECTED and self.ready.is_set()
+
+    def unanswered(self) -> None:
+        """A request got no answer within the URL's timeout: drop the connection, so that kazoo moves the session
+        to another member (`_drop_connection`). While kazoo is already reconnecting, there is nothing to drop."""
+        if self.state is Session.CONNECTED:
+            _drop_connection(self.client)
+
+
+def _drop_connection(client: Any) -> None:
+    """Make kazoo give up its connection and reconnect, to the next member of the ensemble, in the same session.
+
+    kazoo drops a connection only when nothing was sent or received for its read timeout (2/3 of the session
+    timeout) and a ping went unanswered: every request it sends counts as a ping. So a member that stops
+    answering but keeps the connection open (frozen by SIGSTOP, a GC pause, a stalled VM) is never noticed while
+    renewals keep going out, and every lease of that session is lost at the end of its validity although the
+    other members, a quorum, serve on. Shutting the socket down wakes kazoo's connection thread, which reads
+    the end of the stream, drops the connection and reconnects; requests in flight fail with ConnectionLoss.
+    `_connection._socket` is kazoo's private attribute (checked by the ensemble tests), like `_connect` above.
+    """
+    sock = getattr(getattr(client, "_connection", None), "_socket", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed: kazoo is reconnecting anyway
 
 
 def _observe_negotiation(client: Any, seen: Callable[[int], None]) -> None:
@@ -352,24 +378,29 @@ class AsyncZooKeeperBackend:
 
     # -- requests -----------------------------------------------------------------------------------------
 
-    async def _call(self, result: Any, name: str | None, what: str) -> Any:
-        """Await one kazoo request; a fault is a `BackendError` (NoNodeError, NodeExistsError pass: callers decide)."""
+    async def _call(self, session: _ZKSession, result: Any, name: str | None, what: str) -> Any:
+        """Await one kazoo request sent on `session`; a fault is a `BackendError` (NoNodeError, NodeExistsError
+        pass: callers decide). A request with no answer within the timeout drops the session's connection."""
         try:
             return await thread_result(result, self._timeout)
         except (NoNodeError, NodeExistsError):
             raise
+        except TimeoutError as exc:
+            session.unanswered()
+            raise BackendError(f"{what} failed on {self.shown}: {type(exc).__name__}: {exc}", name=name) from exc
         except CLIENT_ERRORS as exc:
             raise BackendError(f"{what} failed on {self.shown}: {type(exc).__name__}: {exc}", name=name) from exc
 
     async def _children(self, session: _ZKSession, directory: str, name: str | None) -> list[str]:
         try:
-            children: list[str] = await self._call(session.client.get_children_async(directory), name, "listing")
+            children: list[str] = await self._call(session, session.client.get_children_async(directory), name,
+                                                     "listing")
         except NoNodeError:
             return []
         return children
 
     async def _czxid(self, session: _ZKSession, path: str, name: str, watch: Any = None) -> int | None:
-        stat = await self._call(session.client.exists_async(path, watch=watch), name, "exists")
+        stat = await self._call(session, session.client.exists_async(path, watch=watch), name, "exists")
         return None if stat is None else int(stat.czxid)
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
@@ -442,7 +473,7 @@ class AsyncZooKeeperBackend:
             request = session.client.create_async(f"{directory}/{node_prefix(token)}", encode_number(ttl_ms),
                                                   ephemeral=True, sequence=True, include_data=True)
             try:
-                path, stat = await self._call(request, name, "create")
+                path, stat = await self._call(session, request, name, "create")
                 self._sent.discard(key)  # answered: from now on our node is known
                 break
             except NoNodeError:
@@ -460,11 +491,11 @@ class AsyncZooKeeperBackend:
         client = session.client
         for path in ([] if self._root_made else [self._root]) + [directory]:
             try:
-                await self._call(client.create_async(path), name, "creating the lock's path")
+                await self._call(session, client.create_async(path), name, "creating the lock's path")
             except NodeExistsError:
                 pass
             except NoNodeError:
-                await self._call(client.ensure_path_async(path), name, "creating the lock's path")
+                await self._call(session, client.ensure_path_async(path), name, "creating the lock's path")
         self._root_made = True
         self._directories.add(directory)
 
@@ -578,7 +609,7 @@ class AsyncZooKeeperBackend:
         directory = lock_path(self._root, name)
         if node is not None:
             try:
-                await self._call(self._release_request(node), name, "release")
+                await self._call(node.session, self._release_request(node), name, "release")
             except NoNodeError:
                 pass
             else:
@@ -592,7 +623,8 @@ class AsyncZooKeeperBackend:
         own = find_own(children, token)
         if own is not None:  # a node of ours we had lost track of (a create whose answer never came)
             try:
-                await self._call(session.client.delete_async(f"{directory}/{child_name(own)}"), name, "release")
+                await self._call(session, session.client.delete_async(f"{directory}/{child_name(own)}"), name,
+                                 "release")
             except NoNodeError:
                 pass
             return Released.RELEASED
@@ -630,7 +662,7 @@ class AsyncZooKeeperBackend:
         for i, node, request in requests:
             name, token, _fence, ms = leases[i]
             try:
-                stat = await self._call(request, name, "extend")
+                stat = await self._call(node.session, request, name, "extend")
             except NoNodeError:
                 stat = None
             except BackendError:
@@ -671,7 +703,7 @@ class AsyncZooKeeperBackend:
 
     async def _get(self, session: _ZKSession, path: str, name: str) -> tuple[bytes, Any] | None:
         try:
-            data, stat = await self._call(session.client.get_async(path), name, "reading a node")
+            data, stat = await self._call(session, session.client.get_async(path), name, "reading a node")
         except NoNodeError:
             return None
         return data, stat
@@ -707,7 +739,7 @@ class AsyncZooKeeperBackend:
         data, stat = found
         head.czxid = int(stat.czxid)
         try:
-            await self._call(self._release_request(head), name, "force-release")
+            await self._call(session, self._release_request(head), name, "force-release")
         except NoNodeError:
             return LockStatus(name, False, None, None, len(line) - 1)
         remaining = lease_remaining(decode_number(data), int(stat.mtime), time.time() * 1000.0)

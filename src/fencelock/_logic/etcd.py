@@ -5,9 +5,10 @@ One lock name is a queue of keys under one directory, as in etcd's `concurrency.
     <prefix>/<encoded name>/<lease id, 16 hex digits>     value = the acquisition's token, attached to its lease
     <prefix>/<encoded name>                               the fence of the last lease released (no lease: it stays)
 
-- Every acquisition has a lease of its own: one it grants (with an ID it picks itself, so a retried grant finds
-  its own lease), or a spare its client kept from an acquisition it released (then carrying no key), refreshed by
-  a keep-alive. It puts its key only if the key is absent (a transaction on `create_revision == 0`).
+- Every acquisition has a lease of its own: one it grants (the server chooses the ID; see `granted`), or a spare
+  its client kept from an acquisition it released (then carrying no key), refreshed by a keep-alive. It puts its
+  key only if the key is absent (a transaction on `create_revision == 0`); a retried put after a lost answer
+  finds its own key by the name the lease ID gives it and by its value, the acquisition's token.
 - The holder is the key with the lowest create revision. That revision is the fence: etcd's revisions increase
   across the whole cluster, a new key always gets a higher one than every key that exists, so the lowest
   existing one only ever grows, and two keys never share one.
@@ -189,11 +190,6 @@ def name_of(prefix: str, key: bytes) -> str | None:
     return unquote(encoded.decode("utf-8", "replace"))
 
 
-def new_lease_id(bits: int) -> int:
-    """A lease ID from 63 random `bits`: positive and never 0 (0 asks the server to choose)."""
-    return (bits & (2**63 - 1)) or 1
-
-
 # ---------------------------------------------------------------------------------------------------- TTL
 
 
@@ -239,6 +235,29 @@ class Kv(NamedTuple):
 def kvs(range_response: dict[str, Any]) -> list[Kv]:
     return [Kv(unb64(kv.get("key")), number(kv.get("create_revision")), number(kv.get("lease")),
                unb64(kv.get("value"))) for kv in range_response.get("kvs", ())]
+
+
+GRANT_TRIES = 3
+"""Grants one lease may take when the server answers "lease already exists" (see `granted`)."""
+
+
+def granted(answer: dict[str, Any], asked: int) -> tuple[int, int] | None:
+    """A lease grant's answer: the lease ID the server chose and the TTL it granted (never less than `asked`:
+    the server may raise a TTL to its minimum, and a missing TTL means the one asked for); None if the answer
+    names no lease.
+
+    A grant always asks the server to choose the ID (ID 0). An ID the client picked could be a live lease of
+    another client, and "lease already exists" cannot tell that lease from a retry of our own grant: a key put
+    on it would live and die with the other client's lease. So an answer is the only way to learn a lease, and a
+    grant whose answer was lost is never looked for again: it leaves an orphan lease that carries no key, that
+    nothing counts or waits on, and that ends by its TTL. The server's own IDs never collide with a live lease,
+    except with one another client granted with an ID it picked: then the answer is "lease already exists",
+    which is not ours either, and the backend asks again (a new ID each time), at most `GRANT_TRIES` times.
+    """
+    lease = number(answer.get("ID"))
+    if lease <= 0:
+        return None
+    return lease, max(asked, number(answer.get("TTL")))
 
 
 class Verdict(enum.Enum):

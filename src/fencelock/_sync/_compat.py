@@ -639,3 +639,25 @@ def blocking(work: Callable[[], object], timeout: float) -> bool:
 
     threading.Thread(target=run, name="fencelock-blocking", daemon=True).start()
     return finished.wait(timeout)
+
+
+def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any]) -> Any:
+    """One script call on one server's dedicated connection, from this thread: the single-node backend's
+    requests, without redis-py's per-command work. Returns the reply, or the exception the server or the network
+    gave (as `run_scripts` does); blocks at most the client's connect and socket timeouts."""
+    request = ScriptRequest(channel, lua, keys, args)
+    conn = channel.take()
+    if conn is None:
+        try:
+            conn = channel.connect()
+        except Exception as exc:
+            return exc
+    flight = _InFlight(0, request, conn)
+    failed = _send(flight, _command(conn, request, reload=False))
+    if failed is not None:
+        return failed
+    try:
+        return _finish(flight)
+    except BaseException:  # interrupted (KeyboardInterrupt) half-way: the reply is never read, the connection goes
+        _drop(flight)
+        raise

@@ -24,8 +24,8 @@ from .redlock import RedlockBackend
 
 
 def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefix: str = PREFIX,
-            node_timeout: float | None = None, repair: bool = True,
-            repair_delay: float = DEFAULT_REPAIR_DELAY) -> Locks:
+            node_timeout: float | None = None, repair: bool | None = None,
+            repair_delay: float | None = None) -> Locks:
     """A lock client for `target`: a URL (see the README) or a redis-py client you configured yourself.
 
     `etcd://[user:password@]host:port[,host:port...]` (or `etcds://` for TLS) keeps the locks in etcd.
@@ -33,8 +33,11 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     `fencelock[zookeeper]`; see `fencelock._sync.zookeeper` for how the TTL maps to sessions).
 
     A list of three or more URLs (or clients) of independent Redis masters runs Redlock over them, with fencing
-    tokens. `node_timeout` (default: 50 ms + 1 % of the TTL) bounds each node's answer; `repair` and
-    `repair_delay` govern nodes that come back without their data (see `fencelock._logic.redlock`).
+    tokens. `node_timeout` (default: 50 ms + 1 % of the TTL) bounds each node's answer; `repair` (default True)
+    and `repair_delay` (default 60 s) govern nodes that come back without their data (see
+    `fencelock._logic.redlock`). These three are Redlock's alone: None means its default, and any other value
+    given for another target (one Redis, a Cluster, a redis-py client, etcd, ZooKeeper) raises `ValueError`,
+    since nothing there would act on it.
 
     No connection is made until the first request (except that the synchronous Redis Cluster client asks for
     the cluster's layout at once). A client you pass in keeps its own timeouts and retries, and
@@ -43,21 +46,28 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     """
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
+    given = [option for option, value in (("node_timeout", node_timeout), ("repair", repair),
+                                          ("repair_delay", repair_delay)) if value is not None]
     if is_etcd_url(target):
+        _redlock_only(given, "etcd")
         return _etcd(str(target), prefix)
     if isinstance(target, (list, tuple)) and any(is_etcd_url(item) for item in target):
         raise ValueError("url: give an etcd cluster's endpoints in one URL, etcd://h1:2379,h2:2379, not as a list")
     if isinstance(target, (Redis, RedisCluster)):
+        _redlock_only(given, "a redis-py client (one Redis or a Redis Cluster)")
         return Locks(RedisBackend(target, owns_client=False, prefix=prefix, shown=_describe(target)))
     if isinstance(target, str) and target.partition("://")[0].lower() == "zookeeper":
+        _redlock_only(given, "ZooKeeper")
         zookeeper = parse_zookeeper_url(target)   # a bad URL fails here, before kazoo is even imported
         from .zookeeper import ZooKeeperBackend  # the optional extra: imported only when asked for
         return Locks(ZooKeeperBackend(zookeeper, prefix=prefix))
     _not_another_client(target)
     if isinstance(target, (list, tuple)):
-        return _redlock(list(target), prefix=prefix, node_timeout=node_timeout, repair=repair,
-                        repair_delay=repair_delay)
+        return _redlock(list(target), prefix=prefix, node_timeout=node_timeout,
+                        repair=True if repair is None else repair,
+                        repair_delay=DEFAULT_REPAIR_DELAY if repair_delay is None else repair_delay)
     parsed = parse_redis_url(target)
+    _redlock_only(given, "a Redis Cluster" if parsed.cluster else "a single Redis")
     options = _client_options(parsed.options)
     client: Redis | RedisCluster
     if parsed.cluster:
@@ -76,6 +86,15 @@ def _etcd(url: str, prefix: str) -> Locks:
     from .etcd import EtcdBackend  # raises ImportError naming the extra when httpx is missing
 
     return Locks(EtcdBackend(target, prefix=prefix))
+
+
+def _redlock_only(given: list[str], target: str) -> None:
+    """Refuse Redlock's options for another kind of target, where they would be silently ignored."""
+    if given:
+        names = " and ".join(given) if len(given) < 3 else ", ".join(given[:-1]) + " and " + given[-1]
+        raise ValueError(f"{names} {'applies' if len(given) == 1 else 'apply'} to Redlock only (a list of 3 or "
+                         f"more Redis node URLs or clients), not to {target}: nothing there would act on "
+                         f"{'it' if len(given) == 1 else 'them'}")
 
 
 def _describe(client: Redis | RedisCluster) -> str:
@@ -110,6 +129,8 @@ def _client_options(overrides: dict[str, float]) -> dict[str, Any]:
 def _redlock(targets: list[str | Redis], *, prefix: str, node_timeout: float | None, repair: bool,
              repair_delay: float) -> Locks:
     check_node_count(len(targets))
+    if not isinstance(repair, bool):
+        raise TypeError(f"repair must be True or False, got {repair!r}")
     if node_timeout is not None:
         check_ttl(node_timeout, None, "node_timeout")
     check_ttl(repair_delay, None, "repair_delay")

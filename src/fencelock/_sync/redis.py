@@ -20,7 +20,7 @@ from .._logic.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
 from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, FAIR_ACQUIRE, FAIR_LEAVE, FORCE_RELEASE, RELEASE, STATUS, Lua
-from ._compat import sleep
+from ._compat import Channel, call_script, sleep
 
 AnyRedis = Redis | RedisCluster
 
@@ -55,6 +55,9 @@ class RedisBackend:
         timeout = socket_timeout(client)
         self.block_cap = 30.0 if timeout is None else max(MIN_BLOCK, timeout * 0.75)
         self._cluster = isinstance(client, RedisCluster)
+        # One Redis: the scripts go over dedicated connections (as Redlock's do), which skip redis-py's
+        # per-command work; a Cluster needs redis-py's routing, so it keeps the client's own commands.
+        self._channel = None if self._cluster else Channel(client)
         self.supports_fair = True
         self.always_queues = False  # only fair waiters queue
         # A fair waiter's queue entry outlives its longest wait between two attempts (which refresh it).
@@ -66,7 +69,12 @@ class RedisBackend:
         return self._client
 
     def _run(self, lua: Lua, name: str, keys: list[str], args: list[Any]) -> Any:
-        return run_script(self._client, lua, keys, args, name=name, where=self.shown)
+        if self._channel is None:
+            return run_script(self._client, lua, keys, args, name=name, where=self.shown)
+        reply = call_script(self._channel, lua, keys, args)
+        if isinstance(reply, Exception):
+            raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
+        return reply
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
         """A refused or reset connection may succeed at once on a fresh one, once; a timeout is not retried."""
@@ -244,6 +252,8 @@ class RedisBackend:
         return removed
 
     def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
         if self._owns_client:
             client: Any = self._client
             client.close()

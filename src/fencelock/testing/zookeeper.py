@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -101,12 +101,18 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> s
 class ZooKeeperServer:
     """One standalone ZooKeeper server process on a loopback port, with its own directory and zoo.cfg."""
 
-    def __init__(self, *, port: int | None = None, name: str = "zookeeper", durable: bool = False) -> None:
+    def __init__(self, *, port: int | None = None, name: str = "zookeeper", durable: bool = False,
+                 myid: int | None = None, extra_config: Sequence[str] = (), heap_mb: int = 256) -> None:
+        """`myid`, `extra_config` (more `zoo.cfg` lines) and `heap_mb` serve ensemble members
+        (`fencelock.testing.zookeeper_ensemble`); a standalone server needs none of them."""
         self.java, self.classpath = find_zookeeper()
         self.host = "127.0.0.1"
         self.port = port if port is not None else free_port()
         self.name = name
         self.durable = durable
+        self.myid = myid
+        self.extra_config = tuple(extra_config)
+        self.heap_mb = heap_mb
         self.dir = tempfile.mkdtemp(prefix=f"fencelock-{name}-")
         self.config_path = os.path.join(self.dir, "zoo.cfg")
         self.log_path = os.path.join(self.dir, "stdio.log")
@@ -145,17 +151,22 @@ class ZooKeeperServer:
                     f"minSessionTimeout={MIN_SESSION_MS}\nmaxSessionTimeout={MAX_SESSION_MS}\n"
                     "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,dump\n"
                     "maxClientCnxns=0\n")
+            f.writelines(f"{line}\n" for line in self.extra_config)
+        if self.myid is not None:
+            with open(os.path.join(data, "myid"), "w") as f:
+                f.write(f"{self.myid}\n")
 
     def command_line(self) -> list[str]:
-        return [self.java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+        return [self.java, f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                 f"-Dzookeeper.log.dir={self.dir}", "-Dzookeeper.root.logger=INFO,CONSOLE",
                 f"-Dzookeeper.forceSync={'yes' if self.durable else 'no'}",
                 "-Dlog4j.configuration=file:/etc/zookeeper/conf_example/log4j.properties",
                 "-cp", ":".join(["/etc/zookeeper/conf_example", *self.classpath]),
                 "org.apache.zookeeper.server.quorum.QuorumPeerMain", self.config_path]
 
-    def start(self) -> ZooKeeperServer:
-        """Start the server and wait (at most `START_TIMEOUT`) until `srvr` answers."""
+    def spawn(self) -> None:
+        """Start the process without waiting for it to serve (an ensemble member serves only once a quorum
+        of members runs)."""
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
         if self.running:
@@ -165,6 +176,11 @@ class ZooKeeperServer:
             self._proc = subprocess.Popen(self.command_line(), stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True)
         self._paused = False
+
+    def start(self) -> ZooKeeperServer:
+        """Start the server and wait (at most `START_TIMEOUT`) until `srvr` answers."""
+        self.spawn()
+        assert self._proc is not None
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             if self._proc.poll() is not None:
