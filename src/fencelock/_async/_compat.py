@@ -552,4 +552,5 @@ async def call_script(channel: Channel, lua: Any, keys: list[str], args: list[An
     """One script call on one server's dedicated connection: the single-node backend's requests, without
     redis-py's per-command work. Returns the reply, or the exception the server or the network gave (as
     `run_scripts` does); a cancelled call drops its connection (its reply is never read)."""
-    return await _call_script(ScriptRequest(channel, lua, keys, args), {})
+    # (One call at a time per task here, each awaited to its end: nothing of the caller's is in flight before it.)
+    return await _call_script(ScriptRequest(channel, lua, keys, args), {}, channel.generation, None)

@@ -646,10 +646,11 @@ def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any]) ->
     requests, without redis-py's per-command work. Returns the reply, or the exception the server or the network
     gave (as `run_scripts` does); blocks at most the client's connect and socket timeouts."""
     request = ScriptRequest(channel, lua, keys, args)
-    conn = channel.take()
+    generation = channel.generation  # (one call at a time per thread here: nothing of ours is in flight before it)
+    conn = channel.take(generation)
     if conn is None:
         try:
-            conn = channel.connect()
+            conn = channel.connect(generation)
         except Exception as exc:
             return exc
     flight = _InFlight(0, request, conn)
