@@ -96,6 +96,62 @@ def test_asyncio_a_late_reply_is_read_for_its_own_request_and_a_silent_connectio
     asyncio.run(main())
 
 
+def _connections(server: RedisServer) -> int:
+    """The server's client connections other than the one asking."""
+    with server.client() as asking:
+        return len(asking.client_list()) - 1
+
+
+def _settled(server: RedisServer, expected: int) -> int:
+    deadline = time.monotonic() + 2.0
+    while (count := _connections(server)) != expected and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return count
+
+
+def test_a_request_that_gets_its_thread_after_close_makes_no_connection(own_server: RedisServer) -> None:
+    """close() while a request waits for a thread (every pool thread busy): when it runs, it must not connect,
+    or that connection would be kept in a closed channel and left to the garbage collector (a ResourceWarning)."""
+    channel = sync_compat.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout=2"))
+    before = _connections(own_server)
+    gate = threading.Event()
+    busy = [sync_compat._POOL.submit(gate.wait, 10.0) for _ in range(64)]  # the pool's every thread
+    try:
+        done, handles = sync_compat.run_scripts([sync_compat.ScriptRequest(channel, ECHO, [], ["late"])], 0.05,
+                                                _one)
+        assert done == {}  # no idle connection: the request waits for a thread to connect it
+        channel.close()
+    finally:
+        gate.set()
+    for future in busy:
+        future.result(timeout=5.0)
+    reply = handles[0].result(timeout=5.0)
+    assert isinstance(reply, redis.ConnectionError), reply
+    assert _settled(own_server, before) == before
+
+
+def test_asyncio_closing_a_channel_while_a_request_connects_leaves_no_connection(own_server: RedisServer) -> None:
+    """aclose() while a request's TCP connect is under way: aclose cannot close what is not connected yet, so the
+    request must close it itself once connected, instead of dropping it open (a ResourceWarning later)."""
+    before = _connections(own_server)
+
+    async def main() -> Any:
+        client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout=2")
+        channel = async_compat.Channel(client)
+        request = asyncio.ensure_future(async_compat.run_scripts(
+            [async_compat.ScriptRequest(channel, ECHO, [], ["late"])], 2.0, _one))
+        await asyncio.sleep(0)  # the request has started to connect
+        await channel.aclose()
+        _, handles = await request
+        reply = await asyncio.wait_for(handles[0], 5.0)
+        await client.aclose()
+        return reply
+
+    reply = asyncio.run(main())
+    assert isinstance(reply, redis.ConnectionError), reply
+    assert _settled(own_server, before) == before
+
+
 def _our_connections(nodes: RedisNodes) -> list[int]:
     """Per node, the client connections other than the one asking."""
     counts = []

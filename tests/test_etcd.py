@@ -89,13 +89,16 @@ def test_a_lease_is_one_key_on_its_own_lease_and_the_fence_is_its_create_revisio
         etcd: EtcdDeployment, etcd_server: EtcdServer, name: str) -> None:
     locks = fencelock.connect(etcd_server.url)
     before = leases_of(etcd_server)
+    asked = time.monotonic()
     lease = locks.acquire(name, ttl=5.0, wait=0)
+    remaining, now = lease.remaining(), time.monotonic()
     [kv] = keys_of(etcd_server, name)
     assert base64.b64decode(kv["value"]).decode() == lease.token == etcd.holder(name)
     assert int(kv["create_revision"]) == lease.fence
     assert lease_ttl(etcd_server, int(kv["lease"])) in (4, 5)  # whole seconds; 5 granted
     assert leases_of(etcd_server) - before == {int(kv["lease"])}
-    assert 4.9 < lease.remaining() <= 5.0 - 0.052  # validity: the TTL asked for, never the rounded-up lease
+    # validity: the TTL asked for, never the rounded-up lease, counted from before the request
+    assert asked + 5.0 - 0.052 - now <= remaining <= 5.0 - 0.052
     lease.release()
     assert keys_of(etcd_server, name) == []
     lease.release()  # a second release does nothing

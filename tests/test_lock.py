@@ -1,15 +1,22 @@
-"""What only the Redis family shows about the lock: how many scripts a waiter runs, and redis-py clients passed in.
-Everything every backend shares is in the conformance suite (`fencelock.testing.conformance`)."""
+"""What only the Redis family shows about the lock: how many scripts a waiter runs, redis-py clients passed in,
+and close() closing every connection. Everything every backend shares is in the conformance suite
+(`fencelock.testing.conformance`)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
-import fencelock
+import pytest
 
-from .conftest import RedisFamily
+import fencelock
+from fencelock.testing import Deployment
+from fencelock.testing.servers import RedisServer
+
+from .conftest import BACKENDS, REDIS_KINDS, RedisFamily
 
 
 def test_a_waiter_is_woken_by_the_release_not_by_polling(locks: fencelock.Locks, name: str,
@@ -47,3 +54,80 @@ def _calls(deployment: RedisFamily, command: str) -> int:
         per_node = stats.values() if deployment.kind == "cluster" else [stats]
         total += sum(int(node.get(f"cmdstat_{command}", {}).get("calls", 0)) for node in per_node)
     return total
+
+
+def _servers(deployment: Deployment) -> list[RedisServer]:
+    family: Any = deployment  # the Redis family's deployments have `servers`
+    servers = family.servers
+    return [servers] if isinstance(servers, RedisServer) else list(servers.nodes)
+
+
+def _connections(servers: list[RedisServer]) -> list[int]:
+    """Per server, the client connections other than the one asking."""
+    counts = []
+    for server in servers:
+        with server.client() as asking:
+            counts.append(len(asking.client_list()) - 1)
+    return counts
+
+
+def _settled(servers: list[RedisServer], expected: list[int]) -> list[int]:
+    deadline = time.monotonic() + 2.0
+    while (counts := _connections(servers)) != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return counts
+
+
+@pytest.fixture
+def cluster_of_its_own() -> Iterator[Deployment]:
+    deployment = BACKENDS["cluster"]()
+    yield deployment
+    deployment.close()
+
+
+@pytest.mark.parametrize("kind", REDIS_KINDS)
+def test_close_leaves_no_connection_open_on_any_server(kind: str, name: str) -> None:
+    """close() and aclose() close every connection the client made, on every server. (A Cluster client made from
+    a URL left one per node to the garbage collector, a ResourceWarning at some later, random moment.)"""
+    deployment = BACKENDS[kind]()  # servers of its own: nobody else's connections come and go meanwhile
+    try:
+        servers = _servers(deployment)
+        before = _connections(servers)
+        locks = deployment.connect()
+        for i in range(3):
+            locks.acquire(f"{name}:{i}", ttl=5.0, wait=0).release()
+        assert _connections(servers) != before  # it did connect
+        locks.close()
+        assert _settled(servers, before) == before
+
+        async def main() -> None:
+            alocks = deployment.aconnect()
+            for i in range(3):
+                await (await alocks.acquire(f"{name}:{i}", ttl=5.0, wait=0)).release()
+            await alocks.aclose()
+
+        asyncio.run(main())
+        assert _settled(servers, before) == before
+    finally:
+        deployment.close()
+
+
+def test_a_cleanup_still_running_at_close_leaves_no_connection_open(cluster_of_its_own: Deployment,
+                                                                   name: str) -> None:
+    """An acquire that failed on a stalled Cluster deletes its key in the background (if its script ran). That
+    cleanup may still run when the client is closed, and the Cluster client reconnects for it (it reads the
+    layout again after a timeout): the client closes again after it, so no connection is left open."""
+    deployment = cluster_of_its_own
+    servers = _servers(deployment)
+    before = _connections(servers)
+    url: Any = deployment.target
+    locks = fencelock.connect(f"{url}?socket_timeout=0.3")
+    locks.acquire(name + ":warm", ttl=5.0, wait=0).release()
+    deployment.pause()
+    try:
+        with pytest.raises(fencelock.BackendError):
+            locks.acquire(name, ttl=5.0, wait=1.0)
+    finally:
+        deployment.resume()
+    locks.close()
+    assert _settled(servers, before) == before

@@ -4,6 +4,7 @@ shares (API, errors, bad input, cancellation, guards) runs on Redlock through th
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import random
@@ -21,6 +22,7 @@ import fencelock
 from fencelock._logic.keys import redis_keys
 from fencelock._logic.redlock import NodeModel, decode, default_node_timeout
 from fencelock._scripts import REDLOCK_ACQUIRE, REDLOCK_RELEASE
+from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import RedisNodes, RedisServer
 
 from .conftest import IN_CI, initialise_redlock, lock_value
@@ -163,6 +165,126 @@ def test_a_release_that_overtakes_its_own_acquire_on_a_slow_node_leaves_no_key(f
     for round_ in range(5):
         assert lock_value(slow.client(), f"{name}:{round_}") is None
     locks.close()
+
+
+HELD_BACK = 0.4  # seconds the proxy holds back the release on its way to the slow node
+
+
+def _tokens(nodes: list[RedisServer], name: str) -> list[str | None]:
+    return [lock_value(node.client(), name) for node in nodes]
+
+
+def _wait_for_tokens(nodes: list[RedisServer], name: str, expected: list[str | None],
+                     timeout: float = 3.0) -> list[str | None]:
+    deadline = time.monotonic() + timeout
+    while (got := _tokens(nodes, name)) != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return got
+
+
+def _until_received(proxy: Proxy, before: int) -> None:
+    """Until the proxy has read more than `before` bytes from its clients (its thread may run late: the delay
+    applies to what it reads while the delay is set)."""
+    deadline = time.monotonic() + 2.0
+    while proxy.received <= before and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert proxy.received > before, "the release never reached the proxy"
+
+
+@pytest.fixture
+def slow_fifth(five: RedisNodes) -> Iterator[tuple[list[str], Proxy]]:
+    """The five nodes' URLs, node 4's through a proxy that can hold back what is sent to it."""
+    with Proxy(five.nodes[4].host, five.nodes[4].port, name="slow-node") as proxy:
+        yield [*_urls(five.nodes[:4], socket_timeout=2.0), f"redis://{proxy.host}:{proxy.port}/0?socket_timeout=2"], \
+            proxy
+
+
+def test_an_acquire_right_after_a_release_reaches_a_slow_node_after_that_release(
+        five: RedisNodes, slow_fifth: tuple[list[str], Proxy], name: str) -> None:
+    """The release returns once a quorum confirmed it, while node 4's release is still on its way. The next
+    acquire from the same thread must reach node 4 after it, never overtake it on a connection of its own: node 4
+    would then still hold our released key and refuse the acquire (with one more node slow or down, the grant
+    itself fails). Once node 4 has answered, every node holds the new lease and none the old one."""
+    urls, proxy = slow_fifth
+    locks = fencelock.connect(urls)
+    try:
+        locks.acquire(name + ":warm", ttl=5.0, wait=0).release()
+        first = locks.acquire(name, ttl=30.0, wait=0)
+        assert _wait_for_tokens(five.nodes, name, [first.token] * 5) == [first.token] * 5
+        time.sleep(0.1)  # node 4's reply is back through the proxy, and read
+        proxy.delay = HELD_BACK
+        sent = proxy.received
+        first.release()  # returns with nodes 0-3; the proxy holds node 4's release back
+        _until_received(proxy, sent)
+        proxy.delay = 0.0  # what is sent from now on passes at once
+        assert _tokens(five.nodes, name)[4] == first.token  # node 4 has not seen the release yet
+        second = locks.acquire(name, ttl=30.0, wait=0)
+        assert second.fence > first.fence
+        # Node 4 answers the release after HELD_BACK, then the acquire: it grants it like the others.
+        assert _wait_for_tokens(five.nodes, name, [second.token] * 5) == [second.token] * 5
+        time.sleep(0.2)
+        assert _tokens(five.nodes, name) == [second.token] * 5
+        second.release()
+        assert _wait_for_tokens(five.nodes, name, [None] * 5) == [None] * 5
+    finally:
+        locks.close()
+
+
+def test_asyncio_an_acquire_right_after_a_release_reaches_a_slow_node_after_that_release(
+        five: RedisNodes, slow_fifth: tuple[list[str], Proxy], name: str) -> None:
+    urls, proxy = slow_fifth
+
+    async def main() -> None:
+        async with fencelock.aio.connect(urls) as locks:
+            await (await locks.acquire(name + ":warm", ttl=5.0, wait=0)).release()
+            first = await locks.acquire(name, ttl=30.0, wait=0)
+            assert await asyncio.to_thread(_wait_for_tokens, five.nodes, name, [first.token] * 5) == [first.token] * 5
+            await asyncio.sleep(0.1)  # node 4's reply is back through the proxy, and read
+            proxy.delay = HELD_BACK
+            sent = proxy.received
+            await first.release()
+            await asyncio.to_thread(_until_received, proxy, sent)
+            proxy.delay = 0.0
+            assert _tokens(five.nodes, name)[4] == first.token
+            second = await locks.acquire(name, ttl=30.0, wait=0)  # (acquire runs in a task of its own)
+            assert second.fence > first.fence
+            # (the loop runs meanwhile: node 4's replies are read, and the acquire is sent after the release's)
+            await asyncio.to_thread(_wait_for_tokens, five.nodes, name, [second.token] * 5)
+            await asyncio.sleep(0.2)
+            assert _tokens(five.nodes, name) == [second.token] * 5
+            await second.release()
+
+    asyncio.run(main())
+
+
+def _connections(node: RedisServer) -> int:
+    """The node's client connections other than the one asking."""
+    with node.client() as asking:
+        return len(asking.client_list()) - 1
+
+
+def test_closing_a_client_while_give_backs_are_pending_leaves_no_connection_open(five: RedisNodes,
+                                                                               name: str) -> None:
+    """A refused attempt gives its keys back in the background, each once its own request has finished. Closed
+    meanwhile, the client must not connect again for them (nobody would close those connections: a
+    ResourceWarning at the end of the test that paused the nodes)."""
+    locks = fencelock.connect(_urls(five.nodes, socket_timeout=2.0))
+    locks.acquire(name + ":warm", ttl=5.0, wait=0).release()
+    for i in (2, 3, 4):
+        five.nodes[i].pause()
+    try:
+        with pytest.raises(fencelock.QuorumUnavailable):
+            locks.acquire(name, ttl=5.0, wait=0)  # give-backs wait for the requests to the stopped nodes
+        locks.close()
+    finally:
+        for i in (2, 3, 4):
+            five.nodes[i].resume()
+    deadline = time.monotonic() + 3.0
+    while (open_ := [_connections(node) for node in five.nodes]) != [0] * 5:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert open_ == [0] * 5  # (the asking client itself aside)
 
 
 # -- a clock jump -----------------------------------------------------------------------------------------------

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
+from redis.asyncio import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._logic import resp
 
@@ -30,9 +33,25 @@ def _keep(task: asyncio.Future[Any]) -> None:
     task.add_done_callback(_background.discard)
 
 
+_origin: weakref.WeakKeyDictionary[asyncio.Future[Any], Any] = weakref.WeakKeyDictionary()
+"""A task started on a caller's behalf (`shielded`, `undo_if_interrupted`) -> that caller's task."""
+
+
+def _caller() -> Any:
+    """Who is sending, for the order of requests on `Channel`s: the running task, or the task it runs for."""
+    task = asyncio.current_task()
+    return _origin.get(task, task) if task is not None else None
+
+
+def _on_behalf(task: asyncio.Future[Any]) -> asyncio.Future[Any]:
+    """`task` sends for the running task: its requests to one server stay in order with the caller's own."""
+    _origin[task] = _caller()
+    return task
+
+
 async def shielded(awaitable: Awaitable[T]) -> T:
     """Run `awaitable` to completion even if the caller is cancelled meanwhile (the cancellation still propagates)."""
-    task = asyncio.ensure_future(awaitable)
+    task = _on_behalf(asyncio.ensure_future(awaitable))
     _keep(task)
     return await asyncio.shield(task)
 
@@ -59,11 +78,11 @@ async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callabl
     delete before the server runs the acquire. So the request runs to its end in the background, and `undo`
     (delete the key with our token) follows it, in that order.
     """
-    task = asyncio.ensure_future(request())
+    task = _on_behalf(asyncio.ensure_future(request()))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        _keep(asyncio.ensure_future(_undo_after(task, undo)))
+        _keep(_on_behalf(asyncio.ensure_future(_undo_after(task, undo))))  # after the request's own requests
         raise
 
 
@@ -82,7 +101,12 @@ async def fan_out(calls: Sequence[Call[T]], timeout: float,
     Returns the results of the calls that finished, by their index, and every call's handle: calls still
     running go on in the background, and cleanup can be chained after each one (`then`). Calls must not raise.
     """
-    tasks: list[asyncio.Future[T]] = [asyncio.ensure_future(call()) for call in calls]
+    return await _gather([asyncio.ensure_future(call()) for call in calls], timeout, enough)
+
+
+async def _gather(tasks: list[asyncio.Future[T]], timeout: float,
+                  enough: Callable[[dict[int, T]], bool]) -> tuple[dict[int, T], list[Handle[T]]]:
+    """`fan_out` of tasks already started."""
     for task in tasks:
         _keep(task)
     results: dict[int, T] = {}
@@ -102,6 +126,11 @@ async def fan_out(calls: Sequence[Call[T]], timeout: float,
     return results, tasks
 
 
+PATIENCE = 2.0
+"""Seconds a request waits for the caller's previous request to the same server when the client has no socket
+timeout (with one, it waits that long: the previous request's reply is read within it, or its connection dropped)."""
+
+
 class Channel:
     """One server's dedicated connections for `run_scripts`, outside the client's connection pool.
 
@@ -111,10 +140,21 @@ class Channel:
     made with the client's own settings (address, TLS, credentials, timeouts), so they behave as the client's
     would; the client's pool still serves every other command (BLPOP, repair).
 
-    One task at a time uses one connection per server; concurrent tasks each take their own (a new one is
-    connected when none is idle). Connections belong to the event loop that made them: under another loop (a
-    second `asyncio.run`), or after `os.fork()`, the old ones are let go and new ones are made. `aclose` closes
-    every connection, also those a request still uses (as redis-py's pool does).
+    Requests one task sends to one server reach it in the order it sent them. While the task's previous request there
+    still waits for its reply (one that came after the quorum, read in the background), the next one waits for that
+    reply, at most that request's own bound (the socket timeout), and then takes an idle connection. Opening another
+    connection instead would let the later request overtake the earlier one (a new acquire run before our own release on
+    a slow node, and refused there by our own key). If the earlier one gets no answer (none in time, or a network
+    error), the server is stalled or gone: the later one is not sent (it counts as unanswered, and the next one waits
+    for that same earlier request), so nothing queued behind a request that failed reaches a server late. A task started
+    on a caller's behalf (`shielded`, `undo_if_interrupted`) counts as that caller. Concurrent tasks are not ordered
+    with each other: each takes its own connection (a new one is connected when none is idle).
+
+    Connections belong to the event loop that made them: under another loop (a second `asyncio.run`), or after
+    `os.fork()`, the old ones are let go and new ones are made. `aclose` closes every connection, also those a
+    request still uses (as redis-py's pool does); a request begun before it never keeps or makes one after it,
+    and every connection that is dropped (failed, timed out, or made before `aclose`) is closed, never left to
+    the garbage collector.
     """
 
     def __init__(self, client: Any) -> None:
@@ -124,36 +164,63 @@ class Channel:
         self._idle: list[Any] = []
         self._open: set[Any] = set()  # every connection made and not yet dropped: idle or in use
         self._owner: tuple[int, asyncio.AbstractEventLoop | None] = (os.getpid(), None)
+        self.generation = 0  # +1 at every aclose: what a request begun before it finds is not its to use
+        self._latest: dict[Any, tuple[asyncio.Future[Any], float]] = {}  # caller -> its request in flight here
+        self._patience: float = self._kwargs.get("socket_timeout") or PATIENCE
 
-    def take(self) -> Any:
+    def take(self, generation: int) -> Any:
         """An idle connection, connected and with nothing left to read; None if there is none."""
         owner = os.getpid(), asyncio.get_running_loop()
         if owner != self._owner:
             self._let_go(same_process=owner[0] == self._owner[0])
             self._owner = owner
-        return self._idle.pop() if self._idle else None
+        return self._idle.pop() if self._idle and generation == self.generation else None
 
-    def give_back(self, conn: Any) -> None:
-        """Idle again, if its reply was read and it is still connected; a connection that failed is dropped."""
+    def in_flight(self, caller: Any) -> tuple[asyncio.Future[Any], float] | None:
+        """The caller's latest request here while its reply is still to come (or the one that request waited for
+        in vain), with how long to wait for it."""
+        latest = self._latest.get(caller)
+        if latest is None:
+            return None
+        latest = _last_sent(latest)
+        return latest if not latest[0].done() else None
+
+    def track(self, caller: Any, request: asyncio.Future[Any], timeout: float) -> None:
+        """`request` is the caller's latest here, still in flight; a later one waits for it, at most the socket
+        timeout (at least `timeout`, the per-server timeout it was sent with)."""
+        self._latest[caller] = request, max(self._patience, timeout)
+        if len(self._latest) > 64:  # callers that ended with a request in flight: forget the finished ones
+            for key in [key for key, (task, _) in self._latest.items() if task.done()]:
+                del self._latest[key]
+
+    async def give_back(self, conn: Any) -> None:
+        """Idle again, if its reply was read and it is still connected and current; otherwise closed and dropped."""
         if conn in self._open and conn.is_connected:
             self._idle.append(conn)
         else:
             self._open.discard(conn)
+            await conn.disconnect(nowait=True)
 
-    async def connect(self) -> Any:
-        """A new connection: TCP connect and the client's handshake."""
+    async def connect(self, generation: int) -> Any:
+        """A new connection: TCP connect and the client's handshake (refused to a request begun before aclose)."""
+        if generation != self.generation:
+            raise RedisConnectionError("the client was closed")
         conn = self._class(**self._kwargs)
         self._open.add(conn)
         try:
             await conn.connect()
+            if generation != self.generation:  # closed while this connected: aclose did not see it connected
+                raise RedisConnectionError("the client was closed")
         except BaseException:
             self._open.discard(conn)
+            await conn.disconnect(nowait=True)
             raise
         return conn
 
     def _let_go(self, *, same_process: bool) -> None:
         """Forget the connections of another loop (closing them if that loop still runs) or another process."""
         old, self._open, self._idle = self._open, set(), []
+        self._latest.clear()
         for conn in old if same_process else ():
             try:
                 conn._close()  # without waiting: the loop they belong to is not running here
@@ -161,12 +228,19 @@ class Channel:
                 pass  # that loop is closed, and its transports with it
 
     async def aclose(self) -> None:
+        self.generation += 1
         if self._owner != (os.getpid(), asyncio.get_running_loop()):
             self._let_go(same_process=self._owner[0] == os.getpid())
             return
         old, self._open, self._idle = self._open, set(), []
         for conn in old:
             await conn.disconnect(nowait=True)
+
+
+def cluster_from_url(url: str, **options: Any) -> RedisCluster:
+    """A Redis Cluster client from a URL. (redis.asyncio's closes every node's connections on aclose; the
+    synchronous twin needs a subclass for that.)"""
+    return RedisCluster.from_url(url, **options)
 
 
 class ScriptRequest(NamedTuple):
@@ -184,18 +258,44 @@ async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
     """Run one script on each of several servers at once, each on a dedicated connection (`Channel`); like
     `fan_out`. A reply is the script's answer, or the exception the server or network gave; after NOSCRIPT the
     script is sent again as EVAL on the same connection. A reply still missing at the end is read in the
-    background before its connection is used again; one that does not come within the socket timeout drops it.
-    (The synchronous twin multiplexes sockets from one thread.)"""
+    background; one that does not come within the socket timeout drops its connection. The caller's next request
+    to that server waits for it first (see `Channel`). (The synchronous twin multiplexes sockets from one
+    thread.)"""
+    caller = _caller()
     packed: dict[tuple[str, int, int], Any] = {}  # requests sharing their key and argument lists: packed once
-    return await fan_out([partial(_call_script, request, packed) for request in requests], timeout, enough)
+    tasks: list[asyncio.Future[Any]] = []
+    for request in requests:
+        channel = request.channel
+        before = channel.in_flight(caller)  # our previous request there: this one must not overtake it
+        tasks.append(asyncio.ensure_future(_call_script(request, packed, channel.generation, before)))
+    try:
+        return await _gather(tasks, timeout, enough)
+    finally:
+        for request, task in zip(requests, tasks, strict=True):
+            if not task.done():  # in flight: the caller's next request to that server waits for it
+                request.channel.track(caller, task, timeout)
 
 
-async def _call_script(request: ScriptRequest, packed: dict[tuple[str, int, int], Any]) -> Any:
+async def _call_script(request: ScriptRequest, packed: dict[tuple[str, int, int], Any], generation: int,
+                       before: tuple[asyncio.Future[Any], float] | None) -> Any:
     channel = request.channel
-    conn = channel.take()
+    if before is not None:
+        before = _last_sent(before)
+    if before is not None and not before[0].done():  # the caller's previous request here goes first
+        deadline = asyncio.get_running_loop().time() + before[1]
+        while not before[0].done():
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining > 0:
+                await asyncio.wait([before[0]], timeout=remaining)
+            if not before[0].done():
+                return NotSent(channel, before)
+            before = _last_sent(before)
+        if not _answered(before):
+            return NotSent(channel, before)
+    conn = channel.take(generation)
     if conn is None:
         try:
-            conn = await channel.connect()
+            conn = await channel.connect(generation)
         except Exception as exc:
             return exc
     same = request.lua.sha, id(request.keys), id(request.args)
@@ -215,12 +315,46 @@ async def _call_script(request: ScriptRequest, packed: dict[tuple[str, int, int]
         # A network error (redis-py has closed the connection), or the task was cancelled half-way, which
         # leaves a reply unread: either way this connection must not carry another request.
         await conn.disconnect(nowait=True)
-        channel.give_back(conn)  # (dropped: it is not connected)
+        await channel.give_back(conn)  # (dropped: it is not connected)
         if not isinstance(exc, Exception):
             raise
         return exc
-    channel.give_back(conn)
+    await channel.give_back(conn)
     return reply
+
+
+class NotSent(RedisTimeoutError):
+    """The reply of a request left unsent: it had to wait for the caller's previous request to that server, and
+    that one got no answer (none within its bound, or a network error), so the server is stalled or gone. Sent
+    on another connection, this one could overtake it (and pile onto a stalled server); it counts as unanswered,
+    as any request to a stalled server does. `before` is that previous request: the next one waits for it, not
+    for this one."""
+
+    def __init__(self, channel: Channel, before: tuple[asyncio.Future[Any], float]) -> None:
+        kwargs = channel._kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+        super().__init__(f"not sent: the previous request to {where} got no answer")
+        self.before = before
+
+
+def _last_sent(before: tuple[asyncio.Future[Any], float]) -> tuple[asyncio.Future[Any], float]:
+    """The caller's latest request that was sent: `before`, or, if that one was not sent, the one it waited for."""
+    while before[0].done():
+        task = before[0]
+        result = None if task.cancelled() or task.exception() is not None else task.result()
+        if not isinstance(result, NotSent):
+            break
+        before = result.before
+    return before
+
+
+def _answered(request: tuple[asyncio.Future[Any], float]) -> bool:
+    """A finished request got the server's answer (a reply, or the server's error), not a network failure."""
+    task = request[0]
+    if task.cancelled() or task.exception() is not None:
+        return False
+    result = task.result()
+    return not isinstance(result, Exception) or isinstance(result, ResponseError)
 
 
 async def _write(conn: Any, command: bytes) -> None:
@@ -418,4 +552,5 @@ async def call_script(channel: Channel, lua: Any, keys: list[str], args: list[An
     """One script call on one server's dedicated connection: the single-node backend's requests, without
     redis-py's per-command work. Returns the reply, or the exception the server or the network gave (as
     `run_scripts` does); a cancelled call drops its connection (its reply is never read)."""
-    return await _call_script(ScriptRequest(channel, lua, keys, args), {})
+    # (One call at a time per task here, each awaited to its end: nothing of the caller's is in flight before it.)
+    return await _call_script(ScriptRequest(channel, lua, keys, args), {}, channel.generation, None)

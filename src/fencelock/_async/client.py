@@ -248,6 +248,7 @@ class AsyncLocks:
         self._backend = backend
         self._clock = clock
         self._watchdog = AsyncWatchdog(backend, clock)
+        self._closed = False  # set by aclose: cleanups still running in the background then close after them
 
     @property
     def backend(self) -> AsyncBackend:
@@ -296,7 +297,7 @@ class AsyncLocks:
             sent_at = clock()  # before any wait: the lease's validity counts from here
             try:
                 attempt = await undo_if_interrupted(partial(backend.try_acquire, name, token, ms, block, fair),
-                                                    lambda: self._forget(name, token, queued))
+                                                    lambda: self._forget_later(name, token, queued))
             except BackendError as exc:
                 failures += 1
                 delay = backend.retry_after(exc, failures)
@@ -309,7 +310,7 @@ class AsyncLocks:
                     continue
                 # The script may have run. Delete our key if it did, but do not make the caller wait for a
                 # server that just failed to answer: the error is due now, and the TTL bounds the key anyway.
-                in_background(lambda: self._forget(name, token, queued))
+                in_background(lambda: self._forget_later(name, token, queued))
                 raise
             failures = 0
             if attempt.granted:
@@ -345,6 +346,19 @@ class AsyncLocks:
             return await self._backend.release(name, token, 0) is Released.RELEASED
         except BackendError:
             return False
+
+    async def _forget_later(self, name: str, token: str, queued: bool) -> bool:
+        """`_forget` in the background, after the caller has moved on, so it may outlive `aclose`: skipped once
+        the client is closed (the TTL frees the key), and if the client was closed while it ran, the backend is
+        closed again after it. The client library may have connected anew for it (a Redis Cluster client reads
+        the cluster's layout again after a timeout), and nobody else would close that connection."""
+        if self._closed:
+            return False
+        try:
+            return await self._forget(name, token, queued)
+        finally:
+            if self._closed:
+                await self._backend.aclose()
 
     async def _leave(self, name: str, token: str) -> bool:
         """Best effort: leave the fair queue (True if the server confirmed). Else the entry expires by itself."""
@@ -396,6 +410,7 @@ class AsyncLocks:
 
     async def aclose(self) -> None:
         """Stop the watchdog and close the connections this client made (leases still held expire by TTL)."""
+        self._closed = True
         await self._watchdog.aclose()
         await self._backend.aclose()
 

@@ -16,6 +16,7 @@ from .._logic.keys import PREFIX
 from .._logic.redlock import DEFAULT_REPAIR_DELAY, check_node_count
 from .._logic.urls import DEFAULT_SOCKET_TIMEOUT, parse_redis_url
 from .._logic.zookeeper import parse_zookeeper_url
+from ._compat import cluster_from_url
 from .client import AsyncLocks
 from .redis import CLIENT_ERRORS, AsyncRedisBackend
 from .redlock import AsyncRedlockBackend
@@ -70,7 +71,7 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     client: Redis | RedisCluster
     if parsed.cluster:
         try:  # the synchronous cluster client asks for the cluster's layout at once
-            client = RedisCluster.from_url(parsed.url, **options)
+            client = cluster_from_url(parsed.url, **options)
         except CLIENT_ERRORS as exc:
             raise BackendError(f"cannot reach the Redis Cluster at {parsed.shown}: {exc}") from exc
     else:

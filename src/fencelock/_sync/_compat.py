@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple, TypeVar
 
+from redis import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -102,6 +103,11 @@ def fan_out(calls: Sequence[Call[T]], timeout: float,
     return results, futures
 
 
+PATIENCE = 2.0
+"""Seconds a request waits for the caller's previous request to the same server when the client has no socket
+timeout (with one, it waits that long: the previous request's reply is read within it, or its connection dropped)."""
+
+
 class Channel:
     """One server's dedicated connections for `run_scripts`, outside the client's connection pool.
 
@@ -111,10 +117,20 @@ class Channel:
     The connections are made with the client's own settings (address, TLS, credentials, timeouts), so they
     behave as the client's would; the client's pool still serves every other command (BLPOP, repair).
 
-    A single-threaded caller uses one connection per server. Threads that share the client each take their own
-    (a new one is connected when none is idle), so a connection is never used by two requests at once.
+    Requests one thread sends to one server reach it in the order it sent them. While the thread's previous request
+    there still waits for its reply (one that came after the quorum, read in the background), the next one waits for
+    that reply, at most that request's own bound (the socket timeout), and then takes an idle connection. Opening
+    another connection instead would let the later request overtake the earlier one (a new acquire run before our own
+    release on a slow node, and refused there by our own key). If the earlier one gets no answer (none in time, or a
+    network error), the server is stalled or gone: the later one is not sent (it counts as unanswered, and the next one
+    waits for that same earlier request), so nothing queued behind a request that failed reaches a server late. Threads
+    that share the client are not ordered with each other: each takes its own connection (a new one is connected when
+    none is idle), so a connection is never used by two requests at once.
+
     After `os.fork()` the child leaves the parent's connections alone and makes its own. `close` closes every
-    connection, also those a request still uses (as redis-py's pool does).
+    connection, also those a request still uses (as redis-py's pool does); a request begun before it never keeps
+    or makes one after it, and every connection that is dropped (failed, timed out, or made before `close`) is
+    closed, never left to the garbage collector.
     """
 
     def __init__(self, client: Any) -> None:
@@ -125,39 +141,89 @@ class Channel:
         self._idle: deque[Any] = deque()
         self._open: set[Any] = set()  # every connection made and not yet dropped: idle or in use
         self._pid = os.getpid()
+        self.generation = 0  # +1 at every close: what a request begun before it finds is not its to use
+        self._latest: dict[int, tuple[Future[Any], float]] = {}  # thread -> its latest request here
+        self._latest_lock = threading.Lock()
+        self._patience: float = self._kwargs.get("socket_timeout") or PATIENCE
 
-    def take(self) -> Any:
+    def take(self, generation: int) -> Any:
         """An idle connection, connected and with nothing left to read; None if there is none."""
         if self._pid != os.getpid():  # forked: those sockets are the parent's
-            self._idle, self._open, self._pid = deque(), set(), os.getpid()
+            self._idle, self._open, self._pid, self._latest = deque(), set(), os.getpid(), {}
+            self._latest_lock = threading.Lock()
+        if generation != self.generation:
+            return None
         try:
             return self._idle.pop()
         except IndexError:
             return None
 
+
+    def track(self, caller: int, request: Future[Any], timeout: float) -> None:
+        """`request` is the caller's latest here; a later one waits for it, at most the socket timeout (at
+        least `timeout`, the per-server timeout it was sent with)."""
+        with self._latest_lock:
+            self._latest[caller] = request, max(self._patience, timeout)
+            if len(self._latest) > 64:  # threads that ended with a request in flight: forget the finished ones
+                for thread, (handle, _) in list(self._latest.items()):
+                    if handle.done():
+                        del self._latest[thread]
+
     def give_back(self, conn: Any) -> None:
-        """Idle again, if its reply was read and it is still connected; a connection that failed is dropped."""
+        """Idle again, if its reply was read and it is still connected and current; otherwise closed and dropped."""
         if conn in self._open and conn._sock is not None:
             self._idle.append(conn)
         else:
             self._open.discard(conn)
+            conn.disconnect()
 
-    def connect(self) -> Any:
-        """A new connection (TCP connect and the client's handshake: it may block, so only ever from a thread)."""
+    def connect(self, generation: int) -> Any:
+        """A new connection (TCP connect and the client's handshake: it may block, so only ever from a thread);
+        refused to a request begun before `close`."""
+        if generation != self.generation:
+            raise RedisConnectionError("the client was closed")
         conn = self._class(**self._kwargs)
         self._open.add(conn)
         try:
             conn.connect()
+            if generation != self.generation:  # closed while this connected: close did not see it connected
+                raise RedisConnectionError("the client was closed")
         except BaseException:
             self._open.discard(conn)
+            conn.disconnect()
             raise
         return conn
 
     def close(self) -> None:
+        self.generation += 1
         old, self._open, self._idle = self._open, set(), deque()
         if self._pid == os.getpid():
             for conn in list(old):
                 conn.disconnect()
+
+
+class _ClosingRedisCluster(RedisCluster):
+    """redis-py's cluster client, whose close() also closes the connections of every node.
+
+    Made from a URL, redis-py 8's client gives each node a connection pool of its own that the node client does
+    not own, so RedisCluster.close() leaves those connections open, to the garbage collector (a ResourceWarning
+    at some later, random moment). redis.asyncio's cluster client closes them.
+    """
+
+    def close(self) -> None:
+        super().close()
+        manager: Any = getattr(self, "nodes_manager", None)
+        if manager is None:
+            return
+        nodes = {id(node): node for cache in (manager.nodes_cache, manager.startup_nodes) for node in cache.values()}
+        for node in nodes.values():
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
+
+
+def cluster_from_url(url: str, **options: Any) -> RedisCluster:
+    """A Redis Cluster client from a URL, whose close() closes every node's connections (see above)."""
+    return _ClosingRedisCluster.from_url(url, **options)
 
 
 class ScriptRequest(NamedTuple):
@@ -192,25 +258,57 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
     connection is used again only once its reply has been read, and is dropped if none comes within its socket
     timeout. The returned handles complete when each reply is in, so cleanup can be chained after each (`then`).
     """
+    caller = threading.get_ident()
     results: dict[int, Any] = {}
     handles: list[Handle[Any]] = []
     waiting: dict[Any, _InFlight] = {}  # socket -> the request in flight on it
     threads: dict[Future[Any], int] = {}
     packed: dict[tuple[str, int, int], Any] = {}  # requests sharing their key and argument lists: packed once
 
+    deferred: dict[int, tuple[ScriptRequest, int, tuple[Future[Any], float]]] = {}  # after our previous one
+
     def done(i: int, reply: Any) -> None:
         results[i] = reply
         handles[i] = _DONE  # nothing runs on in the background: cleanup chained after it may start at once
 
+    def send(i: int, request: ScriptRequest, generation: int) -> None:
+        """On an idle connection from this thread, or else from a thread that connects one (as in the first
+        pass below, which has it inline)."""
+        conn = request.channel.take(generation)
+        if conn is None:
+            future = _POOL.submit(_in_thread, request, generation, None)
+            threads[future] = i
+            handles[i] = future
+            return
+        same = request.lua.sha, id(request.keys), id(request.args)
+        command = packed.get(same)
+        if command is None:
+            command = packed[same] = _command(conn, request, reload=False)
+        flight = _InFlight(i, request, conn)
+        failed = _send(flight, command)
+        if failed is None:
+            waiting[conn._sock] = flight
+        else:
+            done(i, failed)
+
     try:
         for i, request in enumerate(requests):
-            conn = request.channel.take()
-            if conn is None:
-                future = _POOL.submit(_on_new_connection, request)
-                threads[future] = i
-                handles.append(future)
-                continue
             handles.append(_DONE)  # replaced by a real handle if its reply is left to the background
+            channel = request.channel
+            before = channel._latest.get(caller)  # our latest request there, if it was left in flight
+            if before is not None and before[0].done():
+                before = _last_sent(before)
+            if before is not None and not before[0].done():
+                # Our previous request there is still in flight: this one must not overtake it. It is sent from
+                # here as soon as that reply is in.
+                deferred[i] = request, channel.generation, before
+                continue
+            conn = channel.take(channel.generation)
+            if conn is None:
+                future = _POOL.submit(_in_thread, request, channel.generation, None)
+                threads[future] = i
+                handles[i] = future
+                continue
             same = request.lua.sha, id(request.keys), id(request.args)
             command = packed.get(same)
             if command is None:
@@ -223,7 +321,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                 done(i, failed)
         deadline = time.monotonic() + timeout
         decided = False
-        while waiting or threads:
+        while waiting or threads or deferred:
             if not decided and enough(results):
                 # Decided. Replies due any moment still get a short grace: a connection read now is free for the
                 # next request, where one left to the background would send that request to a thread.
@@ -232,10 +330,24 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
+            if deferred:
+                for i in [i for i, (_, _, before) in deferred.items() if before[0].done()]:
+                    request, generation, before = deferred.pop(i)
+                    sent = _last_sent(before)
+                    if not sent[0].done():
+                        deferred[i] = request, generation, sent
+                    elif _answered(sent):
+                        send(i, request, generation)
+                    else:
+                        done(i, NotSent(request.channel, sent))
             if waiting:
-                ready, _, _ = select.select(list(waiting), [], [], min(remaining, 0.002) if threads else remaining)
+                others = threads or deferred
+                ready, _, _ = select.select(list(waiting), [], [], min(remaining, 0.002) if others else remaining)
+            elif threads or deferred:
+                wait([*threads, *(before[0] for _, _, before in deferred.values())], timeout=remaining,
+                     return_when=FIRST_COMPLETED)
+                ready = []
             else:
-                wait(list(threads), timeout=remaining, return_when=FIRST_COMPLETED)
                 ready = []
             for sock in ready:
                 flight = waiting.pop(sock)
@@ -252,6 +364,11 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         raise
     for flight in waiting.values():
         handles[flight.position] = _POOL.submit(_finish, flight)
+    for i, (request, generation, before) in deferred.items():  # their turn did not come in time: in a thread
+        handles[i] = _POOL.submit(_in_thread, request, generation, before)
+    for request, handle in zip(requests, handles, strict=True):
+        if handle is not _DONE and not handle.done():  # in flight: this thread's next request there waits
+            request.channel.track(caller, handle, timeout)
     return results, handles
 
 
@@ -335,6 +452,40 @@ def _read_reply(conn: Any) -> Any:
         return reply
 
 
+class NotSent(RedisTimeoutError):
+    """The reply of a request left unsent: it had to wait for the caller's previous request to that server, and
+    that one got no answer (none within its bound, or a network error), so the server is stalled or gone. Sent
+    on another connection, this one could overtake it (and pile onto a stalled server); it counts as unanswered,
+    as any request to a stalled server does. `before` is that previous request: the next one waits for it, not
+    for this one."""
+
+    def __init__(self, channel: Channel, before: tuple[Future[Any], float]) -> None:
+        kwargs = channel._kwargs
+        where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+        super().__init__(f"not sent: the previous request to {where} got no answer")
+        self.before = before
+
+
+def _last_sent(before: tuple[Future[Any], float]) -> tuple[Future[Any], float]:
+    """The caller's latest request that was sent: `before`, or, if that one was not sent, the one it waited for."""
+    while before[0].done():
+        future = before[0]
+        result = None if future.cancelled() or future.exception() is not None else future.result()
+        if not isinstance(result, NotSent):
+            break
+        before = result.before
+    return before
+
+
+def _answered(request: tuple[Future[Any], float]) -> bool:
+    """A finished request got the server's answer (a reply, or the server's error), not a network failure."""
+    future = request[0]
+    if future.cancelled() or future.exception() is not None:
+        return False
+    result = future.result()
+    return not isinstance(result, Exception) or isinstance(result, ResponseError)
+
+
 def _where(conn: Any) -> str:
     path = getattr(conn, "path", None)
     return str(path) if path else f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
@@ -348,12 +499,27 @@ def _finish(flight: _InFlight) -> Any:
     return reply
 
 
-def _on_new_connection(request: ScriptRequest) -> Any:
-    """A request on a server with no idle connection, from a thread: connect, send, read; keep the connection."""
-    try:
-        conn = request.channel.connect()
-    except Exception as exc:
-        return exc
+def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any], float] | None) -> Any:
+    """A request that cannot be sent at once, from a thread: after the caller's previous request to that server
+    (at most its bound), or where no connection is idle. Send on an idle connection, or connect one; read."""
+    channel = request.channel
+    if before is not None:
+        before = _last_sent(before)
+    if before is not None and not before[0].done():  # the caller's previous request here goes first
+        deadline = time.monotonic() + before[1]
+        while not before[0].done():
+            wait([before[0]], timeout=max(0.0, deadline - time.monotonic()))
+            if not before[0].done():
+                return NotSent(channel, before)
+            before = _last_sent(before)
+        if not _answered(before):
+            return NotSent(channel, before)
+    conn = channel.take(generation)
+    if conn is None:
+        try:
+            conn = channel.connect(generation)
+        except Exception as exc:
+            return exc
     flight = _InFlight(0, request, conn)
     failed = _send(flight, _command(conn, request, reload=False))
     return failed if failed is not None else _finish(flight)
@@ -480,10 +646,11 @@ def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any]) ->
     requests, without redis-py's per-command work. Returns the reply, or the exception the server or the network
     gave (as `run_scripts` does); blocks at most the client's connect and socket timeouts."""
     request = ScriptRequest(channel, lua, keys, args)
-    conn = channel.take()
+    generation = channel.generation  # (one call at a time per thread here: nothing of ours is in flight before it)
+    conn = channel.take(generation)
     if conn is None:
         try:
-            conn = channel.connect()
+            conn = channel.connect(generation)
         except Exception as exc:
             return exc
     flight = _InFlight(0, request, conn)

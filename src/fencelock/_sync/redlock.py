@@ -92,6 +92,7 @@ class RedlockBackend:
         self._known: dict[str, int] = {}  # name -> the highest hwm seen: where the next proposal starts
         self._repairing: set[int] = set()
         self._healing = False
+        self._closed = False
         self.supports_fair = False  # a fair queue would need a quorum of its own: not offered on Redlock
         self.always_queues = False
         self.renewal_requests = 0  # script calls the watchdog made (for benchmarks)
@@ -110,12 +111,21 @@ class RedlockBackend:
     # -- one node ---------------------------------------------------------------------------------------------
 
     def _release_on(self, i: int, name: str, keys: RedisKeys, token: str, t: int) -> int:
+        """Give back one node's key (a background cleanup). After `close` it is skipped, and the key's TTL frees
+        it: a closed client must not open a connection that nobody closes (a ResourceWarning at exit)."""
+        if self._closed:
+            return NO_ANSWER
         try:
             return int(run_script(self._nodes[i], REDLOCK_RELEASE,
                                         [keys.lock, keys.fence, keys.waiters, keys.wake], [token, t],
                                         name=name, where=self._shown[i]))
         except BackendError:
             return NO_ANSWER
+        finally:
+            if self._closed and self._owns_clients:
+                # Closed while this ran: the pool may have connected again for it after close closed it.
+                pool: Any = self._nodes[i].connection_pool
+                pool.disconnect()
 
     # -- the protocol -----------------------------------------------------------------------------------------
 
@@ -397,6 +407,7 @@ class RedlockBackend:
             return None
 
     def close(self) -> None:
+        self._closed = True
         for channel in self._channels:
             channel.close()
         if self._owns_clients:

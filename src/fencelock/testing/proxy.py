@@ -84,6 +84,8 @@ class Proxy:
         self._closing = False
         #: connections accepted so far
         self.connections = 0
+        #: bytes read from clients so far (a test can wait until what it sent has reached the proxy)
+        self.received = 0
 
     def __repr__(self) -> str:
         state = "stalled" if self.stalled else f"delay={self.delay:g}s"
@@ -160,7 +162,7 @@ class Proxy:
             client_w.transport.abort()
             return
         self._writers.add(server_w)
-        pumps = [asyncio.create_task(self._pump(client_r, server_w, True)),
+        pumps = [asyncio.create_task(self._pump(client_r, server_w, True, from_client=True)),
                  asyncio.create_task(self._pump(server_r, client_w, self.delay_replies))]
         try:
             # When either side is done (hung up, or its last bytes delivered), the connection is over.
@@ -174,7 +176,8 @@ class Proxy:
                 self._writers.discard(writer)
                 writer.transport.abort()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delayed: bool) -> None:
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delayed: bool, *,
+                    from_client: bool = False) -> None:
         """Read as it comes; forward each chunk at (arrival + delay), in order, and only while not stalled."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
 
@@ -199,6 +202,8 @@ class Proxy:
                 if not data and self.stalled:
                     break  # the peer gave up during a partition: what it sent never arrives
                 queue.put_nowait((time.monotonic() + (self.delay if delayed else 0.0), data))
+                if from_client:
+                    self.received += len(data)
                 if not data:
                     await sender
                     break
