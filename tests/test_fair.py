@@ -167,3 +167,36 @@ def test_fair_is_refused_on_redlock(redlock_nodes: Any, name: str) -> None:
     with pytest.raises(TypeError, match="fair must be True or False"):
         locks.acquire(name, fair="yes")  # type: ignore[arg-type]
     locks.close()
+
+
+def test_a_forced_release_wakes_the_fair_queues_head_at_once(fair_deployment: RedisFamily, name: str) -> None:
+    """`force_release` pushes the head's own wake-up in its script: the head does not wait for its block to end."""
+    locks = fencelock.connect(fair_deployment.target)
+    holder = locks.acquire(name, ttl=30.0, wait=0)
+    granted: list[float] = []
+
+    def waiter() -> None:
+        client = fencelock.connect(fair_deployment.target)
+        try:
+            with client.lock(name, ttl=5.0, wait=20.0, fair=True):
+                granted.append(time.monotonic())
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    try:
+        _wait_for_queue(fair_deployment, name, 1)
+        time.sleep(0.2)  # the head is blocked on its own wake list by now
+        forced = time.monotonic()
+        assert locks.force_release(name).held
+        thread.join(timeout=10)
+        assert granted, "the fair head was never granted"
+        # Without the push the head would take the lock only when its block ends (block_cap: 0.75 x the 2 s
+        # socket timeout), or when its queue entry is refreshed.
+        assert granted[0] - forced < 0.5, granted[0] - forced
+        with pytest.raises(fencelock.LockLost):  # the old holder learns that its lock was taken from it
+            holder.release()
+    finally:
+        thread.join(timeout=10)
+        locks.close()

@@ -137,24 +137,6 @@ class AsyncRedisBackend:
         deadlines, wake_prefix = fair_keys(name, self._prefix)
         await self._run(FAIR_LEAVE, name, [keys.lock, keys.queue, deadlines, wake_prefix], [token, self._entry_ttl_ms])
 
-    async def _wake_head(self, name: str, head: str | bytes, fence: int) -> None:
-        """Push to the fair queue head's own wake list (force_release only: release.lua and fair_leave.lua push
-        it themselves, in the same step)."""
-        _, wake_prefix = fair_keys(name, self._prefix)
-        key = wake_prefix + (head.decode() if isinstance(head, bytes) else head)
-        client: Any = self._client
-        try:
-            if self._cluster:
-                await client.rpush(key, fence)
-                await client.pexpire(key, self._entry_ttl_ms)
-            else:
-                pipe = client.pipeline(transaction=False)
-                pipe.rpush(key, fence)
-                pipe.pexpire(key, self._entry_ttl_ms)
-                await pipe.execute()
-        except CLIENT_ERRORS:
-            pass  # the head finds the lock free when its own wait ends (at most its entry's lifetime)
-
     async def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         keys = redis_keys(name, self._prefix)
         return int(await self._run(EXTEND, name, [keys.lock], [token, ttl_ms])) == 1
@@ -240,15 +222,13 @@ class AsyncRedisBackend:
         return found
 
     async def force_release(self, name: str) -> LockStatus:
-        """Remove the lock whoever holds it, waking a waiter; returns what was removed (held=False: nothing)."""
+        """Remove the lock whoever holds it, waking a waiter (the fair queue's head on its own list, in the same
+        script); returns what was removed (held=False: nothing)."""
         keys = redis_keys(name, self._prefix)
-        deadlines, _ = fair_keys(name, self._prefix)
+        deadlines, wake_prefix = fair_keys(name, self._prefix)
         reply = await self._run(FORCE_RELEASE, name, [keys.lock, keys.fence, keys.waiters, keys.wake, keys.queue,
-                                                      deadlines], [])
-        removed = single_status(name, NodeView.decode(reply))
-        if reply[4]:
-            await self._wake_head(name, reply[4], removed.fence or 0)
-        return removed
+                                                      deadlines, wake_prefix], [self._entry_ttl_ms])
+        return single_status(name, NodeView.decode(reply))
 
     async def aclose(self) -> None:
         if self._channel is not None:

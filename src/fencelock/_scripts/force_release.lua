@@ -7,10 +7,14 @@
 -- KEYS[4]  wake key       fencelock:{name}:wake       (list that waiters BLPOP)
 -- KEYS[5]  queue key      fencelock:{name}:queue      (fair waiters, oldest first)
 -- KEYS[6]  deadlines key  fencelock:{name}:deadlines
+-- KEYS[7]  wake prefix    fencelock:{name}:wake:      (a fair waiter BLPOPs this prefix + its token; the same hash
+--                                                      tag. Redlock, which has no fair queue, leaves it out)
+-- ARGV[1]  entry ttl      milliseconds the fair head's wake-up lives (as release.lua's ARGV[3])
 --
--- returns  {pttl, fence, queued, holder, head}: what was removed, as status.lua reports it (pttl -2: nothing
---          was held), and head = the fair queue's first token ('' if none), whose own wake list the client
---          pushes to next
+-- returns  {pttl, fence, queued, holder}: what was removed, as status.lua reports it (pttl -2: nothing was held)
+--
+-- Like release.lua, the wake-ups are pushed here, in the same step as the delete: the fair queue's head is woken
+-- on its own list, so it never waits for its block to time out.
 if redis.replicate_commands then redis.replicate_commands() end -- Redis 6: TIME before writes
 local pttl = redis.call('PTTL', KEYS[1])
 local fence = tonumber(redis.call('GET', KEYS[2]) or '-1')
@@ -18,7 +22,6 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local queued = redis.call('ZCOUNT', KEYS[6], '(' .. now, '+inf')
 local holder = ''
-local head = ''
 if pttl ~= -2 then
   holder = redis.sha1hex(redis.call('GET', KEYS[1]))
   redis.call('DEL', KEYS[1])
@@ -28,6 +31,10 @@ if pttl ~= -2 then
     redis.call('RPUSH', KEYS[4], math.max(fence, 0))
     redis.call('PEXPIRE', KEYS[4], waiting)
   end
-  head = redis.call('LINDEX', KEYS[5], 0) or ''
+  local head = redis.call('LINDEX', KEYS[5], 0)
+  if head and KEYS[7] then
+    redis.call('RPUSH', KEYS[7] .. head, math.max(fence, 0))
+    redis.call('PEXPIRE', KEYS[7] .. head, ARGV[1])
+  end
 end
-return {pttl, fence, queued, holder, head}
+return {pttl, fence, queued, holder}
