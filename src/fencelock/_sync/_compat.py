@@ -272,8 +272,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         handles[i] = _DONE  # nothing runs on in the background: cleanup chained after it may start at once
 
     def send(i: int, request: ScriptRequest, generation: int) -> None:
-        """On an idle connection from this thread, or else from a thread that connects one (as in the first
-        pass below, which has it inline)."""
+        """On an idle connection from this thread, or else from a thread that connects one."""
         conn = request.channel.take(generation)
         if conn is None:
             future = _POOL.submit(_in_thread, request, generation, None)
@@ -303,22 +302,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                 # here as soon as that reply is in.
                 deferred[i] = request, channel.generation, before
                 continue
-            conn = channel.take(channel.generation)
-            if conn is None:
-                future = _POOL.submit(_in_thread, request, channel.generation, None)
-                threads[future] = i
-                handles[i] = future
-                continue
-            same = request.lua.sha, id(request.keys), id(request.args)
-            command = packed.get(same)
-            if command is None:
-                command = packed[same] = _command(conn, request, reload=False)
-            flight = _InFlight(i, request, conn)
-            failed = _send(flight, command)
-            if failed is None:
-                waiting[conn._sock] = flight
-            else:
-                done(i, failed)
+            send(i, request, channel.generation)
         deadline = time.monotonic() + timeout
         decided = False
         while waiting or threads or deferred:
