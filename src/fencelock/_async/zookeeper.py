@@ -385,10 +385,9 @@ class AsyncZooKeeperBackend:
             return await thread_result(result, self._timeout)
         except (NoNodeError, NodeExistsError):
             raise
-        except TimeoutError as exc:
-            session.unanswered()
-            raise BackendError(f"{what} failed on {self.shown}: {type(exc).__name__}: {exc}", name=name) from exc
         except CLIENT_ERRORS as exc:
+            if isinstance(exc, TimeoutError):  # no answer in time (our bridge's timeout)
+                session.unanswered()
             raise BackendError(f"{what} failed on {self.shown}: {type(exc).__name__}: {exc}", name=name) from exc
 
     async def _children(self, session: _ZKSession, directory: str, name: str | None) -> list[str]:

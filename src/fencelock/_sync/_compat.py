@@ -158,6 +158,14 @@ class Channel:
         except IndexError:
             return None
 
+    def in_flight(self, caller: int) -> tuple[Future[Any], float] | None:
+        """The caller's latest request here while its reply is still to come (or the one that request waited for
+        in vain), with how long to wait for it."""
+        latest = self._latest.get(caller)
+        if latest is None:
+            return None
+        latest = _last_sent(latest)
+        return latest if not latest[0].done() else None
 
     def track(self, caller: int, request: Future[Any], timeout: float) -> None:
         """`request` is the caller's latest here; a later one waits for it, at most the socket timeout (at
@@ -294,10 +302,8 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         for i, request in enumerate(requests):
             handles.append(_DONE)  # replaced by a real handle if its reply is left to the background
             channel = request.channel
-            before = channel._latest.get(caller)  # our latest request there, if it was left in flight
-            if before is not None and before[0].done():
-                before = _last_sent(before)
-            if before is not None and not before[0].done():
+            before = channel.in_flight(caller)
+            if before is not None:
                 # Our previous request there is still in flight: this one must not overtake it. It is sent from
                 # here as soon as that reply is in.
                 deferred[i] = request, channel.generation, before
@@ -484,8 +490,9 @@ def _finish(flight: _InFlight) -> Any:
 
 
 def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any], float] | None) -> Any:
-    """A request that cannot be sent at once, from a thread: after the caller's previous request to that server
-    (at most its bound), or where no connection is idle. Send on an idle connection, or connect one; read."""
+    """One request, sent and read in the calling thread: from a pool thread for a request `run_scripts` cannot
+    send at once (after the caller's previous request to that server, at most its bound, or where no connection
+    is idle), or from the caller's own (`call_script`). Send on an idle connection, or connect one; read."""
     channel = request.channel
     if before is not None:
         before = _last_sent(before)
@@ -506,7 +513,13 @@ def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any
             return exc
     flight = _InFlight(0, request, conn)
     failed = _send(flight, _command(conn, request, reload=False))
-    return failed if failed is not None else _finish(flight)
+    if failed is not None:
+        return failed
+    try:
+        return _finish(flight)
+    except BaseException:  # interrupted (KeyboardInterrupt) half-way: the reply is never read, the connection goes
+        _drop(flight)
+        raise
 
 
 def then(handle: Handle[Any], work: Callable[[], object]) -> None:
@@ -629,20 +642,5 @@ def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any]) ->
     """One script call on one server's dedicated connection, from this thread: the single-node backend's
     requests, without redis-py's per-command work. Returns the reply, or the exception the server or the network
     gave (as `run_scripts` does); blocks at most the client's connect and socket timeouts."""
-    request = ScriptRequest(channel, lua, keys, args)
-    generation = channel.generation  # (one call at a time per thread here: nothing of ours is in flight before it)
-    conn = channel.take(generation)
-    if conn is None:
-        try:
-            conn = channel.connect(generation)
-        except Exception as exc:
-            return exc
-    flight = _InFlight(0, request, conn)
-    failed = _send(flight, _command(conn, request, reload=False))
-    if failed is not None:
-        return failed
-    try:
-        return _finish(flight)
-    except BaseException:  # interrupted (KeyboardInterrupt) half-way: the reply is never read, the connection goes
-        _drop(flight)
-        raise
+    # (One call at a time per thread here, each to its end: nothing of the caller's is in flight before it.)
+    return _in_thread(ScriptRequest(channel, lua, keys, args), channel.generation, None)
