@@ -13,6 +13,7 @@ parametrised over the Redis family only (`REDIS_KINDS`), and the servers behind 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -270,3 +271,12 @@ def etcd_cluster() -> Iterator[EtcdCluster]:
     require_etcd_binary()
     with EtcdCluster(3, memory=True) as cluster:
         yield cluster
+
+
+def until(condition: Callable[..., object], timeout: float, what: str) -> None:
+    """Poll `condition` until it is true; AssertionError naming `what` if `timeout` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.01)

@@ -28,7 +28,7 @@ from fencelock.testing.etcd import EtcdCluster, EtcdDeployment, EtcdServer
 from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import free_port
 
-from .conftest import IN_CI, require_etcd_binary
+from .conftest import IN_CI, require_etcd_binary, until
 
 
 def _b64(data: bytes) -> str:
@@ -51,14 +51,6 @@ def leases_of(cluster: EtcdCluster) -> set[int]:
 def lease_ttl(cluster: EtcdCluster, lease: int) -> int:
     """Seconds the server still gives the lease (-1: it has no such lease)."""
     return int(cluster.request("/v3/lease/timetolive", {"ID": lease}).get("TTL", 0))
-
-
-def eventually(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.02)
 
 
 async def queued(locks: fencelock.aio.Locks, name: str, waiters: int, timeout: float = 5.0) -> None:
@@ -162,7 +154,7 @@ def test_a_waiter_whose_key_vanished_while_it_waited_is_not_granted(locks: fence
     for tag, queued in (("w", 1), ("x", 2)):
         threads[tag] = threading.Thread(target=waiter, args=(tag,))
         threads[tag].start()
-        eventually(lambda queued=queued: backend.status(name).queued == queued, 5.0, f"waiter {tag} queued")
+        until(lambda queued=queued: backend.status(name).queued == queued, 5.0, f"waiter {tag} queued")
     w_key = keys_of(etcd_server, name)[1]["key"]
     etcd_server.request("/v3/kv/deleterange", {"key": w_key})  # w's key goes while w watches the holder's
     holder.release()
@@ -196,7 +188,7 @@ def test_waiters_are_served_in_arrival_order(locks: fencelock.Locks, name: str) 
         thread = threading.Thread(target=waiter, args=(i,))
         thread.start()
         threads.append(thread)
-        eventually(lambda i=i: locks.backend.status(name).queued == i + 1, 5.0, f"waiter {i} queued")
+        until(lambda i=i: locks.backend.status(name).queued == i + 1, 5.0, f"waiter {i} queued")
     holder.release()
     for thread in threads:
         thread.join(30)
@@ -212,7 +204,7 @@ def test_a_release_wakes_the_waiter_at_once_not_at_its_next_poll(locks: fenceloc
     thread = threading.Thread(target=lambda: got.append(time.monotonic()) if locks.acquire(name, ttl=30.0, wait=20)
                               else None)
     thread.start()
-    eventually(lambda: locks.backend.status(name).queued == 1, 5.0, "the waiter queued")
+    until(lambda: locks.backend.status(name).queued == 1, 5.0, "the waiter queued")
     time.sleep(BLOCK_CAP / 2)  # half-way through its watch: a poller would look again only at its end
     released_at = time.monotonic()
     holder.release()
@@ -277,7 +269,7 @@ def test_a_deleted_key_is_noticed_as_lost(locks: fencelock.Locks, etcd: EtcdDepl
     context = locks.lock(name, ttl=3.0, on_lost=lost.append)
     lease = context.__enter__()
     etcd.steal(name)
-    eventually(lambda: lease.lost, 3.0, "the renewal noticed the stolen key")
+    until(lambda: lease.lost, 3.0, "the renewal noticed the stolen key")
     with pytest.raises(fencelock.LockLost):
         context.__exit__(None, None, None)
     assert lost == [lease]
@@ -286,7 +278,7 @@ def test_a_deleted_key_is_noticed_as_lost(locks: fencelock.Locks, etcd: EtcdDepl
 def test_a_lease_the_server_no_longer_has_cannot_be_extended(locks: fencelock.Locks, etcd_server: EtcdServer,
                                                              name: str) -> None:
     lease = locks.acquire(name, ttl=1.0)
-    eventually(lambda: keys_of(etcd_server, name) == [], 5.0, "the lease expired on the server")
+    until(lambda: keys_of(etcd_server, name) == [], 5.0, "the lease expired on the server")
     with pytest.raises(fencelock.LockLost):
         lease.extend()
     with pytest.raises(fencelock.LockLost):
@@ -349,7 +341,7 @@ def test_status_scan_and_force_release(locks: fencelock.Locks, etcd_server: Etcd
     got: list[fencelock.Lease] = []
     thread = threading.Thread(target=lambda: got.append(locks.acquire(name, ttl=10.0, wait=10.0)))
     thread.start()
-    eventually(lambda: backend.status(name).queued == 1, 5.0, "the waiter queued")
+    until(lambda: backend.status(name).queued == 1, 5.0, "the waiter queued")
     status = backend.status(name)
     assert (status.held, status.fence, status.queued) == (True, holder.fence, 1)
     assert 8.0 <= status.remaining <= 10.0
@@ -598,7 +590,7 @@ def test_a_grant_whose_answer_never_came_leaves_only_an_orphan_lease_that_its_tt
             assert late.connections == 1
             [kv] = keys_of(server, name)
             ours = int(kv["lease"])
-            eventually(lambda: len(leases_of(server)) == 2, 5.0, "the late grant reached the server")
+            until(lambda: len(leases_of(server)) == 2, 5.0, "the late grant reached the server")
             [orphan] = leases_of(server) - {ours}
             # Nothing of ours is on the orphan, counts it, or waits on it.
             assert lease_keys(server, orphan) == []
@@ -610,7 +602,7 @@ def test_a_grant_whose_answer_never_came_leaves_only_an_orphan_lease_that_its_tt
                     [kv] = keys_of(server, name)
                     assert int(kv["lease"]) != orphan
             # Its TTL ends it (the lock's TTL, rounded up to whole seconds).
-            eventually(lambda: orphan not in leases_of(server), 6.0, "the orphan lease expired")
+            until(lambda: orphan not in leases_of(server), 6.0, "the orphan lease expired")
         finally:
             locks.close()
 
@@ -676,7 +668,7 @@ def test_close_on_a_stalled_server_is_bounded_and_the_spare_leases_end_by_their_
     # The old close() waited one request timeout (2 s) for the first revoke on a stalled server.
     assert took < CLOSE_TIMEOUT + 0.6, took
     left = spares | {int(held["lease"])}
-    eventually(lambda: not leases_of(server) & left, 5.0, "the leases close() left ended by their TTL")
+    until(lambda: not leases_of(server) & left, 5.0, "the leases close() left ended by their TTL")
     # On a server that answers, close() still revokes them at once.
     again = fencelock.connect(server.url)
     spares = _spares(again, server, name, 3)

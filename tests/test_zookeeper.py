@@ -22,13 +22,7 @@ import fencelock
 from fencelock._logic.zookeeper import Session
 from fencelock.testing.zookeeper import ZooKeeperDeployment, four_letter_word
 
-
-def _until(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.01)
+from .conftest import until
 
 
 def _received(zk: ZooKeeperDeployment) -> int:
@@ -106,7 +100,7 @@ def test_waiters_are_served_first_come_first_served(zk: ZooKeeperDeployment, nam
         thread = threading.Thread(target=wait_in_line, args=(i,))
         thread.start()
         threads.append(thread)
-        _until(lambda i=i: len(zk.nodes(name)) == i + 2, 10.0, f"waiter {i} queued")  # type: ignore[misc]
+        until(lambda i=i: len(zk.nodes(name)) == i + 2, 10.0, f"waiter {i} queued")
     holder.release()
     for thread in threads:
         thread.join(30)
@@ -213,7 +207,7 @@ def test_operators_see_status_list_and_force_release(locks: fencelock.Locks, zk:
     other = locks.acquire(name + "/other", ttl=10.0, wait=0)
     waiter = threading.Thread(target=lambda: _swallow(lambda: locks.acquire(name, ttl=5.0, wait=3.0)))
     waiter.start()
-    _until(lambda: len(zk.nodes(name)) == 2, 5.0, "the waiter queued")
+    until(lambda: len(zk.nodes(name)) == 2, 5.0, "the waiter queued")
     status = backend.status(name)
     assert (status.name, status.held, status.fence, status.queued) == (name, True, lease.fence, 1)
     assert 8.0 < status.remaining <= 10.0  # the TTL from the node's write time (one machine: one wall clock)
@@ -361,11 +355,11 @@ def test_an_attempt_during_a_suspended_session_leaves_no_node(own_zk: ZooKeeperD
     locks.acquire(name + ":warm", ttl=1.0, wait=0).release()  # a session of 1.19 s: suspended after 0.8 s
     session = _session(locks)
     own_zk.pause()
-    _until(lambda: session.state is Session.SUSPENDED, 5.0, "kazoo saw the connection drop")
+    until(lambda: session.state is Session.SUSPENDED, 5.0, "kazoo saw the connection drop")
     with pytest.raises(fencelock.BackendError, match="suspended"):
         locks.acquire(name, ttl=1.0, wait=0)
     own_zk.resume()
-    _until(lambda: session.connected, 10.0, "the session came back")
+    until(lambda: session.connected, 10.0, "the session came back")
     time.sleep(0.3)
     assert own_zk.nodes(name) == []
     locks.close()
@@ -379,7 +373,7 @@ def test_an_attempt_whose_answer_never_came_leaves_no_node(own_zk: ZooKeeperDepl
     with pytest.raises(fencelock.BackendError):
         locks.acquire(name, ttl=10.0, wait=0)
     own_zk.resume()
-    _until(lambda: own_zk.nodes(name) == [], 5.0, "the late node was deleted")
+    until(lambda: own_zk.nodes(name) == [], 5.0, "the late node was deleted")
     time.sleep(0.3)
     assert own_zk.nodes(name) == []
     lease = locks.acquire(name, ttl=10.0, wait=0)  # and the lock is free
@@ -468,7 +462,7 @@ def test_a_lease_outlives_a_server_restart_within_its_session(own_zk: ZooKeeperD
     lease = locks.acquire(name, ttl=10.0, wait=0, renew=True)
     own_zk.server.kill()
     own_zk.server.start()
-    _until(lambda: _session(locks).connected, 10.0, "the session came back")
+    until(lambda: _session(locks).connected, 10.0, "the session came back")
     lease.extend()
     assert own_zk.holder(name) == lease.token
     assert not lease.lost

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,20 +19,12 @@ import pytest
 import fencelock
 from fencelock.testing.zookeeper_ensemble import ZooKeeperEnsemble, ZooKeeperEnsembleDeployment
 
-from .conftest import _require_zookeeper
+from .conftest import _require_zookeeper, until
 
 TTL = 5.0
 """The holder's TTL in the failover tests. A renewal is due every TTL/3, so the lease may have only 2/3 of it (3.3 s)
 left when a member dies: enough for an election (0.4-0.9 s here) and a reconnect to another member, with room for
 a loaded machine. Its session's timeout is the next step of 2^(1/4) above it, 5.66 s."""
-
-
-def _until(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +148,7 @@ def _fail_over(zk3: ZooKeeperEnsembleDeployment, name: str, holder_role: str, ki
         holder_member = ensemble.member_of_session(sid)
         assert holder_member is not None
         waiter = _Waiter(waiter_locks, name, wait=60.0)
-        _until(lambda: zk3.queued(name) == 1, 10.0, "the waiter is queued behind the holder")
+        until(lambda: zk3.queued(name) == 1, 10.0, "the waiter is queued behind the holder")
         victim = ensemble.leader() if kill == "leader" else holder_member
         assert ensemble.mode(victim) == (holder_role if kill != "leader" else "leader")
 
@@ -166,7 +158,7 @@ def _fail_over(zk3: ZooKeeperEnsembleDeployment, name: str, holder_role: str, ki
         ensemble.wait_ready(10.0)  # the two survivors serve, one of them leads
 
         # The session moves to (or stays on) a survivor, and is the same session: its nodes are still there.
-        _until(lambda: _session(holder_locks).connected and ensemble.member_of_session(sid) is not None, 10.0,
+        until(lambda: _session(holder_locks).connected and ensemble.member_of_session(sid) is not None, 10.0,
                f"the holder's session is connected to a survivor (killed at {killed_at:.3f}: {history})")
         assert _session_id(holder_locks) == sid
         moved_to = ensemble.member_of_session(sid)
@@ -236,12 +228,12 @@ def test_a_lease_survives_the_member_its_session_is_on_freezing(zk3: ZooKeeperEn
         sid = _session_id(holder_locks)
         frozen = ensemble.member_of_session(sid)
         assert frozen is not None
-        _until(lambda: lease.remaining() < ttl * 2 / 3 + 0.1, ttl, "a renewal is about to be due")
+        until(lambda: lease.remaining() < ttl * 2 / 3 + 0.1, ttl, "a renewal is about to be due")
         history = _history(holder_locks)
         ensemble.pause(frozen)
         paused_at = time.monotonic()
         try:
-            _until(lambda: _session(holder_locks).connected and ensemble.member_of_session(sid) not in (None, frozen),
+            until(lambda: _session(holder_locks).connected and ensemble.member_of_session(sid) not in (None, frozen),
                    ttl, f"the session moved to a live member (paused at {paused_at:.3f}: {history})")
             time.sleep(max(0.0, paused_at + ttl * 1.2 - time.monotonic()))
             assert lost == [], f"paused at {paused_at:.3f}, session states {history}"
@@ -274,8 +266,8 @@ def test_a_frozen_member_never_gives_the_lock_to_two_holders(zk3: ZooKeeperEnsem
         frozen = ensemble.member_of_session(_session_id(holder_locks))
         assert frozen is not None
         waiter = _Waiter(waiter_locks, name, wait=30.0, ttl=ttl)
-        _until(lambda: zk3.queued(name) == 1, 10.0, "the waiter is queued behind the holder")
-        _until(lambda: lease.remaining() < ttl * 2 / 3 + 0.1, ttl, "a renewal is about to be due")
+        until(lambda: zk3.queued(name) == 1, 10.0, "the waiter is queued behind the holder")
+        until(lambda: lease.remaining() < ttl * 2 / 3 + 0.1, ttl, "a renewal is about to be due")
         ensemble.pause(frozen)
         claimed_until = 0.0  # the latest moment the holder's lease has claimed to be valid until
         deadline = time.monotonic() + ttl + 2.0  # past the session timeout (3.36 s): kept, moved or expired
@@ -347,7 +339,7 @@ def test_with_a_majority_down_acquire_fails_in_bounded_time_and_a_held_lease_is_
         for i in victims:
             ensemble.kill(i)
         killed_at = time.monotonic()
-        _until(lambda: ensemble.mode(next(i for i in range(3) if i not in victims)) is None, 5.0,
+        until(lambda: ensemble.mode(next(i for i in range(3) if i not in victims)) is None, 5.0,
                "the last member stops serving (no quorum)")
 
         # An acquire, on the client that holds a session and on a new one, is a BackendError, not a wait.
@@ -363,7 +355,7 @@ def test_with_a_majority_down_acquire_fails_in_bounded_time_and_a_held_lease_is_
 
         # Nobody can tell the holder its node is still there: the lease is lost once its validity runs out,
         # by the local clock, and not before.
-        _until(lambda: lease.lost, ttl + 3.0, "the lease is reported lost")
+        until(lambda: lease.lost, ttl + 3.0, "the lease is reported lost")
         assert len(lost_at) == 1
         assert lost_at[0] >= claimed_until, (lost_at[0] - claimed_until)
         assert lost_at[0] - killed_at < ttl + 1.0, lost_at[0] - killed_at
@@ -374,7 +366,7 @@ def test_with_a_majority_down_acquire_fails_in_bounded_time_and_a_held_lease_is_
         for i in victims:
             ensemble.members[i].spawn()
         ensemble.wait_ready(20.0)
-        _until(lambda: zk3.nodes(name) == [], 10.0, "the node of the lost lease is deleted")
+        until(lambda: zk3.nodes(name) == [], 10.0, "the node of the lost lease is deleted")
         after = holder_locks.acquire(name, ttl=ttl, wait=5.0)
         assert after.fence > fence
         after.release()
