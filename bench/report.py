@@ -409,7 +409,6 @@ def _fair_contended(con: Mapping[str, Contended]) -> list[Check]:
         ratio = fair.wait_p99_ms / rival.wait_p99_ms
         out.append(Check("contended, fair: wait p99 / python-redis-lock's (same run)", _ratio(ratio, 3),
                          "<= 0.50x", ratio <= 0.5))
-    if rival is not None and rival.wait_p99_ms:
         # What the machine and the workload allow, from this run's own measurements (see least_mean_wait_ms).
         least = least_mean_wait_ms(fair)
         out.append(Check(f"contended, fair: least mean wait any lock allows ({p.workers} x hold "
