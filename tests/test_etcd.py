@@ -695,6 +695,45 @@ def test_asyncio_close_on_a_stalled_server_is_bounded(own_etcd_server: EtcdServe
     assert took < CLOSE_TIMEOUT + 0.6, took
 
 
+def test_a_request_still_connecting_when_close_runs_leaves_no_socket_open(etcd_server: EtcdServer,
+                                                                           name: str) -> None:
+    """A background cleanup (a release after a failed acquire) may be making its connection when `close()` runs.
+    The HTTP pool's close has no socket to close then and forgets that connection; the request then completes on
+    it. CI once found that socket left to the garbage collector (a ResourceWarning in a later test)."""
+    locks = fencelock.connect(etcd_server.url)
+    gateway: Any = locks.backend._gateway  # type: ignore[attr-defined]
+    pool = gateway._transport._pool
+    real = pool._network_backend
+    connecting, go = threading.Event(), threading.Event()
+    made: list[Any] = []
+
+    class SlowToConnect:
+        """The real network, except that a connection is made only once the test says so."""
+
+        def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+            connecting.set()
+            go.wait(5.0)
+            made.append(real.connect_tcp(*args, **kwargs))
+            return made[-1]
+
+        def __getattr__(self, attribute: str) -> Any:
+            return getattr(real, attribute)
+
+    pool._network_backend = SlowToConnect()
+    answers: list[dict[str, Any]] = []
+    request = threading.Thread(target=lambda: answers.append(
+        gateway.call("/v3/kv/range", {"key": _b64(name.encode())}, "range", name)))
+    request.start()
+    assert connecting.wait(5.0)
+    locks.close()
+    go.set()
+    request.join(5.0)
+    [answer] = answers  # the request went through, after close()
+    assert "error" not in answer
+    [stream] = made
+    assert stream.get_extra_info("socket").fileno() == -1, "the connection made during close() is still open"
+
+
 # ------------------------------------------------------------------------------------------------ a cluster
 
 

@@ -138,12 +138,13 @@ class AsyncGateway:
                     timeout: float | None = None) -> httpx.Response:
         """POST to the current endpoint; a refused connection (nothing sent) moves on to the next one. `timeout`
         (seconds) replaces the URL's request timeout for this request."""
+        response: httpx.Response | None = None
         try:
-            return await self._post_once(path, content, what, name, timeout)
+            response = await self._post_once(path, content, what, name, timeout)
+            return response
         finally:
             if self._closed:
-                # Closed while this request was out (a background cleanup): close the connection it used too.
-                await self._transport.aclose()
+                await self._close_after(response)
 
     async def _post_once(self, path: str, content: bytes, what: str, name: str | None,
                          timeout: float | None) -> httpx.Response:
@@ -263,9 +264,11 @@ class AsyncGateway:
         request = {"create_request": {"key": b64(key), "start_revision": start_revision, "filters": ["NOPUT"]}}
         endpoint = self._endpoints[self._current]
         timeout = httpx.Timeout(self._target.timeout, read=max(wait, 0.001))
+        opened: httpx.Response | None = None
         try:
             async with self._http.stream("POST", endpoint + "/v3/watch", content=json.dumps(request).encode(),
                                          headers=self._headers(), timeout=timeout) as response:
+                opened = response
                 if response.status_code != 200:
                     return True
                 async for line in response.aiter_lines():
@@ -279,7 +282,16 @@ class AsyncGateway:
             return True
         finally:
             if self._closed:
-                await self._transport.aclose()
+                await self._close_after(opened)
+
+    async def _close_after(self, response: httpx.Response | None) -> None:
+        """Closed while a request was out (a background cleanup): close the connection it used too, and whatever
+        the pool made meanwhile. The pool's own close cannot reach a connection that was still connecting when it
+        closed (it had no socket yet, and the pool forgets it), so the request's answer names its socket."""
+        stream = None if response is None else response.extensions.get("network_stream")
+        if stream is not None:
+            await stream.aclose()
+        await self._transport.aclose()
 
     async def aclose(self) -> None:
         self._closed = True
