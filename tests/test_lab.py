@@ -19,6 +19,7 @@ import pytest
 
 from fencelock._lab.configs import faketime_missing
 from fencelock._lab.history import Event, combine, judge
+from fencelock._lab.resource import Resource
 from fencelock._lab.run import parse, run, table, write_results
 
 from .conftest import IN_CI, _require_server_binary
@@ -68,15 +69,40 @@ def test_holders_one_after_the_other_show_no_fault() -> None:
     assert judge([*history, Event(0.05, "lab", "fault", ok=True)], evidence="fault").verdict == "SAFE"
 
 
-def test_a_write_after_the_lease_ended_while_a_newer_holder_exists_is_stale_even_before_it_writes() -> None:
-    # A's lease ended at 0.3; B was granted at 0.4 but has not written yet when A's write lands at 0.5.
-    history = [_acq(0.0, "A", 1, 0.3), _acq(0.4, "B", 2, 2.0), _write(0.5, "A", 1, True, 0, 0),
-               _write(0.6, "B", 2, True, 0, 1)]
+def _read(t: float, who: str, fence: int | None, ok: bool, value: int) -> Event:
+    return Event(t, who, "read", fence=fence, ok=ok, before=value)
+
+
+def test_a_write_after_the_lease_ended_is_stale_once_the_resource_served_the_newer_holder() -> None:
+    # A's lease ended at 0.3; B was granted at 0.4 and read at 0.45; A's write lands at 0.5, B writes at 0.6.
+    history = [_acq(0.0, "A", 1, 0.3), _acq(0.4, "B", 2, 2.0), _read(0.45, "B", 2, True, 0),
+               _write(0.5, "A", 1, True, 0, 0), _write(0.6, "B", 2, True, 0, 1)]
     j = judge(history)
     assert j.verdict == "UNSAFE"
     assert j.counts.stale_accepted == 1
     assert j.counts.lost_updates == 1  # and B, which read before A's write, overwrote it
-    assert any("lease had ended" in r for r in j.reasons)
+    assert any("served a newer holder, B (fence 2)" in r for r in j.reasons)
+
+
+def test_a_late_write_before_the_next_holders_first_access_is_ordered_before_it_not_stale() -> None:
+    # The same late write of A, but it lands before B's first access: the resource orders it before B's whole
+    # critical section (a guard has seen no higher fence yet, as in Kleppmann's fencing), and B reads its effect.
+    history = [_acq(0.0, "A", 1, 0.3), _acq(0.4, "B", 2, 2.0), _write(0.45, "A", 1, True, 0, 0),
+               _read(0.5, "B", 2, True, 1), _write(0.6, "B", 2, True, 1, 1), _write(0.7, "A", 1, False, 0, 2)]
+    j = judge(history)
+    assert j.verdict == "SAFE"
+    assert (j.counts.stale_accepted, j.counts.stale_rejected, j.counts.lost_updates) == (0, 1, 0)
+
+
+def test_a_read_is_an_access_that_shuts_out_the_older_holder() -> None:
+    # B only read: A's later write is stale (unguarded, it was accepted), and a guard would have refused it.
+    history = [_acq(0.0, "A", 1, 0.3), _acq(0.4, "B", 2, 2.0), _read(0.45, "B", 2, True, 0),
+               _write(0.5, "A", 1, True, 0, 0)]
+    assert judge(history).counts.stale_accepted == 1
+    # A refused read does not count as the newer holder being served.
+    refused = [_acq(0.0, "A", 1, 0.3), _acq(0.4, "B", 2, 2.0), _read(0.45, "B", 2, False, 0),
+               _write(0.5, "A", 1, True, 0, 0)]
+    assert judge(refused).counts.stale_accepted == 0
 
 
 def test_a_lease_that_ended_with_nobody_after_it_is_not_stale() -> None:
@@ -97,12 +123,24 @@ def test_a_write_from_a_worker_that_never_held_the_lock_is_stale() -> None:
     assert judge([_write(0.1, "X", None, True, 0, 0)]).counts.stale_accepted == 1
 
 
-def test_a_renewing_holder_is_judged_by_when_it_was_told_its_lease_was_lost() -> None:
+def test_a_renewing_holder_that_writes_after_it_was_told_its_lease_was_lost_overlaps_and_is_stale() -> None:
     history = [_acq(0.0, "A", 1, None), Event(0.5, "A", "lost", fence=1), _acq(0.6, "B", 2, 3.0),
-               _write(0.7, "A", 1, True, 0, 0)]
+               _write(0.65, "B", 2, True, 0, 0), _write(0.7, "A", 1, True, 0, 1)]
     j = judge(history)
     assert j.counts.stale_accepted == 1
     assert j.counts.overlaps == 1  # A kept acting as the holder after it was told
+
+
+def test_a_guarded_resource_checks_the_fence_on_reads_too_and_logs_every_access() -> None:
+    resource = Resource(guarded=True)  # its request handler alone: no socket needed
+    assert resource.handle({"op": "read", "name": "n", "worker": "B", "fence": 5}) == {"ok": True, "value": 0}
+    assert resource.handle({"op": "read", "name": "n", "worker": "A", "fence": 4})["ok"] is False
+    assert resource.handle({"op": "write", "name": "n", "worker": "A", "fence": 4, "read": 0})["ok"] is False
+    assert resource.handle({"op": "write", "name": "n", "worker": "B", "fence": 5, "read": 0})["ok"] is True
+    assert resource.handle({"op": "read", "name": "n"}) == {"ok": True, "value": 1}  # the lab looking: no fence
+    assert [(e.kind, e.worker, e.ok) for e in resource.events()] == [
+        ("read", "B", True), ("read", "A", False), ("write", "A", False), ("write", "B", True), ("read", "?", True)]
+    assert resource.value("n") == 1
 
 
 def test_several_runs_combine_into_one_verdict() -> None:
@@ -229,7 +267,7 @@ def _well_formed(results: dict[str, Any]) -> None:
         assert set(cell["counts"]) >= {"overlaps", "stale_accepted", "stale_rejected", "lost_updates", "writes",
                                        "faults"}
         for e in cell["events"]:
-            assert e["kind"] in ("acquire", "write", "release", "lost", "fault", "expire")
+            assert e["kind"] in ("acquire", "read", "write", "release", "lost", "fault", "expire")
             assert isinstance(e["t"], float)
             assert e["t"] >= 0
             assert isinstance(e["worker"], str)

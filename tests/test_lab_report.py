@@ -114,8 +114,10 @@ def test_an_expiry_ends_validity_and_a_lease_never_released_stays_open_to_its_en
     events = [_ev(0.0, "a", "acquire", 1, True, 3.0), _ev(0.5, "a", "expire", 1), _ev(0.8, "a", "write", 1, True)]
     (lease,) = timeline(events).leases
     assert (lease.valid_until, lease.held_until, lease.ending, lease.past_end) == (0.5, 3.0, "open", True)
-    late = timeline([*events[:2], _ev(0.6, "b", "acquire", 2, True, 3.0), events[2]])
-    assert late.writes[0].outcome == "stale"                      # ended, and b had been granted the lock
+    granted = [*events[:2], _ev(0.6, "b", "acquire", 2, True, 3.0)]
+    assert timeline([*granted, events[2]]).writes[0].outcome == "accepted"  # before b's first access: ordered first
+    late = timeline([*granted, _ev(0.7, "b", "read", 2, True), events[2]])
+    assert late.writes[0].outcome == "stale"                      # after the resource served b (a read is enough)
 
 
 def test_equal_fences_from_a_failed_over_counter_are_caught_by_the_grant_order() -> None:

@@ -11,12 +11,15 @@ The checker's rules, per cell:
   believes it holds the lock from that moment until it releases it or learns it is lost (or, if it never does,
   until its last write or its validity's end, whichever is later).
 - **overlaps**: pairs of holdings of different workers whose beliefs overlap in time.
-- A write the resource **accepted** is **stale** when it came from a holding that had been superseded: a later
-  grant had already had a write accepted (the write order contradicts the grant order; with sound fences that is
-  exactly "a lower fence accepted after a higher one"), or the holding's validity had ended and a later grant
-  already existed (the holder wrote without the lock). A write from a worker that held nothing is stale too.
+- A write the resource **accepted** is **stale** when the resource had already served a newer holder: an access
+  (read or write) from a later grant was accepted before it. The write order then contradicts the grant order
+  (with sound fences: a lower fence accepted after a higher one). A write from a worker that held nothing is stale
+  too. A write from a holder whose lease had ended, accepted before the next holder's first access, is not: the
+  resource can order it before that holder's whole critical section, as Kleppmann's fencing does (the guard has
+  seen no higher fence yet), and the next holder reads its effect. Guarded resources check the fence on reads as
+  well as writes, so a new holder's first read shuts out the old holder at once.
 - **lost_updates**: accepted writes of a read-modify-write counter whose read was no longer the resource's value.
-- **stale_rejected**: writes the resource's guard refused.
+- **stale_rejected**: writes the resource's guard refused (a refused read is followed by a refused write).
 - **fence_regressions**: accepted writes whose fence is lower than one accepted before (for information: with
   broken fences a legitimate holder can have the lower fence).
 
@@ -33,18 +36,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["acquire", "write", "release", "lost", "fault", "expire"]
+Kind = Literal["acquire", "read", "write", "release", "lost", "fault", "expire"]
 Verdict = Literal["SAFE", "UNSAFE", "FAULT-MISSED", "SKIPPED", "ERROR"]
 Evidence = Literal["overlap", "fault"]
 
-KINDS: tuple[str, ...] = ("acquire", "write", "release", "lost", "fault", "expire")
+KINDS: tuple[str, ...] = ("acquire", "read", "write", "release", "lost", "fault", "expire")
 
 
 @dataclass
 class Event:
     """One recorded event. `t` is absolute (monotonic seconds) while recording, relative to the cell's start in
     the results. Writes also carry `sent` (when the worker sent it), `read` (the counter value it had read) and
-    `before` (the resource's value when the write was decided)."""
+    `before` (the resource's value when the write was decided); reads carry `before` (the value they read)."""
 
     t: float
     worker: str
@@ -97,10 +100,6 @@ class Holding:
     end: float = math.inf
     lost_at: float | None = None
     writes: list[Event] = field(default_factory=list)
-
-    def expired_by(self, t: float) -> bool:
-        ends = [x for x in (self.lease_end, self.lost_at) if x is not None]
-        return bool(ends) and t > min(ends)
 
 
 @dataclass
@@ -193,20 +192,23 @@ def judge(events: Iterable[Event], evidence: Evidence = "overlap") -> Judgement:
     counts.overlaps = len(pairs)
     for a, b in pairs[:1]:
         reasons.append(f"{a.worker} (fence {a.fence}) and {b.worker} (fence {b.fence}) both held the lock")
-    writes = sorted((e for e in events if e.kind == "write"), key=lambda e: e.t)
-    counts.writes = len(writes)
-    accepted_by: list[Holding | None] = []
+    accesses = sorted((e for e in events if e.kind in ("read", "write")), key=lambda e: e.t)
+    counts.writes = sum(1 for e in accesses if e.kind == "write")
     highest: int | None = None
-    for w in writes:
-        if not w.ok:
-            counts.stale_rejected += 1
-            continue
-        h = _holding_for(held, w)
-        why = _stale_reason(w, h, held, accepted_by)
-        if why:
+    accepted = [e for e in accesses if e.ok]
+    owners = [_holding_for(held, e) for e in accepted]
+    flags = stale_flags([(None if h is None else h.start, e.kind == "write") for e, h in zip(accepted, owners,
+                                                                                          strict=True)])
+    newest: Holding | None = None  # the latest-granted holding the resource had served so far
+    for w, h, stale in zip(accepted, owners, flags, strict=True):
+        if stale:
             counts.stale_accepted += 1
             if counts.stale_accepted == 1:
-                reasons.append(why)
+                reasons.append(_stale_reason(w, h, newest))
+        if h is not None and (newest is None or h.start > newest.start):
+            newest = h
+        if w.kind != "write":
+            continue
         if w.read is not None and w.before is not None and w.read != w.before:
             counts.lost_updates += 1
             if counts.lost_updates == 1:
@@ -216,7 +218,7 @@ def judge(events: Iterable[Event], evidence: Evidence = "overlap") -> Judgement:
             if highest is not None and w.fence < highest:
                 counts.fence_regressions += 1
             highest = w.fence if highest is None else max(highest, w.fence)
-        accepted_by.append(h)
+    counts.stale_rejected = sum(1 for e in accesses if e.kind == "write" and not e.ok)
     if counts.stale_rejected:
         reasons.append(f"the guard rejected {counts.stale_rejected} stale write(s)")
     took_effect = bool(counts.overlaps or counts.stale_accepted or counts.stale_rejected or counts.lost_updates)
@@ -233,20 +235,25 @@ def judge(events: Iterable[Event], evidence: Evidence = "overlap") -> Judgement:
     return Judgement(counts, verdict, reasons, took_effect)
 
 
-def _stale_reason(w: Event, h: Holding | None, held: Sequence[Holding],
-                  accepted_by: Sequence[Holding | None]) -> str | None:
-    if h is None:
+def stale_flags(accesses: Sequence[tuple[float | None, bool]]) -> list[bool]:
+    """The staleness rule, in one place (the report draws with it too). `accesses` are the accesses the resource
+    accepted, in the order it decided them, each as (the grant time of the holding it came from, or None if its
+    worker held nothing; whether it is a write). A write is stale when it came from no holding, or when an access
+    from a holding granted later was accepted before it."""
+    newest = -math.inf
+    flags: list[bool] = []
+    for start, is_write in accesses:
+        flags.append(is_write and (start is None or start < newest))
+        if start is not None:
+            newest = max(newest, start)
+    return flags
+
+
+def _stale_reason(w: Event, own: Holding | None, newest: Holding | None) -> str:
+    if own is None or newest is None:
         return f"{w.worker} wrote without ever holding the lock, and the write was accepted"
-    for other in accepted_by:
-        if other is not None and other is not h and other.start > h.start:
-            return (f"{w.worker}'s write with fence {w.fence} was accepted after one from a newer holder, "
-                    f"{other.worker} (fence {other.fence})")
-    if h.expired_by(w.t):
-        for other in held:
-            if other is not h and h.start < other.start < w.t:
-                return (f"{w.worker}'s write with fence {w.fence} was accepted after its lease had ended, "
-                        f"while {other.worker} (fence {other.fence}) had the lock")
-    return None
+    return (f"{w.worker}'s write with fence {w.fence} was accepted after the resource had served a newer holder, "
+            f"{newest.worker} (fence {newest.fence})")
 
 
 def combine(verdicts: Sequence[Verdict]) -> Verdict:

@@ -18,9 +18,9 @@ How a cell's events become a timeline (`timeline()`; pure, no I/O):
   if the lease was still valid then (a late "extension" that succeeded, a naive PEXPIRE, extended another key).
 - A lease is valid until its `lease_end` or an `expire` event, whichever comes first. The part after that, where
   the holder still believed it held the lock, is drawn hatched.
-- An accepted write is *stale* by the lab checker's rules: its writer held nothing; or a lease granted after
-  the writer's had already had a write accepted (with sound fences: a lower fence after a higher one); or the
-  writer's lease had ended and a later lease had been granted. The lab counts; the picture shows where.
+- An accepted write is *stale* by the lab checker's rule (`history.stale_flags`): its writer held nothing, or
+  the resource had already accepted a read or write from a lease granted after the writer's (with sound fences:
+  a lower fence after a higher one). Reads are not drawn. The lab counts; the picture shows where.
 - Overlaps are the stretches where two workers' leases (as the workers saw them) were open at once.
 """
 
@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .history import stale_flags
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -47,7 +49,7 @@ __all__ = ["Lease", "Mark", "Timeline", "Write", "timeline", "write_report"]
 
 VERDICTS = ("SAFE", "UNSAFE", "FAULT-MISSED", "SKIPPED", "ERROR")
 EXPECTATIONS = ("SAFE", "UNSAFE")
-KINDS = ("acquire", "write", "release", "lost", "fault", "expire")
+KINDS = ("acquire", "read", "write", "release", "lost", "fault", "expire")
 COUNT_KEYS = ("overlaps", "stale_accepted", "stale_rejected", "lost_updates", "writes", "faults")
 
 EXTRA_HINT = "pip install 'fencelock[lab]'"
@@ -194,7 +196,7 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> Timeline:
     ordered = sorted(events, key=lambda e: float(e["t"]))       # stable: equal times keep their recorded order
     tl = Timeline()
     holding: dict[str, Lease] = {}
-    writes: list[tuple[float, float, str, int | None, bool | None, str]] = []
+    accesses: list[tuple[float, float, str, int | None, bool | None, str, bool]] = []  # ..., is it a write
     faults = 0
     for e in ordered:
         t, worker, kind = float(e["t"]), str(e["worker"]), str(e["kind"])
@@ -237,39 +239,36 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> Timeline:
             if current is not None and current.expired_at is None:
                 current.expired_at = t
             tl.marks.append(Mark(t, worker, "expire", detail))
-        elif kind == "write":
+        elif kind in ("read", "write"):  # reads are not drawn, but they decide which writes are stale
             sent = float(e["sent"]) if isinstance(e.get("sent"), (int, float)) else t
-            writes.append((t, min(sent, t), worker, fence, ok, detail))
+            accesses.append((t, min(sent, t), worker, fence, ok, detail, kind == "write"))
     for lease in holding.values():                               # never released: open until its last sign
         lease.end = max(lease.held_until, lease.lease_end or lease.start)
         tl.t_max = max(tl.t_max, lease.end)
-    tl.writes = _classify(writes, tl.leases)
+    tl.writes = _classify(accesses, tl.leases)
     tl.overlaps = _overlaps(tl.leases)
     return tl
 
 
-def _classify(writes: Sequence[tuple[float, float, str, int | None, bool | None, str]],
+def _classify(accesses: Sequence[tuple[float, float, str, int | None, bool | None, str, bool]],
               leases: Sequence[Lease]) -> list[Write]:
-    """The lab checker's rules (issue 7): an accepted write is stale when its writer held nothing, when a lease
-    granted after the writer's had already had a write accepted (the write order contradicts the grant order;
-    with sound fences, a lower fence after a higher one), or when the writer's lease had ended and a later one
-    had been granted. A write belongs to its worker's latest lease granted before the write was sent."""
+    """The writes, each classified by the lab checker's rule (`history.stale_flags`): an accepted write is stale
+    when its writer held nothing, or when the resource had already accepted an access (read or write) from a
+    lease granted after the writer's. An access belongs to its worker's latest lease granted before it was
+    sent."""
+    accepted: list[tuple[float | None, bool]] = []
+    for _, sent, worker, _, ok, _, is_write in accesses:
+        if ok:
+            own = [x for x in leases if x.worker == worker and x.start <= sent]
+            accepted.append((max(x.start for x in own) if own else None, is_write))
+    stale = iter(stale_flags(accepted))
     out: list[Write] = []
-    accepted_from: list[Lease | None] = []
-    for t, sent, worker, fence, ok, detail in writes:
-        if ok is None:
-            out.append(Write(t, worker, fence, "unanswered", detail))
+    for t, _, worker, fence, ok, detail, is_write in accesses:
+        flag = next(stale) if ok else False
+        if not is_write:
             continue
-        if not ok:
-            out.append(Write(t, worker, fence, "rejected", detail))
-            continue
-        own = [x for x in leases if x.worker == worker and x.start <= sent]
-        h = max(own, key=lambda x: x.start) if own else None
-        stale = h is None or any(o is not None and o is not h and o.start > h.start for o in accepted_from)
-        if not stale and h is not None and (h.valid_until is not None and t > h.valid_until):
-            stale = any(o is not h and h.start < o.start < t for o in leases)
-        accepted_from.append(h)
-        out.append(Write(t, worker, fence, "stale" if stale else "accepted", detail))
+        outcome = "unanswered" if ok is None else "rejected" if not ok else "stale" if flag else "accepted"
+        out.append(Write(t, worker, fence, outcome, detail))
     return out
 
 

@@ -2,12 +2,14 @@
 
 Workers read the counter, then write read + 1 with their fence. The service keeps the counter in SQLite and, when
 guarded, runs `fencelock.SQLGuard.check` in the same transaction as the update, so a stale fence is refused
-atomically with the write it protects. Every write, accepted or refused, is logged in that transaction with the
-time it was decided (`time.monotonic()`, the clock every process of the machine shares). Being a TCP service, it
-can sit behind the lab's delaying proxy.
+atomically with the write it protects. A guarded read checks the reader's fence too: a new holder's first read
+raises the guard's fence, so from then on the old holder can neither write nor read, and nothing it writes can
+slip in between the new holder's read and its write. Every read and write, accepted or refused, is logged in its
+transaction with the time it was decided (`time.monotonic()`, the clock every process of the machine shares).
+Being a TCP service, it can sit behind the lab's delaying proxy.
 
 Protocol: one JSON object per line each way.
-    {"op": "read", "name": N}                                   -> {"value": int}
+    {"op": "read", "name": N, "worker": W, "fence": F}           -> {"ok": bool, "value": int (if ok)}
     {"op": "write", "name": N, "worker": W, "fence": F, "read": R, "sent": T}
                                                                  -> {"ok": bool, "detail": str}
 """
@@ -39,7 +41,7 @@ class Resource:
         self.port = 0
         self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
         self._db.execute("CREATE TABLE counter (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
-        self._db.execute("CREATE TABLE log (seq INTEGER PRIMARY KEY, t REAL, worker TEXT, fence INTEGER, "
+        self._db.execute("CREATE TABLE log (seq INTEGER PRIMARY KEY, t REAL, kind TEXT, worker TEXT, fence INTEGER, "
                          "ok INTEGER, read INTEGER, before INTEGER, sent REAL, detail TEXT)")
         self._guard = SQLGuard()
         self._guard.create_table(self._db.cursor())
@@ -91,12 +93,14 @@ class Resource:
         return int(row[0]) if row else 0
 
     def events(self) -> list[Event]:
-        """Every write decided so far, in the order it was decided."""
+        """Every read and write decided so far, in the order it was decided (a read's `before` is the value it
+        read)."""
         with self._lock:
-            rows = self._db.execute("SELECT t, worker, fence, ok, read, before, sent, detail FROM log "
+            rows = self._db.execute("SELECT t, kind, worker, fence, ok, read, before, sent, detail FROM log "
                                     "ORDER BY seq").fetchall()
-        return [Event(t, worker, "write", fence=fence, ok=bool(ok), read=read, before=before, sent=sent,
-                      detail=detail) for t, worker, fence, ok, read, before, sent, detail in rows]
+        return [Event(t, worker, "read" if kind == "read" else "write", fence=fence, ok=bool(ok), read=read,
+                      before=before, sent=sent, detail=detail)
+                for t, kind, worker, fence, ok, read, before, sent, detail in rows]
 
     # -- the service --------------------------------------------------------------------------------------
 
@@ -134,14 +138,13 @@ class Resource:
             self._transports.discard(transport)
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        name = str(request["name"])
-        if request["op"] == "read":
-            return {"value": self.value(name)}
-        if request["op"] != "write":
-            raise ValueError(f"unknown op {request['op']!r}")
-        worker, fence, read = str(request["worker"]), request.get("fence"), int(request["read"])
-        if self.guarded and not isinstance(fence, int):
+        name, op = str(request["name"]), request["op"]
+        if op not in ("read", "write"):
+            raise ValueError(f"unknown op {op!r}")
+        worker, fence = str(request.get("worker", "?")), request.get("fence")
+        if self.guarded and op == "write" and not isinstance(fence, int):
             raise TypeError(f"a guarded write needs an int fence, got {fence!r}")
+        read = int(request["read"]) if op == "write" else None
         sent = request.get("sent")
         with self._lock:
             cur = self._db.cursor()
@@ -151,18 +154,22 @@ class Resource:
             before = int(before_row[0]) if before_row else 0
             ok, detail = True, "accepted"
             try:
-                if self.guarded:
-                    self._guard.check(cur, name, int(fence or 0))
+                if self.guarded and isinstance(fence, int):  # a read without a fence (the lab looking) passes
+                    self._guard.check(cur, name, fence)
                     detail = f"accepted by the guard (fence {fence})"
-                cur.execute("INSERT INTO counter (name, value) VALUES (?, ?) "
-                            "ON CONFLICT (name) DO UPDATE SET value = excluded.value", (name, read + 1))
+                if read is not None:
+                    cur.execute("INSERT INTO counter (name, value) VALUES (?, ?) "
+                                "ON CONFLICT (name) DO UPDATE SET value = excluded.value", (name, read + 1))
             except StaleFence as exc:
                 cur.execute("ROLLBACK")
                 cur.execute("BEGIN IMMEDIATE")
                 ok, detail = False, f"rejected by the guard: fence {fence} < {exc.highest}"
             if sent is not None:
                 detail += f"; sent {now - float(sent):.3f} s before it was decided"
-            cur.execute("INSERT INTO log (t, worker, fence, ok, read, before, sent, detail) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (now, worker, fence, int(ok), read, before, sent, detail))
+            cur.execute("INSERT INTO log (t, kind, worker, fence, ok, read, before, sent, detail) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (now, op, worker, fence, int(ok), read, before, sent,
+                                                              detail))
             cur.execute("COMMIT")
+        if op == "read":
+            return {"ok": ok, "value": before} if ok else {"ok": False, "detail": detail}
         return {"ok": ok, "detail": detail}

@@ -317,7 +317,6 @@ def _node_restart(cell: Cell, *, after: float, repair: bool) -> None:
         _stopped(cell, nodes, [3, 4], earlier_then_a, "earlier holders and then A reach only nodes 0, 1 and 2")
     finally:
         setup.close()
-    a.call("read")
     nodes[2].kill()
     cell.fault("node 2 is killed (SIGKILL; no fsync, no AOF)", ok=True)
     if after:
@@ -340,6 +339,10 @@ def _node_restart(cell: Cell, *, after: float, repair: bool) -> None:
                    "B was granted the lock with the restarted node's vote", ok=early is None or not early.get("ok"))
     if early is not None and early.get("ok"):
         b.call("rmw")
+    # A, still within its validity, does its read-modify-write only now: the resource has served B (if B got the
+    # lock) and then serves A, whose grant came first. (Had A touched a guarded resource before B, its higher
+    # fence would have shut B out: safe, but B, the rightful holder by the lock service, refused.)
+    a.call("read")
     a.call("write", only_if_valid=True)
     a.call("release")
     if early is None:

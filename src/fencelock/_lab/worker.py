@@ -122,9 +122,12 @@ class Worker:
             self.emit("acquire", fence=lease.fence, ok=True, lease_end=self._lease_end(lease, renew),
                       detail=f"granted for {cmd['ttl']:g} s" + (", renewed by the watchdog" if renew else ""))
             return {"ok": True, "fence": lease.fence}
-        if op == "read":
-            self.read_value = int(self._store().call({"op": "read", "name": self.name})["value"])
-            return {"value": self.read_value}
+        if op == "read":      # with the lease's fence: a guarded resource refuses a stale reader too
+            fence = self.lease.fence if self.lease is not None else None
+            reply = self._store().call({"op": "read", "name": self.name, "worker": self.role, "fence": fence})
+            if reply["ok"]:
+                self.read_value = int(reply["value"])
+            return {"ok": reply["ok"], "value": self.read_value}
         if op == "write":     # only_if_valid: skip the write when the lease's validity ran out (a careful holder)
             return self._cmd_write(bool(cmd.get("only_if_valid", False)))
         if op == "rmw":
@@ -200,8 +203,9 @@ class Worker:
             reply: dict[str, Any] = json.loads(await reader.readline())
             return reply
 
-        async def read() -> int:
-            return int((await call({"op": "read", "name": self.name}))["value"])
+        async def read(fence: int) -> int:
+            reply = await call({"op": "read", "name": self.name, "worker": self.role, "fence": fence})
+            return int(reply["value"]) if reply["ok"] else -1  # refused: the write that follows is refused too
 
         async def write(fence: int, value: int) -> None:
             await call({"op": "write", "name": self.name, "worker": self.role, "fence": fence, "read": value,
@@ -214,8 +218,8 @@ class Worker:
                 fence = lease.fence
                 self.emit("acquire", fence=fence, ok=True, lease_end=None,
                           detail=f"granted for {ttl:g} s, renewed by the asyncio watchdog")
-                await write(fence, await read())
-                value = await read()
+                await write(fence, await read(fence))
+                value = await read(fence)
                 self.emit("fault", fence=fence, ok=True,
                           detail=f"a blocking call holds the event loop for {block:g} s: no renewal can run")
                 time.sleep(block)  # noqa: ASYNC251 - the fault: a CPU-bound step, a sync client call, a blocking read
