@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, unquote
 
 from .outcomes import Released
+from .urls import seconds_option
 
 DEFAULT_TIMEOUT = 2.0
 """Seconds per request (connect, read). A stopped member gives a `BackendError` within about this."""
@@ -111,13 +112,7 @@ def parse_etcd_url(url: str) -> EtcdTarget:
     options: dict[str, Any] = {}
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key in _FLOAT_OPTIONS:
-            try:
-                number = float(value)
-            except ValueError:
-                raise bad(f"{key} must be a number of seconds, got {value!r}") from None
-            if not math.isfinite(number) or number <= 0:
-                raise bad(f"{key} must be a positive number of seconds, got {value!r}")
-            options[key] = number
+            options[key] = seconds_option(key, value, bad)
         elif key in _FILE_OPTIONS:
             if not tls:
                 raise bad(f"{key} needs etcds:// (TLS)")

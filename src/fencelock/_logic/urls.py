@@ -12,6 +12,7 @@ A malformed URL raises `ValueError` naming the `url` argument; the password is n
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -76,13 +77,7 @@ def parse_redis_url(url: object) -> RedisTarget:
     passed: list[tuple[str, str]] = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key in _FLOAT_OPTIONS:
-            try:
-                number = float(value)
-            except ValueError:
-                raise bad(f"{key} must be a number of seconds, got {value!r}") from None
-            if not math.isfinite(number) or number <= 0:
-                raise bad(f"{key} must be a positive number of seconds, got {value!r}")
-            options[key] = number
+            options[key] = seconds_option(key, value, bad)
         elif key in _PASSED_OPTIONS:
             passed.append((key, value))
         else:
@@ -92,3 +87,15 @@ def parse_redis_url(url: object) -> RedisTarget:
     query = urlencode(passed)
     client_url = urlunsplit(parts._replace(scheme=base_scheme, query=query))
     return RedisTarget(client_url, cluster, options, shown)
+
+
+def seconds_option(key: str, value: str, bad: Callable[[str], ValueError]) -> float:
+    """A URL option given in seconds (`?timeout=2.5`): a finite positive number, or `bad(why)` is raised. Every
+    lock-service URL reads its durations through this."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise bad(f"{key} must be a number of seconds, got {value!r}") from None
+    if not math.isfinite(number) or number <= 0:
+        raise bad(f"{key} must be a positive number of seconds, got {value!r}")
+    return number

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote
 
+from .urls import seconds_option
+
 DEFAULT_PORT = 2181
 DEFAULT_TIMEOUT = 2.0
 """Seconds: how long one request (and the first connection) may take before it is a `BackendError`."""
@@ -87,12 +89,7 @@ def parse_zookeeper_url(url: object) -> ZooKeeperTarget:
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key != "timeout":
             raise bad(f"unknown option {key!r} (the one option is timeout, in seconds)")
-        try:
-            timeout = float(value)
-        except ValueError:
-            raise bad(f"timeout must be a number of seconds, got {value!r}") from None
-        if not math.isfinite(timeout) or timeout <= 0:
-            raise bad(f"timeout must be a positive number of seconds, got {value!r}")
+        timeout = seconds_option(key, value, bad)
     return ZooKeeperTarget(tuple(hosts), chroot, timeout, url)
 
 
