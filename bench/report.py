@@ -453,6 +453,7 @@ def _redlock_uncontended(unc: Mapping[str, Mapping[str, Uncontended]], places: S
         per_cycle(place, "floor-scripts-rl5", "fencelock", None, ", the scripts' floor, 5 nodes / 1 node")
         per_cycle(place, "fencelock-rl5", "floor-scripts-rl5")
         if index == 0:
+            out.extend(_cpu_per_cycle(unc.get(place, {}), place))
             per_cycle(place, "fencelock-rl3", "fencelock", None, ", 3 nodes / 1 node")
             per_cycle(place, "fencelock-rl3", "floor-rl3")
             for anchor in ("pottery-rl5", "redlock-ng-rl5"):
@@ -460,6 +461,26 @@ def _redlock_uncontended(unc: Mapping[str, Mapping[str, Uncontended]], places: S
             for anchor in ("pottery-rl3", "redlock-ng-rl3"):
                 per_cycle(place, "fencelock-rl3", anchor)
             per_cycle(place, "fencelock-aio-rl5", "fencelock-rl5", None, ", asyncio / threads")
+    return out
+
+
+def _cpu_per_cycle(found: Mapping[str, Uncontended], place: str) -> list[Check]:
+    """Where a cycle's time goes: CPU of the client process and of the servers, per cycle. In the split placement
+    every Redlock node runs on the one server CPU, so the servers' CPU per cycle is a floor under the cycle's
+    time that no client can lower; it is set beside the 5-node target's own limit."""
+    out: list[Check] = []
+    for key in ("fencelock", "floor", "fencelock-rl5", "floor-scripts-rl5", "floor-rl5"):
+        if key in found and found[key].server_cpu_us:
+            row = found[key]
+            out.append(Check(f"uncontended, {place}: CPU per cycle, {key}: client / servers",
+                             f"{row.client_cpu_median_us:.0f} / {row.server_cpu_median_us:.0f} us",
+                             f"- (time per cycle {row.median_us:.0f} us)", None))
+    if "fencelock" in found and "fencelock-rl5" in found and found["fencelock-rl5"].server_cpu_us:
+        limit = REDLOCK_NODES_TARGET * found["fencelock"].median_us
+        servers = found["fencelock-rl5"].server_cpu_median_us
+        out.append(Check(f"uncontended, {place}: the 5 nodes' CPU per fencelock cycle (one CPU) vs the target's "
+                         f"{REDLOCK_NODES_TARGET:g} x single-node cycle", f"{servers:.0f} us",
+                         f"- (vs {limit:.0f} us: {'above' if servers > limit else 'below'})", None))
     return out
 
 

@@ -50,14 +50,39 @@ class Uncontended:
     key: str
     cycles: int
     rounds_us: list[float] = field(default_factory=list)
+    client_cpu_us: list[float] = field(default_factory=list)  # per cycle, each round: this process, every thread
+    server_cpu_us: list[float] = field(default_factory=list)  # per cycle, each round: every server process
 
     @property
     def median_us(self) -> float:
         return stats.median(self.rounds_us)
 
+    @property
+    def client_cpu_median_us(self) -> float:
+        return stats.median(self.client_cpu_us) if self.client_cpu_us else math.nan
+
+    @property
+    def server_cpu_median_us(self) -> float:
+        return stats.median(self.server_cpu_us) if self.server_cpu_us else math.nan
+
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "median_us": self.median_us, "min_us": min(self.rounds_us, default=math.nan),
                 "max_us": max(self.rounds_us, default=math.nan)}
+
+
+def servers_cpu_s(pids: Sequence[int]) -> float:
+    """CPU seconds (user + system, every thread) the server processes have used so far; NaN without /proc. The
+    kernel counts in clock ticks (10 ms): a round of a second or more reads it to about 1 %."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return math.nan
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 class _SyncRunner:
@@ -145,7 +170,11 @@ def uncontended(rows: Sequence[tuple[Contender, Target]], *, places: Sequence[Pl
                     for key, runner in runners.items():
                         gc.collect()
                         n = counts[key][0]
+                        client, servers = time.process_time(), servers_cpu_s(server_pids)
                         found[key].rounds_us.append(runner.run(n) / n * 1e6)
+                        # Only this row's servers work during its round (the others idle), so all of them count.
+                        found[key].client_cpu_us.append((time.process_time() - client) / n * 1e6)
+                        found[key].server_cpu_us.append((servers_cpu_s(server_pids) - servers) / n * 1e6)
     finally:
         for runner in runners.values():
             runner.close()
