@@ -22,7 +22,6 @@ conformance suite runs on.
 
 from __future__ import annotations
 
-import atexit
 import base64
 import json
 import os
@@ -36,10 +35,10 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 from .._logic.etcd import DEFAULT_TIMEOUT, name_dir, range_end, retry_after
+from ._harness import Harness
 from .deployment import Deployment
 from .servers import free_port
 
@@ -56,19 +55,6 @@ _INSTALL_HINT = (
     "  apt-get install -y etcd-server etcd-client   (Debian/Ubuntu, puts etcd on PATH)\n"
     "or point the FENCELOCK_ETCD environment variable at an etcd binary."
 )
-
-_LIVE: set[EtcdCluster] = set()
-
-C = TypeVar("C", bound="EtcdCluster")
-
-
-@atexit.register
-def _close_live() -> None:
-    for cluster in list(_LIVE):
-        try:
-            cluster.close()
-        except Exception:  # pragma: no cover - best effort at exit
-            pass
 
 
 def find_etcd_binary() -> str:
@@ -92,6 +78,9 @@ def _post(url: str, path: str, body: dict[str, Any], timeout: float,
     with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
         answer: dict[str, Any] = json.loads(response.read() or b"{}")
         return answer
+
+
+C = TypeVar("C", bound="EtcdCluster")
 
 
 class _Member:
@@ -175,7 +164,7 @@ class _Member:
         self.paused = False
 
 
-class EtcdCluster:
+class EtcdCluster(Harness):
     """`n` etcd members on loopback, started together (one member is a plain single server).
 
     `heartbeat_ms` and `election_ms` are etcd's `--heartbeat-interval` and `--election-timeout`; the shortest
@@ -223,7 +212,7 @@ class EtcdCluster:
         """Start every member and wait until each one is healthy (it has a leader)."""
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
-        _LIVE.add(self)
+        self._live()
         for member in self.members:
             member.spawn()
         self._wait_healthy(self.members, time.monotonic() + START_TIMEOUT)
@@ -330,14 +319,8 @@ class EtcdCluster:
         for member in self.members:
             member.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
-        _LIVE.discard(self)
+        self._gone()
 
-    def __enter__(self: C) -> C:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 class EtcdServer(EtcdCluster):

@@ -19,8 +19,9 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable
-from types import TracebackType
 from typing import Any
+
+from ._harness import Harness
 
 __all__ = ["Proxy", "wind_down"]
 
@@ -57,7 +58,7 @@ async def wind_down(server: asyncio.Server, transports: Callable[[], Iterable[as
     await asyncio.sleep(0.01)  # let the aborted transports finish closing
 
 
-class Proxy:
+class Proxy(Harness):
     """Forward connections from ``host:port`` (a free loopback port) to ``target_host:target_port``.
 
     ``delay`` (seconds, settable at any time) applies to bytes read after it was set, in both directions by default
@@ -90,6 +91,10 @@ class Proxy:
     def __repr__(self) -> str:
         state = "stalled" if self.stalled else f"delay={self.delay:g}s"
         return f"<Proxy {self.name} :{self.port} -> {self.target_host}:{self.target_port} {state}>"
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
 
     @property
     def stalled(self) -> bool:
@@ -128,12 +133,6 @@ class Proxy:
         finally:
             asyncio.get_running_loop().stop()
 
-    def __enter__(self) -> Proxy:
-        return self.start() if self._thread is None else self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     # -- the loop thread -------------------------------------------------------------------------------------
 

