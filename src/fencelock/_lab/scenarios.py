@@ -168,6 +168,19 @@ def _acquire(w: WorkerProc, ttl: float, wait: float = 2.0, **kw: Any) -> int:
     return int(reply["fence"])
 
 
+def _takes_over(b: WorkerProc, ttl: float, wait: float) -> None:
+    """B asks for the lock while the fault holds A's; once granted it does its read-modify-write at once."""
+    if b.call("acquire", ttl=ttl, wait=wait)["ok"]:
+        b.call("rmw")
+
+
+def _finish(a: WorkerProc, b: WorkerProc) -> None:
+    """The end of most stories: A releases (however that goes), B writes once more and releases."""
+    a.call("release")
+    b.call("rmw")
+    b.call("release")
+
+
 def _stopped(cell: Cell, nodes: list[RedisServer], which: list[int], action: Callable[[], Any],
              why: str) -> Any:
     """Run `action` while some nodes are stopped, and let its requests queued on them die before they resume."""
@@ -212,14 +225,11 @@ def pause_past_ttl(cell: Cell) -> None:
     a.pause()
     cell.fault(f"A is stopped with SIGSTOP (a GC pause) for longer than its {t:g} s TTL", worker="A")
     cell.sleep(t * 1.3)
-    if b.call("acquire", ttl=t * 6, wait=t * 3)["ok"]:
-        b.call("rmw")
+    _takes_over(b, t * 6, t * 3)
     a.resume()
     cell.fault("A continues (SIGCONT) and writes what it computed before the pause", worker="A")
     a.call("write")
-    a.call("release")
-    b.call("rmw")
-    b.call("release")
+    _finish(a, b)
 
 
 def pause_after_check(cell: Cell) -> None:
@@ -233,13 +243,10 @@ def pause_after_check(cell: Cell) -> None:
                f"{check['remaining']:.3f} s left) and is stopped (SIGSTOP) before its write", worker="A",
                ok=bool(check["valid"]))
     cell.sleep(t * 1.3)
-    if b.call("acquire", ttl=t * 6, wait=t * 3)["ok"]:
-        b.call("rmw")
+    _takes_over(b, t * 6, t * 3)
     a.resume()
     a.call("write")
-    a.call("release")
-    b.call("rmw")
-    b.call("release")
+    _finish(a, b)
 
 
 def network_delay(cell: Cell) -> None:
@@ -253,13 +260,10 @@ def network_delay(cell: Cell) -> None:
     cell.fault(f"the network from A to the resource now delays every packet by {delay:g} s", worker="A")
     a.send("write")  # sent now, while A's lease is valid; it arrives after the lease ended
     cell.sleep(t * 1.3)
-    if b.call("acquire", ttl=t * 8, wait=t * 3)["ok"]:
-        b.call("rmw")
+    _takes_over(b, t * 8, t * 3)
     a.wait_reply(delay + 10)
     link.delay = 0.0
-    a.call("release")
-    b.call("rmw")
-    b.call("release")
+    _finish(a, b)
 
 
 # -- 4: failover ---------------------------------------------------------------------------------------------
@@ -287,12 +291,9 @@ def failover(cell: Cell) -> None:
     cell.fault("the primary is killed (SIGKILL) before A's lock reached the replica; the replica is promoted "
                "(REPLICAOF NO ONE)", ok=unreplicated)
     b = cell.worker("B", target=replica, options={})
-    if b.call("acquire", ttl=t * 8, wait=1.0)["ok"]:
-        b.call("rmw")
+    _takes_over(b, t * 8, 1.0)
     a.call("write")
-    a.call("release")
-    b.call("rmw")
-    b.call("release")
+    _finish(a, b)
 
 
 # -- 5: a Redlock node restarts without its data ---------------------------------------------------------------
@@ -398,9 +399,7 @@ def clock_jump(cell: Cell) -> None:
     if got.get("ok"):
         b.call("rmw")
     a.call("write", only_if_valid=True)
-    a.call("release")
-    b.call("rmw")
-    b.call("release")
+    _finish(a, b)
 
 
 # -- 7: partition from the lock service ------------------------------------------------------------------------
@@ -426,9 +425,7 @@ def partition(cell: Cell) -> None:
     a.wait_reply(t * 10)
     for p in proxies:
         p.heal()
-    a.call("release")
-    b.call("rmw")
-    b.call("release")
+    _finish(a, b)
 
 
 # -- 8: a stale holder releases or extends -----------------------------------------------------------------------
@@ -446,8 +443,7 @@ def _stale_holder(cell: Cell) -> tuple[WorkerProc, WorkerProc, WorkerProc]:
     a.pause()
     cell.fault(f"A is stopped (SIGSTOP) past its {t:g} s TTL", worker="A")
     cell.sleep(t * 1.3)
-    if b.call("acquire", ttl=t * 8, wait=t * 3)["ok"]:
-        b.call("rmw")
+    _takes_over(b, t * 8, t * 3)
     a.resume()
     return a, b, c
 
@@ -502,8 +498,7 @@ def blocked_loop(cell: Cell) -> None:
             raise RuntimeError("A never started its blocking call")
         time.sleep(0.01)
     cell.sleep(t * 1.3)
-    if b.call("acquire", ttl=t * 8, wait=t * 3)["ok"]:
-        b.call("rmw")
+    _takes_over(b, t * 8, t * 3)
     a.wait_reply(block + 10)
     b.call("rmw")
     b.call("release")
