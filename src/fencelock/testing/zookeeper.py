@@ -275,6 +275,11 @@ class ZooKeeperDeployment(Deployment):
         """A new standalone server of its own, which `close()` stops."""
         return cls(ZooKeeperServer().start(), owns_server=True)
 
+    @property
+    def hosts(self) -> str:
+        """What a plain kazoo client of this deployment connects to (`host:port`, comma-separated)."""
+        return self.server.address
+
     @contextlib.contextmanager
     def client(self) -> Iterator[Any]:
         """A plain kazoo client for one look behind fencelock's back, stopped afterwards.
@@ -283,7 +288,7 @@ class ZooKeeperDeployment(Deployment):
         thread that does so all session long breaks Hypothesis tests running in the same process.
         """
         from kazoo.client import KazooClient
-        client = KazooClient(hosts=self.server.address, timeout=10.0)
+        client = KazooClient(hosts=self.hosts, timeout=10.0)
         client.start(timeout=10)
         try:
             yield client
