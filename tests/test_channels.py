@@ -1,7 +1,8 @@
-"""Redlock's dedicated node connections (`Channel` in `_compat.py`, both twins), on real servers: a connection
-carries one request at a time, a late reply is read for its own request and never for a later one, a connection
-with no reply within its socket timeout is dropped, threads sharing a client never share a connection, and a
-forked child makes connections of its own."""
+"""The dedicated server connections of Redlock and the single node (`Channel` in `_compat.py`, both twins), on
+real servers: a connection carries one request at a time, a script sent after a wait returns its own reply, a
+late reply is read for its own request and never for a later one, a connection with no reply within its socket
+timeout is dropped, threads sharing a client never share a connection, and a forked child makes connections of
+its own."""
 
 from __future__ import annotations
 
@@ -227,3 +228,58 @@ def test_a_forked_child_uses_node_connections_of_its_own(name: str) -> None:
             assert os.waitstatus_to_exitcode(status) == 0, report.read()
         locks.acquire(name + ":parent", ttl=5.0, wait=0).release()
         locks.close()
+
+
+_POP_SOURCE = "return redis.call('LPOP', KEYS[1]) or 'empty'"
+POP = Lua("pop", _POP_SOURCE, hashlib.sha1(_POP_SOURCE.encode()).hexdigest())
+
+
+def test_a_script_after_a_wait_runs_once_the_wake_up_comes_and_only_its_own_reply_is_returned(
+        own_server: RedisServer) -> None:
+    """The single node's waiting acquire: BLPOP and the script in one write. The script runs the moment the
+    push comes (not at the BLPOP's timeout), the BLPOP's answer is never taken for the script's, also when it is
+    an error; after NOSCRIPT the script alone is sent again (the wait is not repeated), on the same connection."""
+    admin = redis.Redis.from_url(own_server.url)
+    channel = sync_compat.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout=5"))
+    admin.script_flush()
+    pusher = threading.Timer(0.2, lambda: admin.rpush("wake", "w1", "w2", "w3"))
+    started = time.monotonic()
+    pusher.start()
+    # NOSCRIPT here: the script is sent again as EVAL, alone (a repeated BLPOP would pop "w2" and block no more).
+    assert sync_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"w2"
+    assert 0.15 < time.monotonic() - started < 1.0  # woken by the push, not at the BLPOP's 3 s timeout
+    assert admin.lrange("wake", 0, -1) == [b"w3"]
+    assert sync_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"empty"  # w3 by BLPOP
+    started = time.monotonic()
+    assert sync_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 0.2)) == b"empty"  # timed out
+    assert time.monotonic() - started >= 0.15
+    admin.set("not-a-list", "x")
+    assert sync_compat.call_script(channel, ECHO, [], ["after"], wake=("not-a-list", 1.0)) == b"after"  # WRONGTYPE
+    assert sync_compat.call_script(channel, ECHO, [], ["plain"]) == b"plain"  # nothing left unread
+    assert len(channel._open) == 1  # one connection carried all of it
+    channel.close()
+
+
+def test_asyncio_a_script_after_a_wait_runs_once_the_wake_up_comes_and_only_its_own_reply_is_returned(
+        own_server: RedisServer) -> None:
+    async def main() -> None:
+        admin = redis.Redis.from_url(own_server.url)
+        channel = async_compat.Channel(redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout=5"))
+        admin.script_flush()
+        pusher = threading.Timer(0.2, lambda: admin.rpush("wake", "w1", "w2", "w3"))
+        started = time.monotonic()
+        pusher.start()
+        assert await async_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"w2"
+        assert 0.15 < time.monotonic() - started < 1.0
+        assert admin.lrange("wake", 0, -1) == [b"w3"]
+        assert await async_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"empty"
+        started = time.monotonic()
+        assert await async_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 0.2)) == b"empty"
+        assert time.monotonic() - started >= 0.15
+        admin.set("not-a-list", "x")
+        assert await async_compat.call_script(channel, ECHO, [], ["after"], wake=("not-a-list", 1.0)) == b"after"
+        assert await async_compat.call_script(channel, ECHO, [], ["plain"]) == b"plain"
+        assert len(channel._open) == 1
+        await channel.aclose()
+
+    asyncio.run(main())

@@ -138,7 +138,7 @@ class Channel:
     request's reply has been read. A request sends on an idle connection and reads its reply itself, with none of
     the pool's per-request work (its lock, its "no unread data" check, its metrics hooks). The connections are
     made with the client's own settings (address, TLS, credentials, timeouts), so they behave as the client's
-    would; the client's pool still serves every other command (BLPOP, repair).
+    would; the client's pool still serves every other command (a Redlock wait's BLPOP, repair).
 
     Requests one task sends to one server reach it in the order it sent them. While the task's previous request there
     still waits for its reply (one that came after the quorum, read in the background), the next one waits for that
@@ -245,12 +245,21 @@ def cluster_from_url(url: str, **options: Any) -> RedisCluster:
 
 class ScriptRequest(NamedTuple):
     """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
-    (the same objects) carry the same command: it is encoded once."""
+    (the same objects) carry the same command: it is encoded once.
+
+    `wake`: (list key, seconds): the script follows a BLPOP on that list, in the same write, so the server runs
+    it the moment the BLPOP returns (a release's push, or the timeout). The BLPOP's own answer is not the
+    request's reply: it is read and dropped."""
 
     channel: Channel
     lua: Any  # fencelock._scripts.Lua
     keys: list[str]
     args: list[Any]
+    wake: tuple[str, float] | None = None
+
+
+Packed = dict[tuple[str, int, int, tuple[str, float] | None], Any]
+"""Commands already encoded, by (script, id of keys, id of args, wake)."""
 
 
 async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
@@ -262,7 +271,7 @@ async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
     to that server waits for it first (see `Channel`). (The synchronous twin multiplexes sockets from one
     thread.)"""
     caller = _caller()
-    packed: dict[tuple[str, int, int], Any] = {}  # requests sharing their key and argument lists: packed once
+    packed: Packed = {}  # requests sharing their key and argument lists (and wait): packed once
     tasks: list[asyncio.Future[Any]] = []
     for request in requests:
         channel = request.channel
@@ -276,7 +285,7 @@ async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                 request.channel.track(caller, task, timeout)
 
 
-async def _call_script(request: ScriptRequest, packed: dict[tuple[str, int, int], Any], generation: int,
+async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
                        before: tuple[asyncio.Future[Any], float] | None) -> Any:
     channel = request.channel
     if before is not None:
@@ -298,13 +307,18 @@ async def _call_script(request: ScriptRequest, packed: dict[tuple[str, int, int]
             conn = await channel.connect(generation)
         except Exception as exc:
             return exc
-    same = request.lua.sha, id(request.keys), id(request.args)
+    same = request.lua.sha, id(request.keys), id(request.args), request.wake
     command = packed.get(same)
     if command is None:
         command = packed[same] = _command(conn, request, reload=False)
     try:
         try:
             await _write(conn, command)
+            if request.wake is not None:
+                try:
+                    await conn.read_response()  # the BLPOP's answer (see ScriptRequest.wake)
+                except ResponseError:
+                    pass
             reply = await conn.read_response()
         except NoScriptError:
             await _write(conn, _command(conn, request, reload=True))
@@ -365,10 +379,14 @@ async def _write(conn: Any, command: bytes) -> None:
 
 
 def _command(conn: Any, request: ScriptRequest, *, reload: bool) -> bytes:
-    """The request as bytes: EVALSHA, or EVAL (the script itself) after the server said NOSCRIPT."""
+    """The request as bytes: [BLPOP, then] EVALSHA; or EVAL alone (the script itself) after the server said
+    NOSCRIPT (the wait, if any, is over by then)."""
     script = request.lua.source if reload else request.lua.sha
-    return resp.command(conn.encoder.encode, ("EVAL" if reload else "EVALSHA", script, len(request.keys),
-                                              *request.keys, *request.args))
+    command = resp.command(conn.encoder.encode, ("EVAL" if reload else "EVALSHA", script, len(request.keys),
+                                                 *request.keys, *request.args))
+    if request.wake is None or reload:
+        return command
+    return resp.command(conn.encoder.encode, ("BLPOP", *request.wake)) + command
 
 
 def then(handle: Handle[Any], work: Callable[[], Awaitable[object]]) -> None:
@@ -548,9 +566,11 @@ async def blocking(work: Callable[[], object], timeout: float) -> bool:
     return await wait_thread_event(finished, timeout)
 
 
-async def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any]) -> Any:
+async def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any],
+                      wake: tuple[str, float] | None = None) -> Any:
     """One script call on one server's dedicated connection: the single-node backend's requests, without
-    redis-py's per-command work. Returns the reply, or the exception the server or the network gave (as
-    `run_scripts` does); a cancelled call drops its connection (its reply is never read)."""
+    redis-py's per-command work; with `wake`, after a BLPOP (see `ScriptRequest`). Returns the reply, or the
+    exception the server or the network gave (as `run_scripts` does); a cancelled call drops its connection
+    (its reply is never read)."""
     # (One call at a time per task here, each awaited to its end: nothing of the caller's is in flight before it.)
-    return await _call_script(ScriptRequest(channel, lua, keys, args), {}, channel.generation, None)
+    return await _call_script(ScriptRequest(channel, lua, keys, args, wake), {}, channel.generation, None)

@@ -67,10 +67,12 @@ class AsyncRedisBackend:
     def client(self) -> AnyRedis:
         return self._client
 
-    async def _run(self, lua: Lua, name: str, keys: list[str], args: list[Any]) -> Any:
+    async def _run(self, lua: Lua, name: str, keys: list[str], args: list[Any],
+                   wake: tuple[str, float] | None = None) -> Any:
+        """The script's reply; with `wake` (one Redis only), it first waits on that list (`ScriptRequest.wake`)."""
         if self._channel is None:
             return await run_script(self._client, lua, keys, args, name=name, where=self.shown)
-        reply = await call_script(self._channel, lua, keys, args)
+        reply = await call_script(self._channel, lua, keys, args, wake)
         if isinstance(reply, Exception):
             raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
         return reply
@@ -83,10 +85,11 @@ class AsyncRedisBackend:
                           fair: bool = False) -> Attempt:
         """One attempt; with `wait` > 0, first block up to `wait` seconds until a release wakes us.
 
-        The wait and the attempt travel in one pipeline: BLPOP on the wake list, then the acquire script, which
+        The wait and the attempt travel in one write: BLPOP on the wake list, then the acquire script, which
         the server runs the moment BLPOP returns. A woken waiter needs no second round trip, so the lock passes
-        from holder to waiter in about one server hop. `fair`: the waiter queues, blocks on its own wake list,
-        and only the head of the queue may take a free lock.
+        from holder to waiter in about one server hop (on a Cluster, which redis-py does not let us pipeline
+        scripts to, in two). `fair`: the waiter queues, blocks on its own wake list, and only the head of the
+        queue may take a free lock.
         """
         keys = redis_keys(name, self._prefix)
         if fair:
@@ -97,23 +100,12 @@ class AsyncRedisBackend:
         else:
             lua, script_keys, args, wake = ACQUIRE, [keys.lock, keys.fence, keys.waiters], [token, ttl_ms], keys.wake
         server_wait = wait - SERVER_TIMER
-        client: Any = self._client
         if server_wait >= MIN_BLOCK and self._cluster:
             # redis-py refuses scripts in cluster pipelines: wait, then attempt, in two round trips.
-            await wait_for_wake(client, wake, wait)
+            await wait_for_wake(self._client, wake, wait)
             reply = await self._run(lua, name, script_keys, args)
         elif server_wait >= MIN_BLOCK:
-            pipe = client.pipeline(transaction=False)
-            pipe.blpop([wake], timeout=server_wait)
-            pipe.evalsha(lua.sha, len(script_keys), *script_keys, *args)
-            try:
-                _, reply = await pipe.execute(raise_on_error=False)
-            except CLIENT_ERRORS as exc:
-                raise _backend_error(exc, f"acquire failed on {self.shown}", name) from exc
-            if isinstance(reply, NoScriptError):
-                reply = await self._run(lua, name, script_keys, args)
-            elif isinstance(reply, Exception):
-                raise _backend_error(reply, f"acquire failed on {self.shown}", name) from reply
+            reply = await self._run(lua, name, script_keys, args, wake=(wake, server_wait))
         else:
             if wait > 0.0:
                 # Too short for the server's timer to end a BLPOP on time: sleep through it here.

@@ -115,7 +115,8 @@ class Channel:
     request's reply has been read. A request sends on an idle connection and reads its reply itself, with none of
     the pool's per-request work (its locks, its "no unread data" check, which costs a read, its metrics hooks).
     The connections are made with the client's own settings (address, TLS, credentials, timeouts), so they
-    behave as the client's would; the client's pool still serves every other command (BLPOP, repair).
+    behave as the client's would; the client's pool still serves every other command
+    (a Redlock wait's BLPOP, repair).
 
     Requests one thread sends to one server reach it in the order it sent them. While the thread's previous request
     there still waits for its reply (one that came after the quorum, read in the background), the next one waits for
@@ -236,12 +237,21 @@ def cluster_from_url(url: str, **options: Any) -> RedisCluster:
 
 class ScriptRequest(NamedTuple):
     """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
-    (the same objects) carry the same command: it is encoded once."""
+    (the same objects) carry the same command: it is encoded once.
+
+    `wake`: (list key, seconds): the script follows a BLPOP on that list, in the same write, so the server runs
+    it the moment the BLPOP returns (a release's push, or the timeout). The BLPOP's own answer is not the
+    request's reply: it is read and dropped."""
 
     channel: Channel
     lua: Any  # fencelock._scripts.Lua
     keys: list[str]
     args: list[Any]
+    wake: tuple[str, float] | None = None
+
+
+Packed = dict[tuple[str, int, int, tuple[str, float] | None], Any]
+"""Commands already encoded, by (script, id of keys, id of args, wake)."""
 
 
 class _InFlight(NamedTuple):
@@ -271,7 +281,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
     handles: list[Handle[Any]] = []
     waiting: dict[Any, _InFlight] = {}  # socket -> the request in flight on it
     threads: dict[Future[Any], int] = {}
-    packed: dict[tuple[str, int, int], Any] = {}  # requests sharing their key and argument lists: packed once
+    packed: Packed = {}  # requests sharing their key and argument lists (and wait): packed once
 
     deferred: dict[int, tuple[ScriptRequest, int, tuple[Future[Any], float]]] = {}  # after our previous one
 
@@ -287,7 +297,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
             threads[future] = i
             handles[i] = future
             return
-        same = request.lua.sha, id(request.keys), id(request.args)
+        same = request.lua.sha, id(request.keys), id(request.args), request.wake
         command = packed.get(same)
         if command is None:
             command = packed[same] = _command(conn, request, reload=False)
@@ -370,10 +380,14 @@ _DONE.set_result(None)
 
 
 def _command(conn: Any, request: ScriptRequest, *, reload: bool) -> bytes:
-    """The request as bytes: EVALSHA, or EVAL (the script itself) after the server said NOSCRIPT."""
+    """The request as bytes: [BLPOP, then] EVALSHA; or EVAL alone (the script itself) after the server said
+    NOSCRIPT (the wait, if any, is over by then)."""
     script = request.lua.source if reload else request.lua.sha
-    return resp.command(conn.encoder.encode, ("EVAL" if reload else "EVALSHA", script, len(request.keys),
-                                              *request.keys, *request.args))
+    command = resp.command(conn.encoder.encode, ("EVAL" if reload else "EVALSHA", script, len(request.keys),
+                                                 *request.keys, *request.args))
+    if request.wake is None or reload:
+        return command
+    return resp.command(conn.encoder.encode, ("BLPOP", *request.wake)) + command
 
 
 def _send(flight: _InFlight, command: Any) -> Exception | None:
@@ -398,7 +412,7 @@ def _receive(flight: _InFlight) -> tuple[Any, _InFlight | None]:
     The connection goes back to its channel once a reply was read; after a network error it is dropped.
     """
     try:
-        reply = _read_reply(flight.conn)
+        reply = _read_reply(flight.conn, skip=0 if flight.request.wake is None or flight.reloaded else 1)
     except Exception as exc:
         _drop(flight)
         return exc, None
@@ -410,14 +424,16 @@ def _receive(flight: _InFlight) -> tuple[Any, _InFlight | None]:
     return reply, None
 
 
-def _read_reply(conn: Any) -> Any:
-    """One reply, read from the connection's socket (blocking for the rest of it, at most the socket timeout).
+def _read_reply(conn: Any, skip: int = 0) -> Any:
+    """One reply, read from the connection's socket (blocking for the rest of it, at most the socket timeout),
+    after `skip` replies that come before it (a BLPOP's, see `ScriptRequest.wake`), which are dropped.
 
     A server's error is returned as redis-py's exception (NoScriptError, ResponseError), not raised: the
     connection is still good. A network fault raises redis-py's ConnectionError or TimeoutError.
     """
     sock = conn._sock
     data = b""
+    start = 0  # where the next reply begins in `data`
     while True:
         try:
             more = sock.recv(65536)
@@ -428,18 +444,18 @@ def _read_reply(conn: Any) -> Any:
         if not more:
             raise RedisConnectionError(f"Connection closed by {_where(conn)}")
         data += more
-        got = resp.parse(data)
-        while not isinstance(got, resp.Incomplete) and isinstance(got[0], resp.Push):
-            data = data[got[1]:]  # a push message the server sent on its own: not our reply
-            got = resp.parse(data) if data else resp.INCOMPLETE
-        if isinstance(got, resp.Incomplete):
-            continue
-        reply, end = got
-        if end != len(data):  # one request in flight, so one reply: anything more means we lost track
-            raise RedisConnectionError(f"unexpected data after a reply from {_where(conn)}")
-        if isinstance(reply, resp.ServerError):
-            return NoScriptError(reply) if reply.startswith("NOSCRIPT") else ResponseError(reply)
-        return reply
+        while not isinstance(got := resp.parse(data, start), resp.Incomplete):
+            reply, start = got
+            if isinstance(reply, resp.Push):
+                continue  # a push message the server sent on its own: not a reply
+            if skip:
+                skip -= 1
+                continue
+            if start != len(data):  # the requests' last reply: anything more means we lost track
+                raise RedisConnectionError(f"unexpected data after a reply from {_where(conn)}")
+            if isinstance(reply, resp.ServerError):
+                return NoScriptError(reply) if reply.startswith("NOSCRIPT") else ResponseError(reply)
+            return reply
 
 
 class NotSent(RedisTimeoutError):
@@ -638,9 +654,11 @@ def blocking(work: Callable[[], object], timeout: float) -> bool:
     return finished.wait(timeout)
 
 
-def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any]) -> Any:
+def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any],
+                wake: tuple[str, float] | None = None) -> Any:
     """One script call on one server's dedicated connection, from this thread: the single-node backend's
-    requests, without redis-py's per-command work. Returns the reply, or the exception the server or the network
-    gave (as `run_scripts` does); blocks at most the client's connect and socket timeouts."""
+    requests, without redis-py's per-command work; with `wake`, after a BLPOP (see `ScriptRequest`). Returns the
+    reply, or the exception the server or the network gave (as `run_scripts` does); blocks at most the client's
+    connect and socket timeouts (and the BLPOP)."""
     # (One call at a time per thread here, each to its end: nothing of the caller's is in flight before it.)
-    return _in_thread(ScriptRequest(channel, lua, keys, args), channel.generation, None)
+    return _in_thread(ScriptRequest(channel, lua, keys, args, wake), channel.generation, None)
