@@ -1,4 +1,4 @@
-"""The wire protocol subset Redlock's synchronous client speaks itself (`fencelock._logic.resp`): requests
+"""The wire protocol subset the dedicated connections speak themselves (`fencelock._logic.resp`): requests
 encoded byte for byte as redis-py encodes them, and replies decoded from any split of the bytes."""
 
 from __future__ import annotations
@@ -9,16 +9,35 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from redis.connection import Connection
+from redis.exceptions import DataError
 
 from fencelock._logic import resp
 
 _REDIS_PY: Any = Connection()  # type: ignore[no-untyped-call]  # (redis-py is untyped)
 
 
-@given(st.lists(st.one_of(st.text(), st.integers(), st.binary()), max_size=12))
+_LATIN: Any = Connection(encoding="latin-1", encoding_errors="replace")  # type: ignore[no-untyped-call]
+
+
+@given(st.lists(st.one_of(st.text(), st.integers(), st.binary(), st.floats(allow_nan=False)), max_size=12))
 def test_a_command_is_encoded_as_redis_py_encodes_it(args: list[Any]) -> None:
     parts = ("EVALSHA", *args)  # (redis-py treats its first part as the command's name)
-    assert resp.command(_REDIS_PY.encoder.encode, parts) == b"".join(_REDIS_PY.pack_command(*parts))
+    for conn in (_REDIS_PY, _LATIN):  # also with the client's own encoding and error rule
+        assert resp.command(conn.encoder, parts) == b"".join(conn.pack_command(*parts))
+
+
+def test_a_part_redis_py_refuses_is_refused_the_same_way() -> None:
+    with pytest.raises(DataError, match="bool"):
+        resp.command(_REDIS_PY.encoder, ("EVALSHA", "sha", 1, "key", True))
+
+
+def test_a_script_call_after_a_wait_sends_the_blpop_first_and_a_reload_sends_the_script_alone() -> None:
+    keys, args = ["k"], ["token", 30000]
+    waited = resp.script_call(_REDIS_PY.encoder, "f00", "return 1", keys, args, reload=False, wake=("w", 0.4))
+    assert waited == b"".join(_REDIS_PY.pack_command("BLPOP", "w", 0.4) + _REDIS_PY.pack_command(
+        "EVALSHA", "f00", 1, "k", "token", 30000))
+    reloaded = resp.script_call(_REDIS_PY.encoder, "f00", "return 1", keys, args, reload=True, wake=("w", 0.4))
+    assert reloaded == b"".join(_REDIS_PY.pack_command("EVAL", "return 1", 1, "k", "token", 30000))
 
 
 REPLIES: list[tuple[bytes, Any]] = [

@@ -379,14 +379,10 @@ async def _write(conn: Any, command: bytes) -> None:
 
 
 def _command(conn: Any, request: ScriptRequest, *, reload: bool) -> bytes:
-    """The request as bytes: [BLPOP, then] EVALSHA; or EVAL alone (the script itself) after the server said
-    NOSCRIPT (the wait, if any, is over by then)."""
-    script = request.lua.source if reload else request.lua.sha
-    command = resp.command(conn.encoder.encode, ("EVAL" if reload else "EVALSHA", script, len(request.keys),
-                                                 *request.keys, *request.args))
-    if request.wake is None or reload:
-        return command
-    return resp.command(conn.encoder.encode, ("BLPOP", *request.wake)) + command
+    """The request as bytes (`resp.script_call`), encoded as the connection's own commands are."""
+    lua = request.lua
+    return resp.script_call(conn.encoder, lua.sha, lua.source, request.keys, request.args, reload=reload,
+                            wake=request.wake)
 
 
 def then(handle: Handle[Any], work: Callable[[], Awaitable[object]]) -> None:

@@ -1,9 +1,11 @@
-"""The Redis wire protocol (RESP2 and RESP3), as far as Redlock's per-node script calls need it. No I/O.
+"""The Redis wire protocol (RESP2 and RESP3), as far as the script calls on dedicated connections need it. No I/O.
 
-Redlock sends one script call to every node for every acquire, release and extend; the synchronous client writes
-and reads those on dedicated connections itself (`_sync/_compat.py`), so the few microseconds redis-py spends
-per command and per reply count five times over. `command` encodes a request as redis-py would (the caller gives
-redis-py's encoder, so keys are encoded the same way as everywhere else); `parse` decodes one reply.
+Every acquire, release and extend of the single node and of Redlock (one per node) is a script call, sent on a
+dedicated connection (`Channel`, `_compat.py`) with none of redis-py's per-command work: the few microseconds
+it spends per command and per reply sit on the hand-off's critical path, and count five times over for Redlock.
+`command` and `script_call` encode a request as redis-py would (the caller gives the connection's encoder, so
+keys are encoded the same way as everywhere else); `parse` decodes one reply (the synchronous twin reads with
+it; the asyncio twin uses redis-py's reader).
 
 Replies a script can give: integers, simple and bulk strings, nil, arrays of these, errors; with RESP3 also null,
 booleans and doubles, and push messages that the server may send between replies (dropped by the reader). Any
@@ -12,8 +14,7 @@ other type is refused (`ValueError`): the reader then drops the connection inste
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 
 class Incomplete:
@@ -31,13 +32,48 @@ class Push(list[Any]):
     """A RESP3 push message (out-of-band, not the reply to a request)."""
 
 
-def command(encode: Callable[[Any], bytes | memoryview], parts: tuple[Any, ...]) -> bytes:
-    """A command as one RESP array of bulk strings; `encode` turns each part (str, int, bytes) into bytes."""
+class Encoder(Protocol):
+    """What is needed of redis-py's encoder (a connection's `encoder`): its text encoding, and its rule for
+    every other type."""
+
+    encoding: str
+    encoding_errors: str
+
+    def encode(self, value: Any) -> bytes | memoryview: ...
+
+
+def command(encoder: Encoder, parts: tuple[Any, ...]) -> bytes:
+    """A command as one RESP array of bulk strings, each part encoded as `encoder.encode` would encode it.
+
+    The parts a script call has (str, int, bytes) are encoded here, which is twice as fast as redis-py's
+    isinstance ladder; anything else (float, bool, which it refuses, ...) goes to the encoder itself."""
+    encoding, errors = encoder.encoding, encoder.encoding_errors
     out = [b"*%d\r\n" % len(parts)]
     for part in parts:
-        data = encode(part)
+        kind = type(part)
+        if kind is str:
+            data: bytes | memoryview = part.encode(encoding, errors)
+        elif kind is int:
+            data = b"%d" % part
+        elif kind is bytes:
+            data = part
+        else:
+            data = encoder.encode(part)
         out.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(out)
+
+
+def script_call(encoder: Encoder, sha: str, source: str, keys: list[str], args: list[Any], *, reload: bool,
+                wake: tuple[str, float] | None) -> bytes:
+    """A script call as bytes: EVALSHA `sha`; or EVAL `source` after the server said NOSCRIPT (`reload`).
+
+    `wake` (list key, seconds): a BLPOP on that list goes first, in the same write, so the server runs the
+    script the moment the BLPOP returns. It is not repeated on a reload: the wait is over by then."""
+    call = command(encoder, ("EVAL", source, len(keys), *keys, *args) if reload
+                   else ("EVALSHA", sha, len(keys), *keys, *args))
+    if wake is None or reload:
+        return call
+    return command(encoder, ("BLPOP", *wake)) + call
 
 
 def parse(data: bytes | bytearray, start: int = 0) -> tuple[Any, int] | Incomplete:
