@@ -406,6 +406,13 @@ def least_mean_wait_ms(result: Contended) -> float:
     return result.params.workers * h - h - o
 
 
+def least_p99_ms(least_mean_ms: float, longest_ms: float) -> float:
+    """The lowest wait p99 any lock can give when the mean wait is at least `least_mean_ms` and no wait is
+    longer than `longest_ms`: at best 99 % of the waits sit at the p99 and the other 1 % at the longest, so
+    0.99 x p99 + 0.01 x longest >= the mean. A p99 below this needs waits past `longest_ms` (starvation)."""
+    return (least_mean_ms - 0.01 * longest_ms) / 0.99
+
+
 def most_per_s(result: Contended) -> float:
     """The most acquisitions per second any lock could give these workers: one critical section after another,
     with no hand-off at all (1 / the measured hold)."""
