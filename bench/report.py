@@ -425,7 +425,8 @@ def _fair_contended(con: Mapping[str, Contended]) -> list[Check]:
     flock = con.get("floor-flock")
     if flock is not None:
         out.append(Check("contended: floor-flock (no network) longest wait / wait p99",
-                         f"{flock.longest_ms:.1f} / {flock.wait_p99_ms:.1f} ms", "- (no network, no queue: flock is not FIFO)", None))
+                         f"{flock.longest_ms:.1f} / {flock.wait_p99_ms:.1f} ms",
+                         "- (no network, no queue: flock is not FIFO)", None))
     reference = REGISTRY["python-redis-lock"].reference.wait_p99_ms
     if reference:
         ratio = fair.wait_p99_ms / reference

@@ -7,6 +7,7 @@ its own."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import os
 import threading
@@ -17,6 +18,7 @@ import redis
 import redis.asyncio
 
 import fencelock
+from fencelock import _channel
 from fencelock._async import _compat as async_compat
 from fencelock._scripts import Lua
 from fencelock._sync import _compat as sync_compat
@@ -283,3 +285,40 @@ def test_asyncio_a_script_after_a_wait_runs_once_the_wake_up_comes_and_only_its_
         await channel.aclose()
 
     asyncio.run(main())
+
+
+def _finished(result: Any = None, *, error: BaseException | None = None, cancelled: bool = False) -> Any:
+    future: Any = concurrent.futures.Future()
+    if cancelled:
+        future.cancel()
+    elif error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+    return future
+
+
+def test_the_order_rule_waits_for_the_latest_request_that_was_sent_and_only_an_answer_lets_the_next_go() -> None:
+    """`_channel`'s rule, which both twins' channels follow: a request that was not sent is never waited for,
+    the one it waited for is; a reply or the server's own error is an answer, a network failure is not."""
+    channel = _channel.ChannelBase(redis.Redis(host="127.0.0.1", port=1, socket_timeout=0.5))
+    assert channel.where == "127.0.0.1:1"
+    sent: Any = concurrent.futures.Future()  # in flight
+    skipped = _finished(channel.not_sent((sent, 0.5)))
+    assert _channel.last_sent((skipped, 0.5))[0] is sent
+    assert _channel.last_sent((_finished(channel.not_sent((skipped, 0.5))), 0.5))[0] is sent  # a chain of them
+    channel.track("caller", skipped, 0.1)
+    assert channel.in_flight("caller") == (sent, 0.5)  # the one actually sent, still in flight
+    assert channel.in_flight("someone else") is None  # callers are not ordered with each other
+    sent.set_result(b"reply")
+    assert channel.in_flight("caller") is None  # its reply came: nothing to wait for
+    assert _channel.answered((sent, 0.5))
+    assert _channel.answered((_finished(redis.ResponseError("WRONGTYPE")), 0.5))  # the server's own answer
+    assert not _channel.answered((_finished(redis.ConnectionError("reset")), 0.5))
+    assert not _channel.answered((_finished(error=RuntimeError("crashed")), 0.5))
+    assert not _channel.answered((_finished(cancelled=True), 0.5))
+    slow: Any = concurrent.futures.Future()
+    channel.track("slow", slow, 0.1)
+    assert channel.in_flight("slow") == (slow, 0.5)  # waited for as long as the socket timeout, not 0.1 s
+    channel.track("slower", slow, 2.0)
+    assert channel.in_flight("slower") == (slow, 2.0)  # or its own per-server timeout, if that is longer

@@ -12,9 +12,8 @@ from typing import Any, NamedTuple, TypeVar
 from redis.asyncio import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._logic import resp
+from .._channel import ChannelBase, Packed, answered, encode, last_sent
 
 T = TypeVar("T")
 
@@ -126,12 +125,7 @@ async def _gather(tasks: list[asyncio.Future[T]], timeout: float,
     return results, tasks
 
 
-PATIENCE = 2.0
-"""Seconds a request waits for the caller's previous request to the same server when the client has no socket
-timeout (with one, it waits that long: the previous request's reply is read within it, or its connection dropped)."""
-
-
-class Channel:
+class Channel(ChannelBase):
     """One server's dedicated connections for `run_scripts`, outside the client's connection pool.
 
     Each connection carries one request at a time: it is idle here, or owned by exactly one request until that
@@ -140,14 +134,12 @@ class Channel:
     made with the client's own settings (address, TLS, credentials, timeouts), so they behave as the client's
     would; the client's pool still serves every other command (a Redlock wait's BLPOP, repair).
 
-    Requests one task sends to one server reach it in the order it sent them. While the task's previous request there
-    still waits for its reply (one that came after the quorum, read in the background), the next one waits for that
-    reply, at most that request's own bound (the socket timeout), and then takes an idle connection. Opening another
-    connection instead would let the later request overtake the earlier one (a new acquire run before our own release on
-    a slow node, and refused there by our own key). If the earlier one gets no answer (none in time, or a network
-    error), the server is stalled or gone: the later one is not sent (it counts as unanswered, and the next one waits
-    for that same earlier request), so nothing queued behind a request that failed reaches a server late. A task started
-    on a caller's behalf (`shielded`, `undo_if_interrupted`) counts as that caller. Concurrent tasks are not ordered
+    Requests one task sends to one server reach it in the order it sent them, by the rule in `_channel`: while the
+    task's previous request there still waits for its reply (one that came after the quorum, read in the
+    background), the next one waits for that reply, at most that request's own bound, and then takes an idle
+    connection. Opening another connection instead would let the later request overtake the earlier one (a new
+    acquire run before our own release on a slow node, and refused there by our own key). A task started on a
+    caller's behalf (`shielded`, `undo_if_interrupted`) counts as that caller. Concurrent tasks are not ordered
     with each other: each takes its own connection (a new one is connected when none is idle).
 
     Connections belong to the event loop that made them: under another loop (a second `asyncio.run`), or after
@@ -158,15 +150,10 @@ class Channel:
     """
 
     def __init__(self, client: Any) -> None:
-        self.client = client
-        pool = client.connection_pool
-        self._class, self._kwargs = pool.connection_class, pool.connection_kwargs
+        super().__init__(client)
         self._idle: list[Any] = []
         self._open: set[Any] = set()  # every connection made and not yet dropped: idle or in use
         self._owner: tuple[int, asyncio.AbstractEventLoop | None] = (os.getpid(), None)
-        self.generation = 0  # +1 at every aclose: what a request begun before it finds is not its to use
-        self._latest: dict[Any, tuple[asyncio.Future[Any], float]] = {}  # caller -> its request in flight here
-        self._patience: float = self._kwargs.get("socket_timeout") or PATIENCE
 
     def take(self, generation: int) -> Any:
         """An idle connection, connected and with nothing left to read; None if there is none."""
@@ -175,23 +162,6 @@ class Channel:
             self._let_go(same_process=owner[0] == self._owner[0])
             self._owner = owner
         return self._idle.pop() if self._idle and generation == self.generation else None
-
-    def in_flight(self, caller: Any) -> tuple[asyncio.Future[Any], float] | None:
-        """The caller's latest request here while its reply is still to come (or the one that request waited for
-        in vain), with how long to wait for it."""
-        latest = self._latest.get(caller)
-        if latest is None:
-            return None
-        latest = _last_sent(latest)
-        return latest if not latest[0].done() else None
-
-    def track(self, caller: Any, request: asyncio.Future[Any], timeout: float) -> None:
-        """`request` is the caller's latest here, still in flight; a later one waits for it, at most the socket
-        timeout (at least `timeout`, the per-server timeout it was sent with)."""
-        self._latest[caller] = request, max(self._patience, timeout)
-        if len(self._latest) > 64:  # callers that ended with a request in flight: forget the finished ones
-            for key in [key for key, (task, _) in self._latest.items() if task.done()]:
-                del self._latest[key]
 
     async def give_back(self, conn: Any) -> None:
         """Idle again, if its reply was read and it is still connected and current; otherwise closed and dropped."""
@@ -220,7 +190,7 @@ class Channel:
     def _let_go(self, *, same_process: bool) -> None:
         """Forget the connections of another loop (closing them if that loop still runs) or another process."""
         old, self._open, self._idle = self._open, set(), []
-        self._latest.clear()
+        self._forget_requests()
         for conn in old if same_process else ():
             try:
                 conn._close()  # without waiting: the loop they belong to is not running here
@@ -258,10 +228,6 @@ class ScriptRequest(NamedTuple):
     wake: tuple[str, float] | None = None
 
 
-Packed = dict[tuple[str, int, int, tuple[str, float] | None], Any]
-"""Commands already encoded, by (script, id of keys, id of args, wake)."""
-
-
 async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                       enough: Callable[[dict[int, Any]], bool]) -> tuple[dict[int, Any], list[Handle[Any]]]:
     """Run one script on each of several servers at once, each on a dedicated connection (`Channel`); like
@@ -289,7 +255,7 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
                        before: tuple[asyncio.Future[Any], float] | None) -> Any:
     channel = request.channel
     if before is not None:
-        before = _last_sent(before)
+        before = last_sent(before)
     if before is not None and not before[0].done():  # the caller's previous request here goes first
         deadline = asyncio.get_running_loop().time() + before[1]
         while not before[0].done():
@@ -297,10 +263,10 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
             if remaining > 0:
                 await asyncio.wait([before[0]], timeout=remaining)
             if not before[0].done():
-                return NotSent(channel, before)
-            before = _last_sent(before)
-        if not _answered(before):
-            return NotSent(channel, before)
+                return channel.not_sent(before)
+            before = last_sent(before)
+        if not answered(before):
+            return channel.not_sent(before)
     conn = channel.take(generation)
     if conn is None:
         try:
@@ -310,7 +276,7 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
     same = request.lua.sha, id(request.keys), id(request.args), request.wake
     command = packed.get(same)
     if command is None:
-        command = packed[same] = _command(conn, request, reload=False)
+        command = packed[same] = encode(conn, request, reload=False)
     try:
         try:
             await _write(conn, command)
@@ -321,7 +287,7 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
                     pass
             reply = await conn.read_response()
         except NoScriptError:
-            await _write(conn, _command(conn, request, reload=True))
+            await _write(conn, encode(conn, request, reload=True))
             reply = await conn.read_response()
     except ResponseError as exc:  # the server's answer: the connection is still good
         reply = exc
@@ -337,40 +303,6 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
     return reply
 
 
-class NotSent(RedisTimeoutError):
-    """The reply of a request left unsent: it had to wait for the caller's previous request to that server, and
-    that one got no answer (none within its bound, or a network error), so the server is stalled or gone. Sent
-    on another connection, this one could overtake it (and pile onto a stalled server); it counts as unanswered,
-    as any request to a stalled server does. `before` is that previous request: the next one waits for it, not
-    for this one."""
-
-    def __init__(self, channel: Channel, before: tuple[asyncio.Future[Any], float]) -> None:
-        kwargs = channel._kwargs
-        where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
-        super().__init__(f"not sent: the previous request to {where} got no answer")
-        self.before = before
-
-
-def _last_sent(before: tuple[asyncio.Future[Any], float]) -> tuple[asyncio.Future[Any], float]:
-    """The caller's latest request that was sent: `before`, or, if that one was not sent, the one it waited for."""
-    while before[0].done():
-        task = before[0]
-        result = None if task.cancelled() or task.exception() is not None else task.result()
-        if not isinstance(result, NotSent):
-            break
-        before = result.before
-    return before
-
-
-def _answered(request: tuple[asyncio.Future[Any], float]) -> bool:
-    """A finished request got the server's answer (a reply, or the server's error), not a network failure."""
-    task = request[0]
-    if task.cancelled() or task.exception() is not None:
-        return False
-    result = task.result()
-    return not isinstance(result, Exception) or isinstance(result, ResponseError)
-
-
 async def _write(conn: Any, command: bytes) -> None:
     """Write a request. (redis-py's send_packed_command starts a task for every command when a socket timeout
     is set; a command this small goes straight into the transport's buffer, and the reply's read is timed.)"""
@@ -378,11 +310,6 @@ async def _write(conn: Any, command: bytes) -> None:
     await conn._writer.drain()
 
 
-def _command(conn: Any, request: ScriptRequest, *, reload: bool) -> bytes:
-    """The request as bytes (`resp.script_call`), encoded as the connection's own commands are."""
-    lua = request.lua
-    return resp.script_call(conn.encoder, lua.sha, lua.source, request.keys, request.args, reload=reload,
-                            wake=request.wake)
 
 
 def then(handle: Handle[Any], work: Callable[[], Awaitable[object]]) -> None:

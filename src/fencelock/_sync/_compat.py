@@ -16,6 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .._channel import ChannelBase, Packed, answered, encode, last_sent
 from .._logic import resp
 
 T = TypeVar("T")
@@ -103,30 +104,23 @@ def fan_out(calls: Sequence[Call[T]], timeout: float,
     return results, futures
 
 
-PATIENCE = 2.0
-"""Seconds a request waits for the caller's previous request to the same server when the client has no socket
-timeout (with one, it waits that long: the previous request's reply is read within it, or its connection dropped)."""
-
-
-class Channel:
+class Channel(ChannelBase):
     """One server's dedicated connections for `run_scripts`, outside the client's connection pool.
 
     Each connection carries one request at a time: it is idle here, or owned by exactly one request until that
     request's reply has been read. A request sends on an idle connection and reads its reply itself, with none of
     the pool's per-request work (its locks, its "no unread data" check, which costs a read, its metrics hooks).
     The connections are made with the client's own settings (address, TLS, credentials, timeouts), so they
-    behave as the client's would; the client's pool still serves every other command
-    (a Redlock wait's BLPOP, repair).
+    behave as the client's would; the client's pool still serves every other command (a Redlock wait's BLPOP,
+    repair).
 
-    Requests one thread sends to one server reach it in the order it sent them. While the thread's previous request
-    there still waits for its reply (one that came after the quorum, read in the background), the next one waits for
-    that reply, at most that request's own bound (the socket timeout), and then takes an idle connection. Opening
-    another connection instead would let the later request overtake the earlier one (a new acquire run before our own
-    release on a slow node, and refused there by our own key). If the earlier one gets no answer (none in time, or a
-    network error), the server is stalled or gone: the later one is not sent (it counts as unanswered, and the next one
-    waits for that same earlier request), so nothing queued behind a request that failed reaches a server late. Threads
-    that share the client are not ordered with each other: each takes its own connection (a new one is connected when
-    none is idle), so a connection is never used by two requests at once.
+    Requests one thread sends to one server reach it in the order it sent them, by the rule in `_channel`: while
+    the thread's previous request there still waits for its reply (one that came after the quorum, read in the
+    background), the next one waits for that reply, at most that request's own bound, and then takes an idle
+    connection. Opening another connection instead would let the later request overtake the earlier one (a new
+    acquire run before our own release on a slow node, and refused there by our own key). Threads that share the
+    client are not ordered with each other: each takes its own connection (a new one is connected when none is
+    idle), so a connection is never used by two requests at once.
 
     After `os.fork()` the child leaves the parent's connections alone and makes its own. `close` closes every
     connection, also those a request still uses (as redis-py's pool does); a request begun before it never keeps
@@ -135,48 +129,23 @@ class Channel:
     """
 
     def __init__(self, client: Any) -> None:
-        self.client = client
-        pool = client.connection_pool
-        self._class, self._kwargs = pool.connection_class, pool.connection_kwargs
+        super().__init__(client)
         # deque's append and pop, and a set's add and discard, are atomic: no lock is needed between threads.
         self._idle: deque[Any] = deque()
         self._open: set[Any] = set()  # every connection made and not yet dropped: idle or in use
         self._pid = os.getpid()
-        self.generation = 0  # +1 at every close: what a request begun before it finds is not its to use
-        self._latest: dict[int, tuple[Future[Any], float]] = {}  # thread -> its latest request here
-        self._latest_lock = threading.Lock()
-        self._patience: float = self._kwargs.get("socket_timeout") or PATIENCE
 
     def take(self, generation: int) -> Any:
         """An idle connection, connected and with nothing left to read; None if there is none."""
         if self._pid != os.getpid():  # forked: those sockets are the parent's
-            self._idle, self._open, self._pid, self._latest = deque(), set(), os.getpid(), {}
-            self._latest_lock = threading.Lock()
+            self._idle, self._open, self._pid = deque(), set(), os.getpid()
+            self._forget_requests()
         if generation != self.generation:
             return None
         try:
             return self._idle.pop()
         except IndexError:
             return None
-
-    def in_flight(self, caller: int) -> tuple[Future[Any], float] | None:
-        """The caller's latest request here while its reply is still to come (or the one that request waited for
-        in vain), with how long to wait for it."""
-        latest = self._latest.get(caller)
-        if latest is None:
-            return None
-        latest = _last_sent(latest)
-        return latest if not latest[0].done() else None
-
-    def track(self, caller: int, request: Future[Any], timeout: float) -> None:
-        """`request` is the caller's latest here; a later one waits for it, at most the socket timeout (at
-        least `timeout`, the per-server timeout it was sent with)."""
-        with self._latest_lock:
-            self._latest[caller] = request, max(self._patience, timeout)
-            if len(self._latest) > 64:  # threads that ended with a request in flight: forget the finished ones
-                for thread, (handle, _) in list(self._latest.items()):
-                    if handle.done():
-                        del self._latest[thread]
 
     def give_back(self, conn: Any) -> None:
         """Idle again, if its reply was read and it is still connected and current; otherwise closed and dropped."""
@@ -250,10 +219,6 @@ class ScriptRequest(NamedTuple):
     wake: tuple[str, float] | None = None
 
 
-Packed = dict[tuple[str, int, int, tuple[str, float] | None], Any]
-"""Commands already encoded, by (script, id of keys, id of args, wake)."""
-
-
 class _InFlight(NamedTuple):
     """A request written to a dedicated connection, whose reply is still to be read."""
 
@@ -300,7 +265,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         same = request.lua.sha, id(request.keys), id(request.args), request.wake
         command = packed.get(same)
         if command is None:
-            command = packed[same] = _command(conn, request, reload=False)
+            command = packed[same] = encode(conn, request, reload=False)
         flight = _InFlight(i, request, conn)
         failed = _send(flight, command)
         if failed is None:
@@ -333,13 +298,13 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
             if deferred:
                 for i in [i for i, (_, _, before) in deferred.items() if before[0].done()]:
                     request, generation, before = deferred.pop(i)
-                    sent = _last_sent(before)
+                    sent = last_sent(before)
                     if not sent[0].done():
                         deferred[i] = request, generation, sent
-                    elif _answered(sent):
+                    elif answered(sent):
                         send(i, request, generation)
                     else:
-                        done(i, NotSent(request.channel, sent))
+                        done(i, request.channel.not_sent(sent))
             if waiting:
                 others = threads or deferred
                 ready, _, _ = select.select(list(waiting), [], [], min(remaining, 0.002) if others else remaining)
@@ -379,11 +344,6 @@ _DONE: Future[Any] = Future()
 _DONE.set_result(None)
 
 
-def _command(conn: Any, request: ScriptRequest, *, reload: bool) -> bytes:
-    """The request as bytes (`resp.script_call`), encoded as the connection's own commands are."""
-    lua = request.lua
-    return resp.script_call(conn.encoder, lua.sha, lua.source, request.keys, request.args, reload=reload,
-                            wake=request.wake)
 
 
 def _send(flight: _InFlight, command: Any) -> Exception | None:
@@ -414,7 +374,7 @@ def _receive(flight: _InFlight) -> tuple[Any, _InFlight | None]:
         return exc, None
     if isinstance(reply, NoScriptError) and not flight.reloaded:
         again = flight._replace(reloaded=True)
-        failed = _send(again, _command(flight.conn, flight.request, reload=True))
+        failed = _send(again, encode(flight.conn, flight.request, reload=True))
         return (failed, None) if failed is not None else (None, again)
     flight.request.channel.give_back(flight.conn)
     return reply, None
@@ -454,40 +414,6 @@ def _read_reply(conn: Any, skip: int = 0) -> Any:
             return reply
 
 
-class NotSent(RedisTimeoutError):
-    """The reply of a request left unsent: it had to wait for the caller's previous request to that server, and
-    that one got no answer (none within its bound, or a network error), so the server is stalled or gone. Sent
-    on another connection, this one could overtake it (and pile onto a stalled server); it counts as unanswered,
-    as any request to a stalled server does. `before` is that previous request: the next one waits for it, not
-    for this one."""
-
-    def __init__(self, channel: Channel, before: tuple[Future[Any], float]) -> None:
-        kwargs = channel._kwargs
-        where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
-        super().__init__(f"not sent: the previous request to {where} got no answer")
-        self.before = before
-
-
-def _last_sent(before: tuple[Future[Any], float]) -> tuple[Future[Any], float]:
-    """The caller's latest request that was sent: `before`, or, if that one was not sent, the one it waited for."""
-    while before[0].done():
-        future = before[0]
-        result = None if future.cancelled() or future.exception() is not None else future.result()
-        if not isinstance(result, NotSent):
-            break
-        before = result.before
-    return before
-
-
-def _answered(request: tuple[Future[Any], float]) -> bool:
-    """A finished request got the server's answer (a reply, or the server's error), not a network failure."""
-    future = request[0]
-    if future.cancelled() or future.exception() is not None:
-        return False
-    result = future.result()
-    return not isinstance(result, Exception) or isinstance(result, ResponseError)
-
-
 def _where(conn: Any) -> str:
     path = getattr(conn, "path", None)
     return str(path) if path else f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
@@ -507,16 +433,16 @@ def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any
     is idle), or from the caller's own (`call_script`). Send on an idle connection, or connect one; read."""
     channel = request.channel
     if before is not None:
-        before = _last_sent(before)
+        before = last_sent(before)
     if before is not None and not before[0].done():  # the caller's previous request here goes first
         deadline = time.monotonic() + before[1]
         while not before[0].done():
             wait([before[0]], timeout=max(0.0, deadline - time.monotonic()))
             if not before[0].done():
-                return NotSent(channel, before)
-            before = _last_sent(before)
-        if not _answered(before):
-            return NotSent(channel, before)
+                return channel.not_sent(before)
+            before = last_sent(before)
+        if not answered(before):
+            return channel.not_sent(before)
     conn = channel.take(generation)
     if conn is None:
         try:
@@ -524,7 +450,7 @@ def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any
         except Exception as exc:
             return exc
     flight = _InFlight(0, request, conn)
-    failed = _send(flight, _command(conn, request, reload=False))
+    failed = _send(flight, encode(conn, request, reload=False))
     if failed is not None:
         return failed
     try:
