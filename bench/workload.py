@@ -413,6 +413,15 @@ def least_p99_ms(least_mean_ms: float, longest_ms: float) -> float:
     return (least_mean_ms - 0.01 * longest_ms) / 0.99
 
 
+def most_hand_off_ms(result: Contended, p99_ms: float, longest_ms: float) -> float:
+    """The longest hand-off (release to next grant) with which a FIFO lock could still give these workers a wait
+    p99 of `p99_ms` with no wait past `longest_ms`. A hand-off of g makes each loop of the queue last N x (h + g),
+    so the mean wait is N x (h + g) - h - o; and the mean is at most 0.99 x p99 + 0.01 x longest (least_p99_ms).
+    Negative: no lock can, however fast its hand-off."""
+    n, h, o = result.params.workers, result.hold_mean_ms, result.outside_mean_ms
+    return (0.99 * p99_ms + 0.01 * longest_ms + h + o) / n - h
+
+
 def most_per_s(result: Contended) -> float:
     """The most acquisitions per second any lock could give these workers: one critical section after another,
     with no hand-off at all (1 / the measured hold)."""
