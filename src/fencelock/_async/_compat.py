@@ -490,10 +490,12 @@ async def blocking(work: Callable[[], object], timeout: float) -> bool:
 
 
 async def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any],
-                      wake: tuple[str, float] | None = None) -> Any:
-    """One script call on one server's dedicated connection: the single-node backend's requests, without
-    redis-py's per-command work; with `wake`, after a BLPOP (see `ScriptRequest`). Returns the reply, or the
-    exception the server or the network gave (as `run_scripts` does); a cancelled call drops its connection
-    (its reply is never read)."""
+                      wake: tuple[str, float] | None = None, generation: int | None = None) -> Any:
+    """One script call on one server's dedicated connection: the single-node backend's requests and Redlock's
+    give-backs, without redis-py's per-command work; with `wake`, after a BLPOP (see `ScriptRequest`). Returns
+    the reply, or the exception the server or the network gave (as `run_scripts` does); a cancelled call drops
+    its connection (its reply is never read). `generation`: the channel's, as the caller read it earlier (a
+    request begun before `aclose` is refused a connection after it); by default, now."""
     # (One call at a time per task here, each awaited to its end: nothing of the caller's is in flight before it.)
-    return await _call_script(ScriptRequest(channel, lua, keys, args, wake), {}, channel.generation, None)
+    return await _call_script(ScriptRequest(channel, lua, keys, args, wake), {},
+                              channel.generation if generation is None else generation, None)

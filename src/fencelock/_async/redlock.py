@@ -47,7 +47,7 @@ from .._scripts import (
     REDLOCK_RELEASE,
     STATUS,
 )
-from ._compat import Channel, ScriptRequest, fan_out, in_background, run_scripts, sleep, then
+from ._compat import Channel, ScriptRequest, call_script, fan_out, in_background, run_scripts, sleep, then
 from .redis import BATCH, CLIENT_ERRORS, MIN_BLOCK, run_script, scan_names, socket_timeout, wait_for_wake
 
 _FAILED = Answer(Reply.FAILED)
@@ -109,22 +109,16 @@ class AsyncRedlockBackend:
 
     # -- one node ---------------------------------------------------------------------------------------------
 
-    async def _release_on(self, i: int, name: str, keys: RedisKeys, token: str, t: int) -> int:
-        """Give back one node's key (a background cleanup). After `aclose` it is skipped, and the key's TTL frees
-        it: a closed client must not open a connection that nobody closes (a ResourceWarning at exit)."""
+    async def _release_on(self, i: int, keys: RedisKeys, token: str, t: int) -> int:
+        """Give back one node's key (a background cleanup), on that node's channel. After `aclose` it is skipped,
+        and the key's TTL frees it. One begun before `aclose` never keeps or makes a connection after it (the
+        channel's generation, read before the closed flag: `aclose` sets the flag first)."""
+        channel = self._channels[i]
+        generation = channel.generation
         if self._closed:
             return NO_ANSWER
-        try:
-            return int(await run_script(self._nodes[i], REDLOCK_RELEASE,
-                                        [keys.lock, keys.fence, keys.waiters, keys.wake], [token, t],
-                                        name=name, where=self._shown[i]))
-        except BackendError:
-            return NO_ANSWER
-        finally:
-            if self._closed and self._owns_clients:
-                # Closed while this ran: the pool may have connected again for it after aclose closed it.
-                pool: Any = self._nodes[i].connection_pool
-                await pool.disconnect()
+        script_keys = [keys.lock, keys.fence, keys.waiters, keys.wake]
+        return _code(await call_script(channel, REDLOCK_RELEASE, script_keys, [token, t], generation=generation))
 
     # -- the protocol -----------------------------------------------------------------------------------------
 
@@ -165,7 +159,7 @@ class AsyncRedlockBackend:
             # grant is touched.
             for i, handle in enumerate(handles):
                 if answers[i].reply in (Reply.GRANTED, Reply.FAILED):
-                    then(handle, partial(self._release_on, i, name, keys, token, t))
+                    then(handle, partial(self._release_on, i, keys, token, t))
             # Nodes without their data: worth a look only if, ready again, they could make up a quorum.
             reachable = sum(1 for a in answers if a.reply is not Reply.FAILED)
             healed = unready and reachable >= self._q and await self._heal(timeout)
@@ -217,7 +211,7 @@ class AsyncRedlockBackend:
                                     "whether a majority extended the lease is unknown", name=name)
         # Lost: a minority still holds keys of ours, which only get in others' way. Give them back.
         for i, handle in enumerate(handles):
-            then(handle, partial(self._release_on, i, name, keys, token, fence))
+            then(handle, partial(self._release_on, i, keys, token, fence))
         return False
 
     def _settled(self, done: dict[int, Any]) -> bool:

@@ -577,10 +577,13 @@ def blocking(work: Callable[[], object], timeout: float) -> bool:
 
 
 def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any],
-                wake: tuple[str, float] | None = None) -> Any:
+                wake: tuple[str, float] | None = None, generation: int | None = None) -> Any:
     """One script call on one server's dedicated connection, from this thread: the single-node backend's
-    requests, without redis-py's per-command work; with `wake`, after a BLPOP (see `ScriptRequest`). Returns the
-    reply, or the exception the server or the network gave (as `run_scripts` does); blocks at most the client's
-    connect and socket timeouts (and the BLPOP)."""
+    requests and Redlock's give-backs, without redis-py's per-command work; with `wake`, after a BLPOP (see
+    `ScriptRequest`). Returns the reply, or the exception the server or the network gave (as `run_scripts`
+    does); blocks at most the client's connect and socket timeouts (and the BLPOP). `generation`: the
+    channel's, as the caller read it earlier (a request begun before `close` is refused a connection after
+    it); by default, now."""
     # (One call at a time per thread here, each to its end: nothing of the caller's is in flight before it.)
-    return _in_thread(ScriptRequest(channel, lua, keys, args, wake), channel.generation, None)
+    return _in_thread(ScriptRequest(channel, lua, keys, args, wake),
+                      channel.generation if generation is None else generation, None)

@@ -48,7 +48,7 @@ from .._scripts import (
     REDLOCK_RELEASE,
     STATUS,
 )
-from ._compat import Channel, ScriptRequest, fan_out, in_background, run_scripts, sleep, then
+from ._compat import Channel, ScriptRequest, call_script, fan_out, in_background, run_scripts, sleep, then
 from .redis import BATCH, CLIENT_ERRORS, MIN_BLOCK, run_script, scan_names, socket_timeout, wait_for_wake
 
 _FAILED = Answer(Reply.FAILED)
@@ -110,22 +110,16 @@ class RedlockBackend:
 
     # -- one node ---------------------------------------------------------------------------------------------
 
-    def _release_on(self, i: int, name: str, keys: RedisKeys, token: str, t: int) -> int:
-        """Give back one node's key (a background cleanup). After `close` it is skipped, and the key's TTL frees
-        it: a closed client must not open a connection that nobody closes (a ResourceWarning at exit)."""
+    def _release_on(self, i: int, keys: RedisKeys, token: str, t: int) -> int:
+        """Give back one node's key (a background cleanup), on that node's channel. After `close` it is skipped,
+        and the key's TTL frees it. One begun before `close` never keeps or makes a connection after it (the
+        channel's generation, read before the closed flag: `close` sets the flag first)."""
+        channel = self._channels[i]
+        generation = channel.generation
         if self._closed:
             return NO_ANSWER
-        try:
-            return int(run_script(self._nodes[i], REDLOCK_RELEASE,
-                                        [keys.lock, keys.fence, keys.waiters, keys.wake], [token, t],
-                                        name=name, where=self._shown[i]))
-        except BackendError:
-            return NO_ANSWER
-        finally:
-            if self._closed and self._owns_clients:
-                # Closed while this ran: the pool may have connected again for it after close closed it.
-                pool: Any = self._nodes[i].connection_pool
-                pool.disconnect()
+        script_keys = [keys.lock, keys.fence, keys.waiters, keys.wake]
+        return _code(call_script(channel, REDLOCK_RELEASE, script_keys, [token, t], generation=generation))
 
     # -- the protocol -----------------------------------------------------------------------------------------
 
@@ -166,7 +160,7 @@ class RedlockBackend:
             # grant is touched.
             for i, handle in enumerate(handles):
                 if answers[i].reply in (Reply.GRANTED, Reply.FAILED):
-                    then(handle, partial(self._release_on, i, name, keys, token, t))
+                    then(handle, partial(self._release_on, i, keys, token, t))
             # Nodes without their data: worth a look only if, ready again, they could make up a quorum.
             reachable = sum(1 for a in answers if a.reply is not Reply.FAILED)
             healed = unready and reachable >= self._q and self._heal(timeout)
@@ -218,7 +212,7 @@ class RedlockBackend:
                                     "whether a majority extended the lease is unknown", name=name)
         # Lost: a minority still holds keys of ours, which only get in others' way. Give them back.
         for i, handle in enumerate(handles):
-            then(handle, partial(self._release_on, i, name, keys, token, fence))
+            then(handle, partial(self._release_on, i, keys, token, fence))
         return False
 
     def _settled(self, done: dict[int, Any]) -> bool:
