@@ -200,3 +200,40 @@ def test_a_forced_release_wakes_the_fair_queues_head_at_once(fair_deployment: Re
     finally:
         thread.join(timeout=10)
         locks.close()
+
+
+@pytest.mark.parametrize("fair", [True, False])
+def test_asyncio_a_waiter_cancelled_in_its_wait_leaves_no_key_and_no_queue_entry(fair_deployment: RedisFamily,
+                                                                                  name: str, fair: bool) -> None:
+    """A waiter blocks in BLPOP with its acquire right behind it on the wire. Cancelled there, its request still
+    runs to its end (the release wakes it, the acquire may grant), and the undo then gives the lock back: the
+    lock ends free, with no queue entry, and the next waiter gets it."""
+
+    async def main() -> None:
+        locks = fair_deployment.aconnect()
+        other = fair_deployment.aconnect()
+        try:
+            holder = await locks.acquire(name, ttl=10.0, wait=0)
+            task = asyncio.ensure_future(locks.acquire(name, ttl=10.0, wait=5.0, fair=fair))
+            if fair:
+                await asyncio.to_thread(_wait_for_queue, fair_deployment, name, 1)
+            else:
+                await asyncio.sleep(0.2)  # its first attempt was refused; it blocks now
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await holder.release()  # wakes the cancelled waiter's BLPOP: its acquire runs, then its undo
+            for _ in range(150):
+                if fair_deployment.holder(name) is None and not _queue(fair_deployment, name):
+                    break
+                await asyncio.sleep(0.02)
+            assert fair_deployment.holder(name) is None
+            assert _queue(fair_deployment, name) == []
+            after = await other.acquire(name, ttl=5.0, wait=1.0, fair=fair)
+            assert after.fence > holder.fence
+            await after.release()
+        finally:
+            await locks.aclose()
+            await other.aclose()
+
+    asyncio.run(main())
