@@ -403,7 +403,11 @@ def _fair_contended(con: Mapping[str, Contended]) -> list[Check]:
                  f"+ hand-off {fair.gap_p50_ms:.2f} ms), both measured)", f"{fair.longest_ms:.1f} ms",
                  f"<= {bound_ms:.1f} ms", fair.longest_ms <= bound_ms),
            Check(f"contended, fair: longest wait against the bound with the nominal {p.hold * 1000:g} ms section",
-                 f"{fair.longest_ms:.1f} ms", f"- ({nominal_ms:.1f} ms)", None)]
+                 f"{fair.longest_ms:.1f} ms", f"- ({nominal_ms:.1f} ms)", None),
+           Check("contended, fair: the longest wait taken apart: sections others held during it (the longest "
+                 "of them) / the rest", f"{fair.longest_holds_ms:.1f} ({fair.longest_top_hold_ms:.1f}) / "
+                 f"{fair.longest_ms - fair.longest_holds_ms:.1f} ms",
+                 f"- (a section asks for {p.hold * 1000:g} ms: the machine stretches some)", None)]
     rival = con.get("python-redis-lock")
     if rival is not None and rival.wait_p99_ms:
         ratio = fair.wait_p99_ms / rival.wait_p99_ms

@@ -214,6 +214,10 @@ class Contended:
     wait_p50_ms: float = math.nan
     wait_p99_ms: float = math.nan
     longest_ms: float = math.nan
+    # The longest wait taken apart: the critical sections other workers held while it lasted (their sum, and the
+    # longest one), and the rest of it (hand-offs, and the waiter's own way in).
+    longest_holds_ms: float = math.nan
+    longest_top_hold_ms: float = math.nan
     gap_p50_ms: float = math.nan
     hold_mean_ms: float = math.nan  # measured critical section (the workers ask for `hold`; sleep overshoots)
     outside_mean_ms: float = math.nan  # from a critical section's end to the same worker's next request
@@ -356,6 +360,7 @@ def summarise(key: str, params: ContendedParams, runs: Sequence[ContendedRun]) -
     holds_s: list[float] = []
     outside_s: list[float] = []  # release + pause: the part of a worker's loop outside acquire and the section
     busy = duration = 0.0
+    longest: tuple[float, list[float]] = (-1.0, [])  # the longest wait so far, and the sections held during it
     for run in runs:
         start, end = run.window
         out.errors.extend(run.errors)
@@ -371,6 +376,11 @@ def summarise(key: str, params: ContendedParams, runs: Sequence[ContendedRun]) -
         records = [record for report in run.reports for record in report.records]
         inside = [record for record in records if start <= record[0] < end]  # requested inside the window
         waits_ms.extend((granted - requested) * 1e3 for requested, granted, _ in inside)
+        if inside:
+            requested, granted, _ = max(inside, key=lambda record: record[1] - record[0])
+            if granted - requested > longest[0]:
+                longest = granted - requested, [min(e, granted) - max(g, requested) for _, g, e in records
+                                                if g < granted and e > requested]
         holds_s.extend(ended - granted for _, granted, ended in inside)
         for report in run.reports:
             outside_s.extend(nxt[0] - cur[2] for cur, nxt in pairwise(report.records) if start <= cur[0] < end)
@@ -386,6 +396,8 @@ def summarise(key: str, params: ContendedParams, runs: Sequence[ContendedRun]) -
         out.wait_p50_ms = stats.percentile(waits_ms, 50)
         out.wait_p99_ms = stats.percentile(waits_ms, 99)
         out.longest_ms = max(waits_ms)
+        out.longest_holds_ms = sum(longest[1]) * 1e3
+        out.longest_top_hold_ms = max(longest[1], default=0.0) * 1e3
     if gaps_s:
         out.gap_p50_ms = stats.percentile(gaps_s, 50) * 1e3
     if holds_s:

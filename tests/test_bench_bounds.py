@@ -7,7 +7,16 @@ import math
 
 import pytest
 
-from bench.workload import Contended, ContendedParams, least_mean_wait_ms, least_p99_ms, most_hand_off_ms
+from bench.workload import (
+    Contended,
+    ContendedParams,
+    ContendedRun,
+    _WorkerReport,
+    least_mean_wait_ms,
+    least_p99_ms,
+    most_hand_off_ms,
+    summarise,
+)
 
 
 def _fifo_waits(workers: int, hold: float, hand_off: float, outside: float, turns: int) -> list[float]:
@@ -59,3 +68,16 @@ def test_the_longest_hand_off_for_a_p99_is_the_one_whose_fifo_mean_meets_it() ->
     assert min(slower) > 7.5
     assert most_hand_off_ms(result, 6.0, 18.0) < 0  # below the least mean wait: no hand-off is fast enough
     assert math.isclose(least_p99_ms(least_mean_wait_ms(result), 18.0), (6.9 - 0.18) / 0.99)
+
+
+def test_the_longest_wait_is_taken_apart_into_the_sections_held_during_it_and_the_rest() -> None:
+    # Worker 1 asks at 0.0 while worker 0 holds 0.0-5.0 (a stretched 1 ms section) and then 5.3-6.3; it gets
+    # the lock at 6.6: 6.6 ms of wait, 6.0 ms of it others' sections (the longest 5.0), 0.6 ms hand-offs.
+    ms = 1e-3
+    holder = _WorkerReport(0, [(0.0, 0.0, 5.0 * ms), (5.2 * ms, 5.3 * ms, 6.3 * ms)], 0, None)
+    waiter = _WorkerReport(1, [(0.0, 6.6 * ms, 7.6 * ms)], 0, None)
+    run = ContendedRun("x", (-1.0, 1.0), [holder, waiter])
+    result = summarise("x", ContendedParams(workers=2), [run])
+    assert result.longest_ms == pytest.approx(6.6)
+    assert result.longest_holds_ms == pytest.approx(6.0)
+    assert result.longest_top_hold_ms == pytest.approx(5.0)
