@@ -107,6 +107,7 @@ class ChannelBase:
                     del self._latest[key]
 
     def not_sent(self, before: tuple[Any, float]) -> NotSent:
+        """The reply of a request that this channel did not send, because `before` got no answer."""
         return NotSent(self.where, before)
 
 
