@@ -2,9 +2,10 @@
 are made with, the rule that keeps one caller's requests to one server in order, and a request's bytes.
 
 The rule: a request waits for the caller's latest request to that server that is still in flight, at most that
-request's own bound (`Earlier`), and is then sent. If that earlier request got no answer (none in time, or a
-network error), the later one is not sent at all (`NotSent`), so that nothing queued behind a request that failed
-reaches a stalled server late. A request that was not sent is never waited for; the one it waited for is.
+request's own bound (the socket timeout, or its per-server timeout if longer: `track`), and is then sent. If
+that earlier request got no answer (none in time, or a network error), the later one is not sent at all
+(`NotSent`), so that nothing queued behind a request that failed reaches a stalled server late. A request that
+was not sent is never waited for; the one it waited for is.
 
 The twins differ only in what a request in flight is (an `asyncio.Future`, a `concurrent.futures.Future`) and
 how it is waited for; both have the `Finished` methods used here.

@@ -310,8 +310,6 @@ async def _write(conn: Any, command: bytes) -> None:
     await conn._writer.drain()
 
 
-
-
 def then(handle: Handle[Any], work: Callable[[], Awaitable[object]]) -> None:
     """Run best-effort `work` in the background once `handle` (from `fan_out`) has finished."""
 

@@ -344,8 +344,6 @@ _DONE: Future[Any] = Future()
 _DONE.set_result(None)
 
 
-
-
 def _send(flight: _InFlight, command: Any) -> Exception | None:
     """Write one request; a connection that fails to write is dropped, and the error is the reply."""
     try:
