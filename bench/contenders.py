@@ -245,7 +245,7 @@ def python_redis_lock(target: Target) -> Locker:
     Its `acquire()` first GETs the key to check that this `Lock` object does not already hold it: three round
     trips per cycle where the others make two. That is its normal use, so it is measured as it is.
     """
-    import redis_lock  # optional dependency (`.[bench]`): imported only when this row runs
+    import redis_lock  # a bench-only dependency: imported only when this row runs
 
     client = _redis_client(target)
     expire = int(TTL)
@@ -436,7 +436,7 @@ def floor_redlock_scripts(target: Target) -> Locker:
 def pottery_redlock(target: Target) -> Locker:
     """pottery's `Redlock`: a new `ThreadPoolExecutor` per call sends to every master; a blocking acquire polls
     after a random pause of U(0, 0.2 s)."""
-    from pottery import Redlock  # optional dependency (`.[bench]`): imported only when this row runs
+    from pottery import Redlock  # a bench-only dependency: imported only when this row runs
 
     masters = [redis.Redis.from_url(url) for url in target.urls]  # default settings, as for the other anchors
 
@@ -591,7 +591,7 @@ register(Contender(
 
 def _kazoo_client(target: Target) -> Any:
     """A started kazoo client with its defaults (10 s session), at the host list of a `zookeeper://` URL."""
-    from kazoo.client import KazooClient  # optional dependency (`.[bench]`): imported only when this row runs
+    from kazoo.client import KazooClient  # a bench-only dependency: imported only when this row runs
 
     from fencelock._logic.zookeeper import parse_zookeeper_url
 

@@ -208,8 +208,8 @@ def _require_zookeeper() -> None:
         import kazoo  # noqa: F401
     except ImportError:
         if IN_CI:
-            pytest.fail("CI must run the ZooKeeper tests: pip install -e '.[test]' installs kazoo")
-        pytest.skip("kazoo is not installed: pip install -e '.[test]' (or 'fencelock[zookeeper]')")
+            pytest.fail("CI must run the ZooKeeper tests: ./dev test installs kazoo")
+        pytest.skip("kazoo is not installed: ./dev test installs it (or pip install 'fencelock[zookeeper]')")
 
 
 @pytest.fixture(scope="session")
