@@ -31,6 +31,8 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from typing import Any, TypeVar
 
+import redis
+
 from . import stats
 from .contenders import REGISTRY, AsyncLocker, Contender, Locker, Target
 from .placement import Placement, placed
@@ -250,9 +252,11 @@ def _worker(key: str, target: Target, index: int, name: str, params: ContendedPa
         make = REGISTRY[key].make
         assert make is not None
         locker = make(target)
-        warm = locker.acquire(f"{name}:warm:{index}", 0.0)
+        # A name of its own, so it never waits for another worker; the wait covers a fresh Redlock deployment's
+        # set-up, which every worker joins at once (see `fresh_nodes`).
+        warm = locker.acquire(f"{name}:warm:{index}", WARM_UP_WAIT)
         if warm is None:
-            raise RuntimeError("warm-up acquire refused")
+            raise RuntimeError(f"warm-up acquire of a free name not granted within {WARM_UP_WAIT} s")
         locker.release(warm)
     except BaseException as exc:
         ready.put((index, f"worker {index} (pid {os.getpid()}): {type(exc).__name__}: {exc}"))
@@ -287,6 +291,20 @@ def _worker(key: str, target: Target, index: int, name: str, params: ContendedPa
     results.put(_WorkerReport(index, records, timeouts, error))
 
 
+WARM_UP_WAIT = 5.0
+"""Seconds a worker's first acquire (of a free name) may take."""
+
+
+def fresh_nodes(urls: Sequence[str]) -> None:
+    """Empty every Redlock node (FLUSHALL): the deployment is brand new to the workers that start next."""
+    for url in urls:
+        client = redis.Redis.from_url(url)
+        try:
+            client.flushall()
+        finally:
+            client.close()
+
+
 class _NoAnswer(RuntimeError):
     pass
 
@@ -313,7 +331,10 @@ def contended_run(contender: Contender, target: Target, params: ContendedParams,
     """One run: start the workers, let them warm up, start them together, collect what they measured.
 
     Each run of a contender contends for a name of its own (`run`), so that nothing a run leaves behind (a key a
-    Redlock node still holds until its TTL ends) weighs on the next one."""
+    Redlock node still holds until its TTL ends) weighs on the next one. Redlock nodes start each run empty, so
+    the workers find a fresh deployment and all set it up at once, as a new user's workers do."""
+    if target.service == "redlock":
+        fresh_nodes(target.urls)
     ctx = multiprocessing.get_context("spawn")
     ready: Queue[tuple[int, str | None]] = ctx.Queue()
     go: Queue[tuple[float, float]] = ctx.Queue()
