@@ -8,8 +8,9 @@
     └── BackendError            the lock service failed or could not be reached (the cause is chained)
         └── QuorumUnavailable   Redlock: no majority of nodes could be reached
 
-Bad arguments are not in this tree: they raise the builtin `TypeError` or `ValueError`, with a message that
-names the argument and the lock, before anything is sent to a server.
+A backend whose optional extra is missing raises `MissingExtra`, an `ImportError` whose message is the
+`pip install` to run. Bad arguments are not in this tree: they raise the builtin `TypeError` or `ValueError`,
+with a message that names the argument and the lock, before anything is sent to a server.
 
 Errors of the underlying client libraries (redis-py, ...) are turned into `BackendError` at one boundary,
 `_async/_redis.py`, with `raise ... from exc`; no bare redis-py error reaches the caller.
@@ -22,6 +23,7 @@ __all__ = [
     "BackendError",
     "LockError",
     "LockLost",
+    "MissingExtra",
     "NotAcquired",
     "QuorumUnavailable",
     "StaleFence",
@@ -67,3 +69,7 @@ class BackendError(LockError):
 
 class QuorumUnavailable(BackendError):
     """Redlock: fewer than a majority of the nodes answered."""
+
+
+class MissingExtra(ImportError):
+    """A URL's backend needs an optional extra that is not installed; the message is the `pip install` to run."""

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from .._errors import BackendError
+from .._errors import BackendError, MissingExtra
 from .._logic.args import DEFAULT_TTL, ttl_ms
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
@@ -87,7 +87,8 @@ try:
     from kazoo.exceptions import ConnectionLoss, KazooException, NodeExistsError, NoNodeError, RolledBackError
     from kazoo.retry import KazooRetry
 except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ImportError("the ZooKeeper backend needs kazoo: pip install 'fencelock[zookeeper]'") from exc
+    raise MissingExtra("zookeeper:// URLs need kazoo, which the zookeeper extra installs: "
+                       "pip install 'fencelock[zookeeper]'") from exc
 
 CLIENT_ERRORS = (KazooException, TimeoutError)
 """Everything kazoo raises for a server or network fault, and our bridge's own timeout."""

@@ -20,7 +20,7 @@ import click
 
 import fencelock
 
-from .._errors import BackendError, LockError, LockLost
+from .._errors import BackendError, LockError, LockLost, MissingExtra
 from .._logic import exits
 from .._logic.exits import DEFAULT_GRACE, OnLost
 from .._logic.urls import redact
@@ -106,9 +106,11 @@ def cli(debug: bool) -> None:
 @click.option("--ttl", default=str(fencelock.DEFAULT_TTL), callback=_seconds(), metavar="SECONDS", show_default=True,
               help="Seconds the lock lives without renewal. It is renewed every TTL/3 while COMMAND runs, so "
                    "this is how soon a crashed machine's lock frees itself.")
-@click.option("--wait", default=str(fencelock.DEFAULT_WAIT), callback=_seconds(forever=True),
+@click.option("-w", "--wait", default=str(fencelock.DEFAULT_WAIT), callback=_seconds(forever=True),
               metavar="SECONDS", show_default=True,
               help="Seconds to wait for a busy lock: 0 tries once, 'forever' waits for ever.")
+@click.option("-n", "--nonblock", is_flag=True, help="Try once, do not wait (the same as --wait 0, as flock -n).")
+@click.option("-q", "--quiet", is_flag=True, help="Say nothing when the lock is busy (with -n -E 0: a silent skip).")
 @click.option("-E", "--conflict-exit-code", "busy_status", type=click.IntRange(0, 255), default=exits.BUSY,
               show_default=True, help="Exit status when the lock is busy (EX_TEMPFAIL by default, as flock -E).")
 @click.option("--on-lost", type=click.Choice([p.value for p in OnLost]), default=OnLost.TERM.value,
@@ -117,8 +119,8 @@ def cli(debug: bool) -> None:
 @click.option("--grace", default=str(DEFAULT_GRACE), callback=_seconds(), metavar="SECONDS", show_default=True,
               help="Seconds between SIGTERM and SIGKILL when the lock is lost.")
 @url_option
-def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, busy_status: int, on_lost: str,
-        grace: float, urls: tuple[str, ...]) -> int:
+def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, nonblock: bool, quiet: bool,
+        busy_status: int, on_lost: str, grace: float, urls: tuple[str, ...]) -> int:
     """Run COMMAND while holding the lock NAME, then release it.
 
     COMMAND runs only once NAME is acquired, with FENCELOCK_NAME, FENCELOCK_FENCE (the fencing token: pass it
@@ -136,7 +138,7 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, bus
     \b
     Examples:
       fencelock run nightly-report -- /usr/local/bin/report --since yesterday
-      fencelock run --ttl 60 --wait 0 -E 0 backup -- ./backup.sh     # busy: skip quietly (exit 0)
+      fencelock run -n -q -E 0 backup -- ./backup.sh                  # busy: skip silently (exit 0)
       fencelock run --wait forever migrate -- sh -c 'migrate --fence "$FENCELOCK_FENCE"'
     """
     from .supervise import run as supervise
@@ -144,24 +146,32 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, bus
     if grace < 0:
         raise click.BadParameter("must be at least 0", param_hint="--grace")
     with _connect(urls) as locks:
-        return supervise(locks, name, command, ttl=ttl, wait=wait, busy_status=busy_status,
-                         on_lost=OnLost(on_lost), grace=grace)
+        return supervise(locks, name, command, ttl=ttl, wait=0.0 if nonblock else wait, busy_status=busy_status,
+                         on_lost=OnLost(on_lost), grace=grace, quiet=quiet)
 
 
 @cli.command()
 @click.argument("name")
 @url_option
 @json_option
-def status(name: str, urls: tuple[str, ...], as_json: bool) -> int:
+@click.option("-q", "--quiet", is_flag=True,
+              help="Print nothing; exit 0 if the lock is held and 1 if it is free (as grep -q).")
+def status(name: str, urls: tuple[str, ...], as_json: bool, quiet: bool) -> int:
     """Show whether the lock NAME is held, its fence, how long until it expires, and (fair locks) its queue.
+
+    \b
+    Exit status: 0, or with --quiet 0 held / 1 free; 69 the lock service failed or could not be reached.
 
     \b
     Examples:
       fencelock status nightly-report
       fencelock status nightly-report --json     # {"name": ..., "held": true, "fence": 17, "remaining": 42.1, ...}
+      if fencelock status -q nightly-report; then echo busy; fi
     """
     with _connect(urls) as locks:
         found = locks.status(name)
+    if quiet:
+        return 0 if found.held else exits.FREE
     click.echo(_json(found) if as_json else status_line(found))
     return 0
 
@@ -255,11 +265,16 @@ def lab(args: tuple[str, ...]) -> int:
     return int(module.main(list(args)))
 
 
-@cli.command(context_settings=PASS_THROUGH, add_help_option=False)
+_CHECKOUT = Path(fencelock.__file__).resolve().parents[2]
+"""The repository checkout this copy runs from, if it is one (its bench/ is not part of the package)."""
+
+
+@cli.command(context_settings=PASS_THROUGH, add_help_option=False,
+             hidden=not (_CHECKOUT / "bench" / "__main__.py").is_file())
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def bench(args: tuple[str, ...]) -> int:
     """The benchmarks against other lock libraries (from a checkout of the repository: python -m bench)."""
-    root = Path(fencelock.__file__).resolve().parents[2]
+    root = _CHECKOUT
     if not (root / "bench" / "__main__.py").is_file():
         error("fencelock bench runs the repository's bench/, which is not part of the installed package",
               "clone the repository and run ./dev bench there")
@@ -306,6 +321,9 @@ def run_cli(args: list[str]) -> int:
     except click.ClickException as exc:
         error(exc.format_message())
         return exc.exit_code
+    except MissingExtra as exc:  # a URL whose backend needs an extra that is not installed: configuration
+        error(str(exc))
+        return exits.USAGE
     except (ValueError, TypeError) as exc:  # the library's argument checks (bad TTL, URL, name, pattern)
         if _state["debug"]:
             raise

@@ -51,8 +51,9 @@ def _in_terminal_foreground() -> bool:
 
 
 def run(locks: Locks, name: str, command: Sequence[str], *, ttl: float, wait: float | None, busy_status: int,
-        on_lost: OnLost, grace: float) -> int:
-    """Acquire `name`, run `command` while it is held, release it; returns the status to exit with."""
+        on_lost: OnLost, grace: float, quiet: bool = False) -> int:
+    """Acquire `name`, run `command` while it is held, release it; returns the status to exit with.
+    `quiet`: nothing is said when the lock is busy."""
     lost = threading.Event()
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
@@ -67,6 +68,8 @@ def run(locks: Locks, name: str, command: Sequence[str], *, ttl: float, wait: fl
                  "the command did not run")
             return 128 + exc.signum
         except NotAcquired:
+            if quiet:
+                return busy_status
             why = "is held by another holder" if wait == 0 else f"stayed busy for the whole wait of {wait:g} s"
             error(f"lock {name!r} {why}{_holder(locks, name)}; the command did not run (exit {busy_status})",
                   "--wait S waits for it")

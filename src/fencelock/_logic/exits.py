@@ -7,7 +7,7 @@
                                with `--on-lost ignore`, ran on without the lock)
     69   BACKEND               the lock service failed or could not be reached (EX_UNAVAILABLE)
     2    USAGE                 bad arguments or a malformed URL (click's usage status)
-    1    DECLINED              `release --force` was not confirmed
+    1    DECLINED / FREE       `release --force` was not confirmed; `status --quiet`: the lock is free
     126  / 127                 the command could not be executed / was not found (as shells say)
 """
 
@@ -22,6 +22,7 @@ LOST = 70
 BACKEND = 69
 USAGE = 2
 DECLINED = 1
+FREE = 1
 NOT_EXECUTABLE = 126
 NOT_FOUND = 127
 

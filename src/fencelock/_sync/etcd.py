@@ -31,10 +31,12 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
+from .._errors import MissingExtra
+
 try:
     import httpx
 except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ImportError("etcd:// URLs need httpx, which the etcd extra installs: pip install 'fencelock[etcd]'") \
+    raise MissingExtra("etcd:// URLs need httpx, which the etcd extra installs: pip install 'fencelock[etcd]'") \
         from exc
 
 from .._errors import BackendError

@@ -1,0 +1,98 @@
+"""The command line as scripts and cron use it: exit codes to branch on, flock's spellings, silence when asked,
+and configuration errors (a missing extra) that say what to install. Real servers, the real command."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import fencelock
+from fencelock.testing.servers import RedisServer, free_port
+
+from .test_cli import fl, one_line, status_of
+
+
+@pytest.fixture
+def holding(standalone: RedisServer, name: str) -> Iterator[fencelock.Lease]:
+    """`name` held by a lease of this test process, behind the command's back."""
+    with fencelock.connect(standalone.url) as locks:
+        lease = locks.acquire(name, ttl=30.0)
+        yield lease
+        lease.release()
+
+
+def test_status_quiet_exits_0_when_held_and_1_when_free_and_prints_nothing(standalone: RedisServer,
+                                                                          name: str) -> None:
+    free = fl("status", "-q", name, url=standalone.url)
+    assert (free.returncode, free.stdout, free.stderr) == (1, "", "")
+    with fencelock.connect(standalone.url) as locks:
+        lease = locks.acquire(name, ttl=30.0)
+        held = fl("status", "--quiet", name, url=standalone.url)
+        assert (held.returncode, held.stdout, held.stderr) == (0, "", "")
+        lease.release()
+    assert fl("status", "-q", name, url=standalone.url).returncode == 1
+
+
+def test_status_quiet_keeps_the_service_error_code_when_it_cannot_be_reached(name: str) -> None:
+    done = fl("status", "-q", name, url=f"redis://127.0.0.1:{free_port()}/0")
+    assert done.returncode == 69
+    assert "Traceback" not in done.stderr
+
+
+def test_a_skipped_cron_tick_with_n_q_E0_is_silent_and_exits_0(standalone: RedisServer, name: str,
+                                                                holding: fencelock.Lease, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    done = fl("run", "-n", "-q", "-E", "0", name, "--", "touch", str(marker), url=standalone.url)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert not marker.exists()
+    assert status_of(standalone.url, name).held
+
+
+def test_nonblock_tries_once_and_w_is_wait(standalone: RedisServer, name: str, holding: fencelock.Lease,
+                                           tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    done = fl("run", "--nonblock", name, "--", "touch", str(marker), url=standalone.url)
+    assert done.returncode == 75
+    assert "held by another holder" in one_line(done.stderr)
+    done = fl("run", "-w", "0.3", name, "--", "touch", str(marker), url=standalone.url)
+    assert done.returncode == 75
+    assert "stayed busy for the whole wait of 0.3 s" in one_line(done.stderr)
+    assert not marker.exists()
+
+
+def test_a_free_lock_with_n_runs_the_command(standalone: RedisServer, name: str, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    done = fl("run", "-n", "-q", name, "--", "touch", str(marker), url=standalone.url)
+    assert done.returncode == 0, done.stderr
+    assert marker.exists()
+    assert not status_of(standalone.url, name).held
+
+
+@pytest.mark.parametrize(("url", "extra", "module"), [("etcd://127.0.0.1:1", "etcd", "httpx"),
+                                                      ("zookeeper://127.0.0.1:1", "zookeeper", "kazoo")])
+def test_a_missing_extra_is_a_configuration_error_with_the_pip_line(url: str, extra: str, module: str) -> None:
+    code = (f"import sys; sys.modules[{module!r}] = None\n"
+            "from fencelock._cli import main\n"
+            f"sys.exit(main(['status', 'x', '--url', {url!r}]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert f"pip install 'fencelock[{extra}]'" in one_line(done.stderr)
+
+
+def test_an_installed_copy_does_not_offer_bench(tmp_path: Path) -> None:
+    """Outside a checkout (the package alone on the path, as pip installs it) --help has no `bench`."""
+    package = Path(fencelock.__file__).resolve().parent
+    shutil.copytree(package, tmp_path / "site" / "fencelock", ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run([sys.executable, "-c", "import sys; from fencelock._cli import main; "
+                           "sys.exit(main(['--help']))"], capture_output=True, text=True, timeout=60, check=False,
+                          cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert "\n  run " in done.stdout
+    assert "\n  bench " not in done.stdout
+    in_checkout = fl("--help").stdout
+    assert "\n  bench " in in_checkout
