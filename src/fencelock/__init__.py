@@ -23,14 +23,14 @@ from ._errors import (
     QuorumUnavailable,
     StaleFence,
 )
+from ._events import LockEvent, subscribe
 from ._guards_sql import SQLGuard
 from ._logic.args import DEFAULT_TTL, DEFAULT_WAIT
 from ._logic.status import LockStatus
 from ._sync.client import Lease, LockContext, Locks
 from ._sync.connect import connect
 from ._sync.guards import RedisGuard
-
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 __all__ = [
     "DEFAULT_TTL",
@@ -40,6 +40,7 @@ __all__ = [
     "Lease",
     "LockContext",
     "LockError",
+    "LockEvent",
     "LockLost",
     "LockStatus",
     "Locks",
@@ -50,4 +51,5 @@ __all__ = [
     "StaleFence",
     "aio",
     "connect",
+    "subscribe",
 ]

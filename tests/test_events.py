@@ -1,0 +1,149 @@
+"""Events reach subscribers, the `fencelock.<backend>` loggers and OpenTelemetry from one place, at the levels the
+README's table gives; nothing is built when nobody listens; a failing subscriber never breaks a lock call."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import fencelock
+from fencelock import _events, _otel
+from fencelock._events import LEVELS, LockEvent, backend_kind, emit
+
+_SPANS = InMemorySpanExporter()
+_METRICS = InMemoryMetricReader()
+
+
+@pytest.fixture(scope="session")
+def otel_sdk() -> tuple[InMemorySpanExporter, InMemoryMetricReader]:
+    """OpenTelemetry's SDK with in-memory exporters, set once for the session (its providers cannot be replaced)."""
+    if not _otel.configured():
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_SPANS))
+        trace.set_tracer_provider(provider)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[_METRICS]))
+    return _SPANS, _METRICS
+
+
+@pytest.fixture
+def events() -> Iterator[list[LockEvent]]:
+    seen: list[LockEvent] = []
+    unsubscribe = fencelock.subscribe(seen.append)
+    yield seen
+    unsubscribe()
+
+
+def test_a_subscriber_gets_every_event_until_it_unsubscribes() -> None:
+    seen: list[LockEvent] = []
+    unsubscribe = fencelock.subscribe(seen.append)
+    emit("grant", "orders:1", "redis", "acquire", fence=7, waited=0.25, duration=0.001)
+    unsubscribe()
+    emit("release", "orders:1", "redis", "release", fence=7, held=1.0, duration=0.001)
+    assert [(e.kind, e.name, e.backend, e.fence, e.waited) for e in seen] == [("grant", "orders:1", "redis", 7, 0.25)]
+
+
+def test_subscribe_refuses_what_cannot_be_called() -> None:
+    with pytest.raises(TypeError, match="callback must be callable"):
+        fencelock.subscribe("print")  # type: ignore[arg-type]
+
+
+def test_a_failing_subscriber_is_logged_and_the_others_still_hear(events: list[LockEvent],
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    def broken(event: LockEvent) -> None:
+        raise RuntimeError("boom")
+
+    unsubscribe = fencelock.subscribe(broken)
+    try:
+        with caplog.at_level(logging.ERROR, logger="fencelock"):
+            emit("lost", "jobs:9", "etcd", "renew", fence=3, error="its validity ran out")
+    finally:
+        unsubscribe()
+    assert [e.kind for e in events] == ["lost"]
+    assert any("subscribe() callback failed" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("kind", sorted(LEVELS))
+def test_every_kind_is_logged_at_its_level_by_the_backends_logger(kind: str,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="fencelock"):
+        emit(kind, "orders:42", "redlock", "acquire", fence=5, error="node 2 is out" if kind == "node_out" else None)
+    (record,) = [r for r in caplog.records if r.name.startswith("fencelock.")]
+    assert record.name == "fencelock.redlock"
+    assert record.levelno == LEVELS[kind]
+    assert "'orders:42'" in record.getMessage()
+    assert "redlock" in record.getMessage()
+    assert record.fencelock_event.kind == kind  # type: ignore[attr-defined]
+
+
+def test_routine_events_are_debug_and_trouble_is_a_warning() -> None:
+    assert {k for k, level in LEVELS.items() if level == logging.DEBUG} >= {"acquire", "wait", "grant", "release"}
+    assert {k for k, level in LEVELS.items() if level == logging.WARNING} == {"lost", "renewal_failed", "node_out"}
+
+
+def test_nothing_is_built_when_nobody_listens(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[Any] = []
+    monkeypatch.setattr(_events, "LockEvent", lambda *a: built.append(a))
+    monkeypatch.setattr(_events, "_otel_enabled", lambda: False)
+    logging.getLogger("fencelock").setLevel(logging.WARNING)
+    try:
+        emit("grant", "orders:1", "redis", "acquire", fence=1)
+    finally:
+        logging.getLogger("fencelock").setLevel(logging.NOTSET)
+    assert built == []
+
+
+def test_backend_kinds_come_from_the_backend_classes() -> None:
+    from fencelock._async.redis import AsyncRedisBackend
+    from fencelock._async.redlock import AsyncRedlockBackend
+    from fencelock._sync.redis import RedisBackend
+
+    assert backend_kind(object.__new__(AsyncRedisBackend)) == "redis"
+    assert backend_kind(object.__new__(RedisBackend)) == "redis"
+    assert backend_kind(object.__new__(AsyncRedlockBackend)) == "redlock"
+
+
+def test_spans_and_metrics_with_the_sdk(otel_sdk: tuple[InMemorySpanExporter, InMemoryMetricReader]) -> None:
+    spans, reader = otel_sdk
+    spans.clear()
+    emit("grant", "orders:77", "redis", "acquire", fence=12, waited=0.5, duration=0.5)
+    emit("release", "orders:77", "redis", "release", fence=12, held=2.0, duration=0.001)
+    emit("timeout", "orders:78", "redis", "acquire", waited=3.0, duration=3.0)
+    emit("renewal_failed", "orders:77", "redis", "renew", fence=12, error="no answer")
+    emit("lost", "orders:77", "redis", "renew", fence=12, held=2.5, error="its validity ran out")
+    finished: dict[tuple[str, Any], tuple[dict[str, Any], int]] = {}
+    for span in spans.get_finished_spans():
+        attributes = dict(span.attributes or {})
+        assert span.start_time is not None
+        assert span.end_time is not None
+        finished[(span.name, attributes["fencelock.lock.name"])] = (attributes, span.end_time - span.start_time)
+    acquire, took = finished[("fencelock.acquire", "orders:77")]
+    assert acquire["fencelock.fence"] == 12
+    assert acquire["fencelock.backend"] == "redis"
+    assert acquire["fencelock.outcome"] == "grant"
+    assert acquire["fencelock.wait_s"] == 0.5
+    assert took == pytest.approx(0.5e9, rel=1e-3)
+    assert finished[("fencelock.release", "orders:77")][0]["fencelock.outcome"] == "release"
+    assert finished[("fencelock.acquire", "orders:78")][0]["fencelock.outcome"] == "timeout"
+    assert not any(name == "fencelock.renew" for name, _ in finished)  # renewals are metrics, not spans
+
+    data = reader.get_metrics_data()
+    assert data is not None
+    points: dict[str, Any] = {}
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                points[metric.name] = list(metric.data.data_points)
+    for counter in ("fencelock.grants", "fencelock.timeouts", "fencelock.renewal_failures", "fencelock.losses"):
+        assert sum(p.value for p in points[counter]) >= 1, counter
+        assert all("fencelock.lock.name" not in p.attributes for p in points[counter])  # bounded cardinality
+    assert sum(p.count for p in points["fencelock.wait"]) >= 2
+    assert sum(p.count for p in points["fencelock.hold"]) >= 2
