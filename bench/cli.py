@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="watchdog section: seconds measured after the acquisition phase (default 10; quick 4, "
                         "and --quick leaves the ttl=30 run out)")
     p.add_argument("--watchdog-leases", type=int, metavar="N", help="watchdog section: leases held (default 10000)")
+    p.add_argument("--latency", type=float, default=0.0, metavar="MS",
+                   help="put a delay proxy of MS milliseconds each way in front of every server, so that each node "
+                        "behaves as a host of its own on a LAN (the latency targets are stated for 0.5)")
     p.add_argument("--strict", action="store_true", help="exit with status 1 if a target FAILs")
     return p
 
@@ -85,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     contenders, sections = _chosen(args.only)
     if args.skip_contended and not args.only:
         sections = set()
-    with Services() as services:
+    if args.latency < 0:
+        raise SystemExit("--latency must be at least 0")
+    with Services(latency_ms=args.latency) as services:
         rows: list[tuple[Contender, Target]] = []
         for contender in contenders:
             try:
@@ -102,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _progress(f"skipping the watchdog section: {exc}")
         urls = {url for _, t in rows for url in t.urls} | set(watchdog_target.urls if watchdog_target else ())
         _progress(f"server(s) up: {', '.join(sorted(urls))}")
+        rtt_ms = services.round_trip_ms() if args.latency > 0 else None
 
         unc: dict[str, dict[str, Uncontended]] = {}
         if any(c.uncontended for c, _ in rows):
@@ -127,9 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         server_pid=services.pid(watchdog_target.url), quick=quick,
                                         progress=_progress)
         machine = report.machine(services.describe())
+        delays = services.proxy_stats() if args.latency > 0 else []
     wall = time.monotonic() - began
 
     items = report.checks(unc, [p.name for p in places], con)
+    if args.latency > 0:
+        items += report.latency_checks(unc, [p.name for p in places], con, rtt_ms)
     if watchdog is not None:
         items += report.watchdog_checks(watchdog)
     print()
@@ -138,6 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, value in machine.items():
         print(f"  {key + ':':<19} {value}")
     print()
+    if args.latency > 0:
+        print(report.latency_table(args.latency, rtt_ms, delays))
+        print()
     if unc:
         print(report.uncontended_table(unc, places, rounds))
         print()
@@ -158,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nwall time {wall:.1f} s; the 'anchors.md' columns are another run (redis-py 5.3), for reference only")
 
     if args.json:
-        config = {"quick": quick,
+        config = {"quick": quick, "latency_ms": args.latency,
                   "uncontended": {"rounds": rounds, "cycles": cycles, "warmup": warmup,
                                   "placements": {p.name: p.description for p in places}},
                   "contended": {"runs": runs, "workers": params.workers, "duration": params.duration,

@@ -16,7 +16,13 @@ one size share their nodes; only one row runs at a time, so they never compete.
 
 from __future__ import annotations
 
+import re
+import socket
+import statistics
+import tempfile
+import time
 from contextlib import ExitStack
+from pathlib import Path
 from types import TracebackType
 
 import redis
@@ -26,6 +32,7 @@ from fencelock.testing.servers import RedisServer
 from fencelock.testing.zookeeper import ZooKeeperServer, four_letter_word
 
 from .contenders import Need, Target
+from .delay import DelayProxy, DelayStats
 
 
 class Unavailable(RuntimeError):
@@ -33,7 +40,12 @@ class Unavailable(RuntimeError):
 
 
 class Services:
-    def __init__(self) -> None:
+    """`latency_ms` > 0: every client reaches every server through a delay proxy of its own (`bench.delay`)."""
+
+    def __init__(self, latency_ms: float = 0.0) -> None:
+        self.latency_ms = latency_ms
+        self._proxies: dict[str, DelayProxy] = {}  # "host:port" of a server -> its proxy
+        self._workdir = Path(tempfile.mkdtemp(prefix="fencelock-bench-delay-"))
         self._stack = ExitStack()
         self._redis: list[RedisServer] = []
         self._redlock: dict[int, list[RedisServer]] = {}  # nodes per deployment size
@@ -43,8 +55,48 @@ class Services:
 
     def target(self, need: Need) -> Target:
         if need not in self._targets:
-            self._targets[need] = self._start(need)
+            found = self._start(need)
+            self._targets[need] = Target(found.service, tuple(self._through_proxy(url) for url in found.urls))
         return self._targets[need]
+
+    def _through_proxy(self, url: str) -> str:
+        """`url` with every 127.0.0.1:port in it replaced by a delay proxy's (as is, without --latency)."""
+        if self.latency_ms <= 0:
+            return url
+
+        def proxied(match: re.Match[str]) -> str:
+            address = match.group(0)
+            if address not in self._proxies:
+                self._proxies[address] = DelayProxy("127.0.0.1", int(match.group(1)), self.latency_ms,
+                                                    self._workdir)
+            return f"127.0.0.1:{self._proxies[address].port}"
+
+        return re.sub(r"127\.0\.0\.1:(\d+)", proxied, url)
+
+    def round_trip_ms(self) -> float | None:
+        """The median PING round trip through one Redis server's proxy (None: no proxy in front of a Redis)."""
+        for server in self._all():
+            proxy = self._proxies.get(f"127.0.0.1:{server.port}")
+            if proxy is None:
+                continue
+            with socket.create_connection(("127.0.0.1", proxy.port)) as s:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                times = []
+                for _ in range(200):
+                    began = time.perf_counter()
+                    s.sendall(b"PING\r\n")
+                    got = b""
+                    while not got.endswith(b"\r\n"):
+                        got += s.recv(64)
+                    times.append((time.perf_counter() - began) * 1000.0)
+            return statistics.median(times)
+        return None
+
+    def proxy_stats(self) -> list[DelayStats]:
+        """Stop the delay proxies and say what each measured (how late it forwarded, its CPU)."""
+        stats = [proxy.stop() for proxy in self._proxies.values()]
+        self._proxies.clear()
+        return stats
 
     def _grow(self, pool: list[RedisServer], nodes: int, name: str) -> None:
         while len(pool) < nodes:
@@ -94,7 +146,7 @@ class Services:
     def pid(self, url: str) -> int | None:
         """The PID of the server this run started at `url` (None: not ours, or not known)."""
         for server in self._all():
-            if server.url == url:
+            if url in (server.url, self._through_proxy(server.url)):
                 return server.pid
         if self._zookeeper is not None and url == self._zookeeper.url("/bench"):
             return self._zookeeper.pid
@@ -129,6 +181,10 @@ class Services:
         return [*self._redis, *(server for pool in self._redlock.values() for server in pool)]
 
     def close(self) -> None:
+        for proxy in self._proxies.values():
+            proxy.proc.kill()
+            proxy.proc.wait(5)
+        self._proxies.clear()
         self._stack.close()
 
     def __enter__(self) -> Services:
