@@ -11,6 +11,7 @@ from dataclasses import asdict
 
 from . import report
 from .contenders import ONE_REDIS, REGISTRY, Contender, Target
+from .events import EventsResult, events_section
 from .placement import placements
 from .services import Services, Unavailable
 from .watchdog import WatchdogSection, watchdog_section
@@ -55,7 +56,7 @@ def _progress(message: str) -> None:
 GROUPS = ("single", "redlock", "etcd", "zookeeper")
 """What `--only` accepts besides contender keys: every row of one group (`Contender.group`)."""
 
-SECTIONS = ("watchdog",)
+SECTIONS = ("watchdog", "events")
 """What `--only` also accepts: a section that is not a row of the contender tables (run only when named, or when
 `--only` is not given)."""
 
@@ -132,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             watchdog = watchdog_section(watchdog_target.url, watchdog_params,
                                         server_pid=services.pid(watchdog_target.url), quick=quick,
                                         progress=_progress)
+        events: EventsResult | None = events_section() if "events" in sections else None
         machine = report.machine(services.describe())
         delays = services.proxy_stats() if args.latency > 0 else []
     wall = time.monotonic() - began
@@ -141,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         items += report.latency_checks(unc, [p.name for p in places], con, rtt_ms)
     if watchdog is not None:
         items += report.watchdog_checks(watchdog)
+    if events is not None:
+        items += report.events_checks(events, unc, [p.name for p in places])
     print()
     print("fencelock benchmark" + (" (--quick: smaller counts, noisier)" if quick else ""))
     print()
@@ -158,6 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
     if watchdog is not None:
         print(report.watchdog_table(watchdog))
+        print()
+    if events is not None:
+        print(report.events_table(events))
         print()
     print(report.checks_table(items))
     for key, why in skipped.items():

@@ -8,6 +8,7 @@ are unbounded). Until an SDK is configured, `configured()` is false and nothing 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -22,10 +23,27 @@ _COUNTERS = {"grant": "fencelock.grants", "lost": "fencelock.losses", "renewal_f
 _PROXIES = ("ProxyTracerProvider", "_ProxyMeterProvider")
 
 
-def configured() -> bool:
-    """True once an SDK (or any real provider) is set for traces or metrics."""
+def _public_check() -> bool:
     return (type(trace.get_tracer_provider()).__name__ not in _PROXIES
             or type(metrics.get_meter_provider()).__name__ not in _PROXIES)
+
+
+def _fast_check() -> bool:
+    return _trace_module._TRACER_PROVIDER is not None or _metrics_module._METER_PROVIDER is not None
+
+
+try:  # the API's own globals, read directly: its get_*_provider() costs microseconds per call (an environ look-up)
+    import opentelemetry.trace as _trace_module
+    from opentelemetry.metrics import _internal as _metrics_module
+
+    _fast_check()
+except (ImportError, AttributeError):  # another API version: the public (slower) check
+    configured = _public_check
+else:
+    configured = _fast_check
+    if {"OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"} & set(os.environ):
+        configured = _public_check  # a provider named in the environment is loaded on first use
+configured.__doc__ = """True once an SDK (or any real provider) is set for traces or metrics."""
 
 
 class _Instruments:
