@@ -4,6 +4,7 @@ README's table gives; nothing is built when nobody listens; a failing subscriber
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -147,3 +148,81 @@ def test_spans_and_metrics_with_the_sdk(otel_sdk: tuple[InMemorySpanExporter, In
         assert all("fencelock.lock.name" not in p.attributes for p in points[counter])  # bounded cardinality
     assert sum(p.count for p in points["fencelock.wait"]) >= 2
     assert sum(p.count for p in points["fencelock.hold"]) >= 2
+
+
+# -- the lock calls, on a real server ---------------------------------------------------------------------------
+
+from fencelock.testing.servers import RedisServer  # noqa: E402
+
+
+def test_a_lock_cycle_is_told_in_order_with_fence_and_wait(standalone: RedisServer, name: str,
+                                                           events: list[LockEvent],
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="fencelock"), fencelock.connect(standalone.url) as locks:
+        holder = locks.acquire(name, ttl=5.0)
+        with pytest.raises(fencelock.NotAcquired):
+            locks.acquire(name, wait=0)
+        with pytest.raises(fencelock.AcquireTimeout):
+            locks.acquire(name, wait=0.2)
+        holder.extend()
+        holder.release()
+    mine = [e for e in events if e.name == name]
+    assert [e.kind for e in mine] == ["acquire", "grant", "acquire", "busy", "acquire", "wait", "timeout",
+                                      "extend", "release"]
+    grant = mine[1]
+    assert (grant.backend, grant.fence, grant.op) == ("redis", holder.fence, "acquire")
+    assert grant.waited is not None
+    assert mine[6].waited is not None
+    assert mine[6].waited >= 0.2
+    assert mine[-1].held is not None
+    assert mine[-1].held > 0
+    logged = [r for r in caplog.records if r.name == "fencelock.redis" and name in r.getMessage()]
+    assert len(logged) == len(mine)
+    assert all(holder.token not in r.getMessage() for r in caplog.records)
+    assert all(holder.token not in repr(e) for e in mine)
+
+
+def test_a_stolen_lease_is_lost_at_warning_and_a_renewal_that_fails_too(own_server: RedisServer, name: str,
+                                                                        events: list[LockEvent],
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="fencelock"), \
+            fencelock.connect(own_server.url + "?socket_timeout=0.2") as locks:
+        lease = locks.acquire(name, ttl=1.0, renew=True)
+        own_server.pause()
+        try:
+            deadline = time.monotonic() + 5.0
+            while not any(e.kind == "renewal_failed" and e.name == name for e in events):
+                assert time.monotonic() < deadline, "no renewal_failed event while the server was paused"
+                time.sleep(0.05)
+        finally:
+            own_server.resume()
+        deadline = time.monotonic() + 5.0
+        while not lease.lost and lease.held:
+            locks.force_release(name)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        while not lease.lost:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with pytest.raises(fencelock.LockLost):
+            lease.release()
+    kinds = [e.kind for e in events if e.name == name]
+    assert kinds.index("renewal_failed") < kinds.index("lost")
+    assert kinds.count("lost") == 1
+    warnings = {r.fencelock_event.kind for r in caplog.records  # type: ignore[attr-defined]
+                if r.levelno == logging.WARNING and r.name == "fencelock.redis"}
+    assert warnings == {"renewal_failed", "lost"}
+
+
+def test_spans_for_a_real_acquire_and_release(otel_sdk: tuple[InMemorySpanExporter, InMemoryMetricReader],
+                                              standalone: RedisServer, name: str) -> None:
+    spans, _ = otel_sdk
+    spans.clear()
+    with fencelock.connect(standalone.url) as locks:
+        lease = locks.acquire(name, ttl=5.0)
+        lease.release()
+    found = [(s.name, dict(s.attributes or {})) for s in spans.get_finished_spans()
+             if (s.attributes or {}).get("fencelock.lock.name") == name]
+    assert [n for n, _ in found] == ["fencelock.acquire", "fencelock.release"]
+    assert found[0][1]["fencelock.fence"] == lease.fence
+    assert found[0][1]["fencelock.outcome"] == "grant"

@@ -88,9 +88,16 @@ def subscribe(callback: Subscriber) -> Callable[[], None]:
     return unsubscribe
 
 
+_kinds: dict[type, str] = {}
+
+
 def backend_kind(backend: object) -> str:
     """"redis", "redlock", "etcd" or "zookeeper" for a backend object (from its class name)."""
-    return type(backend).__name__.removeprefix("Async").removesuffix("Backend").lower()
+    cls = type(backend)
+    kind = _kinds.get(cls)
+    if kind is None:
+        kind = _kinds[cls] = cls.__name__.removeprefix("Async").removesuffix("Backend").lower()
+    return kind
 
 
 def emit(kind: str, name: str, backend: str, op: str, *, fence: int | None = None, waited: float | None = None,

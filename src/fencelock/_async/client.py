@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from .._errors import AcquireTimeout, BackendError, LockError, LockLost, NotAcquired
+from .._events import backend_kind, emit
 from .._logic.args import (
     DEFAULT_TTL,
     DEFAULT_WAIT,
@@ -112,8 +113,8 @@ class AsyncBackend(Protocol):
 class AsyncLease:
     """One granted acquisition of a lock: its name, token and fence, and the right to extend or release it."""
 
-    __slots__ = ("_backend", "_clock", "_due", "_in_flight", "_lost_reason", "_on_lost", "_pid", "_renew_every",
-                 "_state", "_task", "_uncertain_at", "_valid_until", "fence", "name", "token", "ttl")
+    __slots__ = ("_backend", "_clock", "_due", "_granted_at", "_in_flight", "_lost_reason", "_on_lost", "_pid",
+                 "_renew_every", "_state", "_task", "_uncertain_at", "_valid_until", "fence", "name", "token", "ttl")
 
     def __init__(self, backend: AsyncBackend, clock: Clock, name: str, token: str, fence: int, ttl: float,
                  valid_until: float, *, renew_every: float | None = None, on_lost: OnLost | None = None) -> None:
@@ -129,6 +130,7 @@ class AsyncLease:
         self._in_flight: Signal | None = None  # a renewal of this lease the watchdog has sent, not yet answered
         self._task: Any = None                 # the task to cancel when the lease is lost (asyncio lock() only)
         self._due = valid_until if renew_every is None else valid_until - ttl + renew_every
+        self._granted_at = clock()
         self.name = name
         self.token = token
         self.fence = fence
@@ -165,12 +167,14 @@ class AsyncLease:
         if self._state is State.RELEASED:
             raise LockLost("the lease was released", name=self.name)
 
-    def _lose(self, reason: str) -> None:
+    def _lose(self, reason: str, op: str = "renew") -> None:
         """Mark the lease lost (once): tell the `on_lost` callback, and cancel the task holding it (asyncio)."""
         if self._state is not State.HELD:
             return
         self._state = State.LOST
         self._lost_reason = reason
+        emit("lost", self.name, backend_kind(self._backend), op, fence=self.fence,
+             held=self._clock() - self._granted_at, error=reason)
         if self._task is not None and self._task is not current_task():
             cancel(self._task)
         if self._on_lost is not None:
@@ -191,12 +195,20 @@ class AsyncLease:
         if self._state is not State.HELD:
             raise LockLost(f"cannot extend a lease that is {self._state.value}", name=self.name)
         sent_at = self._clock()
-        if not await self._backend.extend(self.name, self.token, self.fence, ttl_ms(new_ttl)):
-            self._lose("the server says it expired or was taken by another holder")
+        kind = backend_kind(self._backend)
+        try:
+            extended = await self._backend.extend(self.name, self.token, self.fence, ttl_ms(new_ttl))
+        except BackendError as exc:
+            emit("failed", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at,
+                 error=str(exc))
+            raise
+        if not extended:
+            self._lose("the server says it expired or was taken by another holder", "extend")
             raise LockLost("the lock expired or was taken by another holder before it could be extended",
                            name=self.name)
         self.ttl = new_ttl
         self._valid_until = validity_end(new_ttl, sent_at)
+        emit("extend", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at)
 
     async def release(self) -> None:
         """Give the lock back. Raises `LockLost` if it had expired or been taken; a second release does nothing.
@@ -220,16 +232,22 @@ class AsyncLease:
         sent_at = self._clock()
         try:
             answer = await self._backend.release(self.name, self.token, self.fence)
-        except BaseException:
+        except BaseException as exc:
             # The server may or may not have deleted the key; only a confirmed answer changes the state.
             if self._uncertain_at is None:
                 self._uncertain_at = sent_at
+            if isinstance(exc, BackendError):
+                emit("failed", self.name, backend_kind(self._backend), "release", fence=self.fence,
+                     duration=self._clock() - sent_at, error=str(exc))
             raise
         if after_release(answer, self._uncertain_at, self._valid_until) is State.RELEASED:
             self._state = State.RELEASED
+            now = self._clock()
+            emit("release", self.name, backend_kind(self._backend), "release", fence=self.fence,
+                 held=now - self._granted_at, duration=now - sent_at)
             return
         why = "expired" if answer is Released.EXPIRED else "was taken by another holder"
-        self._lose(f"it {why}")
+        self._lose(f"it {why}", "release")
         raise LockLost(f"the lease {why} before it was released", name=self.name)
 
     async def __aenter__(self) -> AsyncLease:
@@ -290,6 +308,8 @@ class AsyncLocks:
         backend = self._backend
         clock = self._clock
         started = clock()
+        kind = backend_kind(backend)
+        emit("acquire", name, kind, "acquire")
         deadline = None  # made at the first refusal: most acquisitions never need it
         block = 0.0      # how long the next attempt first waits for a release to wake it
         failures = 0
@@ -311,6 +331,8 @@ class AsyncLocks:
                 # The script may have run. Delete our key if it did, but do not make the caller wait for a
                 # server that just failed to answer: the error is due now, and the TTL bounds the key anyway.
                 in_background(lambda: self._forget_later(name, token, queued))
+                emit("failed", name, kind, "acquire", waited=clock() - started, duration=clock() - started,
+                     error=str(exc))
                 raise
             failures = 0
             if attempt.granted:
@@ -320,6 +342,8 @@ class AsyncLocks:
                                        renew_every=renew_every, on_lost=on_lost)
                     if renew_every is not None or on_lost is not None:
                         self._watchdog.watch(lease)
+                    waited = clock() - started
+                    emit("grant", name, kind, "acquire", fence=attempt.fence, waited=waited, duration=waited)
                     return lease
                 # Granted too late to be of use (a slow network ate the TTL): give it back, count it as refused.
                 await shielded(self._forget(name, token, False))
@@ -330,9 +354,14 @@ class AsyncLocks:
             if deadline.expired(now):
                 if queued:
                     await shielded(self._leave(name, token))
+                waited = clock() - started
                 if wait_s == 0:
+                    emit("busy", name, kind, "acquire", waited=waited, duration=waited)
                     raise NotAcquired("the lock is held by another holder", name=name)
+                emit("timeout", name, kind, "acquire", waited=waited, duration=waited)
                 raise AcquireTimeout(f"the lock stayed busy for the whole wait of {wait_s} s", name=name)
+            if block == 0.0:
+                emit("wait", name, kind, "acquire", waited=now - started)
             block = block_for(deadline, now, attempt.holder_ttl, backend.block_cap, ttl)
 
     async def _forget(self, name: str, token: str, queued: bool) -> bool:

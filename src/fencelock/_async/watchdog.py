@@ -24,6 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from .._errors import BackendError
+from .._events import backend_kind, emit
 from .._logic.args import ttl_ms
 from .._logic.outcomes import State
 from .._logic.timing import Clock, renewal_retry, validity_end
@@ -145,6 +146,8 @@ class AsyncWatchdog:
             elif extended is False:
                 lease._lose("the server says it was deleted or taken by another holder")
             else:
+                emit("renewal_failed", lease.name, backend_kind(self._backend), "renew", fence=lease.fence,
+                     error=f"no answer; retried while {lease._valid_until - now:.3f} s of validity remain")
                 every = lease._renew_every or lease.ttl
                 lease._due = renewal_retry(now, lease._valid_until, every)
                 with self._lock:
