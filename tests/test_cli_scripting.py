@@ -96,3 +96,11 @@ def test_an_installed_copy_does_not_offer_bench(tmp_path: Path) -> None:
     assert "\n  bench " not in done.stdout
     in_checkout = fl("--help").stdout
     assert "\n  bench " in in_checkout
+
+
+def test_an_unknown_scheme_lists_every_scheme_that_works() -> None:
+    done = fl("status", "x", url="http://127.0.0.1:1")
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    for scheme in ("redis", "rediss", "redis+cluster", "unix", "etcd", "etcds", "zookeeper"):
+        assert f"{scheme}," in line or f"{scheme} " in line, scheme

@@ -296,8 +296,9 @@ def test_bad_urls_are_value_errors_naming_the_url(url: str) -> None:
 
 
 def test_a_ttl_longer_than_the_servers_longest_session_is_refused(locks: fencelock.Locks, name: str) -> None:
-    with pytest.raises(ValueError, match=r"ttl 10.*maxSessionTimeout.*lock"):
+    with pytest.raises(ValueError, match=r"ttl 10.*maxSessionTimeout.*lock") as info:
         locks.acquire(name, ttl=100.0, wait=0)
+    assert "raise maxSessionTimeout in the server's zoo.cfg" in str(info.value)  # the setting to change
 
 
 def test_sessions_are_shared_by_ttl_and_honour_the_negotiated_timeout(locks: fencelock.Locks, name: str) -> None:

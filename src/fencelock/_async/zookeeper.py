@@ -360,8 +360,9 @@ class AsyncZooKeeperBackend:
                 self._sessions.setdefault(negotiated, session)
         if not ttl_fits(ms, negotiated):
             raise ValueError(f"ttl {ms / 1000} s is longer than the longest session {self.shown} grants "
-                             f"({negotiated / 1000} s, its maxSessionTimeout): use a shorter ttl or raise "
-                             f"maxSessionTimeout (lock {name!r})")
+                             f"({negotiated / 1000} s, its maxSessionTimeout): use a shorter ttl, or raise "
+                             f"maxSessionTimeout in the server's zoo.cfg (by default 20 x tickTime, 40 s) "
+                             f"(lock {name!r})")
         return session
 
     async def _some_session(self, name: str | None) -> _ZKSession:

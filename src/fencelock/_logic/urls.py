@@ -46,6 +46,10 @@ def redact(url: str) -> str:
         return "<unparsable URL>"
 
 
+ALL_SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster", "unix", "etcd", "etcds", "zookeeper")
+"""Every scheme `connect()` takes, for error messages (etcd and ZooKeeper URLs are told apart before Redis's)."""
+
+
 def parse_redis_url(url: object) -> RedisTarget:
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, got {type(url).__name__}")
@@ -61,7 +65,8 @@ def parse_redis_url(url: object) -> RedisTarget:
         raise bad(str(exc)) from None
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
-        raise bad(f"the scheme must be one of {', '.join(sorted(_SCHEMES))}")
+        raise bad(f"the scheme must be one of {', '.join(ALL_SCHEMES)} (or give a list of 3 or more redis:// "
+                  "URLs for Redlock)")
     if scheme == "unix":
         if not parts.path:
             raise bad("a unix:// URL needs a socket path")
