@@ -44,7 +44,8 @@ def test_sync_client_locks_over_a_unix_socket(socket_server: tuple[RedisServer, 
     name = f"unix:{uuid.uuid4().hex[:8]}"
     with fencelock.connect(f"unix://{path}?db=3") as locks, locks.lock(name) as lease:
         assert lease.held
-        assert _held_in_db(server, 3, name) and not _held_in_db(server, 0, name)
+        assert _held_in_db(server, 3, name)
+        assert not _held_in_db(server, 0, name)
     assert not _held_in_db(server, 3, name)
 
 
@@ -55,7 +56,8 @@ def test_asyncio_client_locks_over_a_unix_socket(socket_server: tuple[RedisServe
     async def main() -> None:
         async with fencelock.aio.connect(f"unix://{path}?db=4") as locks, locks.lock(name) as lease:
             assert lease.held
-            assert _held_in_db(server, 4, name) and not _held_in_db(server, 0, name)
+            assert _held_in_db(server, 4, name)
+            assert not _held_in_db(server, 0, name)
 
     asyncio.run(main())
     assert not _held_in_db(server, 4, name)

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, unquote
 
 from .outcomes import Released
-from .urls import redact, seconds_option, userinfo_end
+from .urls import option_shown, redact, seconds_option, userinfo_end
 
 DEFAULT_TIMEOUT = 2.0
 """Seconds per request (connect, read). A stopped member gives a `BackendError` within about this."""
@@ -122,7 +122,7 @@ def parse_etcd_url(url: str) -> EtcdTarget:
                 raise bad(f"{key} needs a file name")
             options[key] = value
         else:
-            raise bad(f"unknown option {key!r}")
+            raise bad(f"unknown option {option_shown(key)}")
     return EtcdTarget(tuple(endpoints), tls, username, password, shown=shown, **options)
 
 

@@ -39,7 +39,8 @@ _SHOWN_VALUES = {"db", "socket_timeout", "socket_connect_timeout", "timeout", "p
 """Query options whose values are shown in messages; every other option's value is masked (it may be a secret:
 `password`, a key file's passphrase, a token)."""
 
-_OPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_OPTION_NAME = re.compile(r"[a-z_][a-z0-9_]{0,31}")
+"""What an option's name looks like; anything else in a name's place (a password pasted there) is masked."""
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.]{1,32}")
 
 
@@ -59,7 +60,7 @@ def redact(url: object) -> str:
     shown_user = ""
     if at >= 0:
         user, colon, _ = rest[:at].partition(":")
-        shown_user = f"{user}:***@" if colon and _OPTION_NAME.fullmatch(user or "_") else "***@"
+        shown_user = f"{user}:***@" if colon and re.fullmatch(r"[\w.-]{0,64}", user) else "***@"
         rest = rest[at + 1:]
     rest = rest.partition("#")[0]
     base, question, query = rest.partition("?")
@@ -72,6 +73,11 @@ def redact(url: object) -> str:
                 else "=***") if eq else "")
             for key, eq, value in pairs)
     return shown
+
+
+def option_shown(key: str) -> str:
+    """An option's name for a message: quoted if it looks like one, else not shown (it may be a password)."""
+    return repr(key) if _OPTION_NAME.fullmatch(key) else "(its name is not shown)"
 
 
 def userinfo_end(rest: str) -> int:
@@ -122,7 +128,7 @@ def parse_redis_url(url: object) -> RedisTarget:
         elif key in _PASSED_OPTIONS:
             passed.append((key, value))
         else:
-            raise bad(f"unknown option {key if _OPTION_NAME.fullmatch(key) else '(not shown)'!r}")
+            raise bad(f"unknown option {option_shown(key)}")
     cluster = scheme.endswith("+cluster")
     base_scheme = scheme.removesuffix("+cluster")
     query = urlencode(passed)

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote
 
-from .urls import redact, seconds_option, userinfo_end
+from .urls import option_shown, redact, seconds_option, userinfo_end
 
 DEFAULT_PORT = 2181
 DEFAULT_TIMEOUT = 2.0
@@ -88,7 +88,7 @@ def parse_zookeeper_url(url: object) -> ZooKeeperTarget:
     timeout = DEFAULT_TIMEOUT
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key != "timeout":
-            raise bad(f"unknown option {key!r} (the one option is timeout, in seconds)")
+            raise bad(f"unknown option {option_shown(key)} (the one option is timeout, in seconds)")
         timeout = seconds_option(key, value, bad)
     return ZooKeeperTarget(tuple(hosts), chroot, timeout, shown)
 
