@@ -15,6 +15,7 @@ import logging
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -177,7 +178,7 @@ def test_no_password_in_cli_output_with_debug_off_in_a_real_process() -> None:
 def guarded() -> Iterator[RedisServer]:
     _require_server_binary()
     with RedisServer(name="requirepass") as server:
-        admin = server.client()  # (set after the start: the harness's readiness check sends PING without AUTH)
+        admin: Any = server.client()  # (set after the start: the harness's readiness check sends PING without AUTH)
         admin.execute_command("ACL", "SETUSER", "app", "on", ">app-right-one", "~*", "+@all")
         admin.config_set("requirepass", "the-right-one")
         yield server
