@@ -18,6 +18,8 @@ Errors of the underlying client libraries (redis-py, ...) are turned into `Backe
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AcquireTimeout",
     "BackendError",
@@ -31,11 +33,15 @@ __all__ = [
 
 
 class LockError(Exception):
-    """Base class of every fencelock error. `name` is the lock the error is about."""
+    """Base class of every fencelock error. `name` is the lock the error is about; `lease` is the lease whose
+    release failed (a failed `release()` or `with` exit: call `err.lease.release()` to try again), else None."""
+
+    lease: Any
 
     def __init__(self, message: str, *, name: str | None = None) -> None:
         super().__init__(message)
         self.name = name
+        self.lease = None
 
     def __str__(self) -> str:
         message = super().__str__()

@@ -4,11 +4,14 @@ The lock is renewed by the client's watchdog (a daemon thread) while the child r
 the child, the watchdog's loss signal and the signals sent to us; what to do about each is decided in
 `fencelock._logic.exits`.
 
-Signals. SIGINT, SIGTERM and SIGHUP sent to fencelock are passed on to the child, and the lock is released after
-the child has exited. The child runs in fencelock's own process group, so that an interactive command keeps its
-terminal. A terminal therefore already delivers its SIGINT (Ctrl-C), SIGQUIT and SIGHUP to the child itself:
-when fencelock is in the terminal's foreground group, it does not send those a second time. SIGTERM, which no
-terminal sends, is always passed on.
+The command runs as the leader of a process group of its own, and every signal fencelock sends goes to that
+whole group: a `sh -c '...'` that does not exec, and whatever else the command starts, is stopped with it
+(a process that leaves the group on purpose, by setsid or setpgid, is not). SIGINT, SIGTERM and SIGHUP sent to
+fencelock are passed on to the group. On a terminal, fencelock hands the terminal's foreground to the
+command's group while it runs, as a shell does for a job, so Ctrl-C reaches the whole command once, straight
+from the terminal, and an interactive command can read it. When the main process ends, anything it left in
+its group is stopped (SIGTERM, then SIGKILL after --grace) before the lock is released: nothing of the command
+runs on without the lock. See docs/decisions/2026-12-01-run-process-group.md.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
+from typing import Any
 
 from .._errors import BackendError, LockLost, NotAcquired
 from .._logic import exits
@@ -28,7 +33,6 @@ from .._sync.client import Lease, Locks
 from .show import describe, error, note
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGHUP)  # what a terminal sends to its whole foreground group
 POLL = 0.05  # seconds between looks at the child and the loss signal
 
 
@@ -38,16 +42,6 @@ class Interrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
-
-
-def _in_terminal_foreground() -> bool:
-    for fd in (0, 1, 2):
-        try:
-            if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def run(locks: Locks, name: str, command: Sequence[str], *, ttl: float, wait: float | None, busy_status: int,
@@ -105,7 +99,7 @@ def _supervise(lease: Lease, name: str, command: Sequence[str], lost: threading.
         signal.signal(signum, record)
     env = dict(os.environ, FENCELOCK_NAME=name, FENCELOCK_FENCE=str(lease.fence), FENCELOCK_TOKEN=lease.token)
     try:
-        child = subprocess.Popen(list(command), env=env)
+        child = subprocess.Popen(list(command), env=env, **_own_group())
     except FileNotFoundError:
         error(f"command not found: {command[0]}", "give the full path, or check PATH")
         _release(lease, name)
@@ -118,42 +112,14 @@ def _supervise(lease: Lease, name: str, command: Sequence[str], lost: threading.
         error(f"cannot run {command[0]}: {exc}")
         _release(lease, name)
         return exits.NOT_EXECUTABLE
-
-    lost_at: float | None = None
-    termed = False
-    next_at: float | None = None
-    returncode: int | None = None
-    while returncode is None:
-        try:
-            returncode = child.wait(timeout=POLL)
-            break
-        except subprocess.TimeoutExpired:
-            pass
-        while received:
-            got = received.pop(0)
-            if got in TERMINAL_SIGNALS and _in_terminal_foreground():
-                continue  # the terminal sent it to the child as well
-            _send(child, got)
-        now = time.monotonic()
-        if lost.is_set() and lost_at is None:
-            lost_at = now
-            step = after_loss(on_lost, lost_at, now, grace, termed)
-            if step.signal is None:
-                note(f"lost lock {name!r} while the command ran (pid {child.pid}); it runs on (--on-lost ignore)")
-            elif step.signal == signal.SIGTERM:
-                note(f"lost lock {name!r} while the command ran; sent SIGTERM to pid {child.pid}, "
-                     f"SIGKILL in {grace:g} s if it has not exited")
-            else:
-                note(f"lost lock {name!r} while the command ran; sent SIGKILL to pid {child.pid}")
-            _send(child, step.signal)
-            termed = step.signal is not None
-            next_at = step.next_at
-        elif lost_at is not None and next_at is not None and now >= next_at:
-            step = after_loss(on_lost, lost_at, now, grace, termed)
-            if step.signal == signal.SIGKILL:
-                note(f"pid {child.pid} did not exit within {grace:g} s of SIGTERM; sent SIGKILL")
-            _send(child, step.signal)
-            next_at = step.next_at
+    group = child.pid  # the command's process group: it and everything it starts, unless they leave it
+    terminal = _hand_terminal(group)
+    try:
+        returncode, lost_at, termed = _watch(child, group, name, received, lost, on_lost, grace)
+        _stop_leftovers(group, name, received, lost_at if termed else None, grace)
+    finally:
+        if terminal is not None:
+            _take_terminal_back(terminal)
     status = shell_status(returncode)
     if lost_at is not None or lease.lost:
         _release(lease, name)
@@ -168,11 +134,133 @@ def _supervise(lease: Lease, name: str, command: Sequence[str], lost: threading.
     return status
 
 
-def _send(child: subprocess.Popen[bytes], signum: int | None) -> None:
+def _watch(child: subprocess.Popen[bytes], group: int, name: str, received: list[int], lost: threading.Event,
+           on_lost: OnLost, grace: float) -> tuple[int, float | None, bool]:
+    """Wait for the command's main process; pass signals on to its group, stop the group if the lock is lost.
+    Returns its exit status, when the loss was seen (None: not lost), and whether SIGTERM went out for it."""
+    lost_at: float | None = None
+    termed = False
+    next_at: float | None = None
+    while True:
+        try:
+            return child.wait(timeout=POLL), lost_at, termed
+        except subprocess.TimeoutExpired:
+            pass
+        while received:
+            _send(group, received.pop(0))
+        now = time.monotonic()
+        if lost.is_set() and lost_at is None:
+            lost_at = now
+            step = after_loss(on_lost, lost_at, now, grace, termed)
+            if step.signal is None:
+                note(f"lost lock {name!r} while the command ran (pid {child.pid}); it runs on (--on-lost ignore)")
+            elif step.signal == signal.SIGTERM:
+                note(f"lost lock {name!r} while the command ran; sent SIGTERM to pid {child.pid} and its process "
+                     f"group, SIGKILL in {grace:g} s if they have not exited")
+            else:
+                note(f"lost lock {name!r} while the command ran; sent SIGKILL to pid {child.pid} and its "
+                     "process group")
+            _send(group, step.signal)
+            termed = step.signal == signal.SIGTERM
+            next_at = step.next_at
+        elif lost_at is not None and next_at is not None and now >= next_at:
+            step = after_loss(on_lost, lost_at, now, grace, termed)
+            if step.signal == signal.SIGKILL:
+                note(f"pid {child.pid} did not exit within {grace:g} s of SIGTERM; sent SIGKILL to its group")
+            _send(group, step.signal)
+            next_at = step.next_at
+
+
+KILL_WAIT = 5.0
+"""Seconds to wait for a process group to vanish after SIGKILL (a process in uninterruptible sleep lingers)."""
+
+
+def _stop_leftovers(group: int, name: str, received: list[int], termed_at: float | None, grace: float) -> None:
+    """The main process has ended: what it left running in its group would go on without the lock, so it is
+    stopped before the release, SIGTERM then SIGKILL after `grace` (counted from `termed_at` if the loss already
+    sent SIGTERM)."""
+    if not _group_alive(group):
+        return
+    now = time.monotonic()
+    if termed_at is None:
+        note(f"the command left processes running in its process group {group}; sent them SIGTERM, SIGKILL in "
+             f"{grace:g} s if they have not exited")
+        _send(group, signal.SIGTERM)
+        termed_at = now
+    kill_at, killed_at = termed_at + grace, None
+    while _group_alive(group):
+        while received:
+            _send(group, received.pop(0))
+        now = time.monotonic()
+        if killed_at is None and now >= kill_at:
+            note(f"processes of group {group} did not exit within {grace:g} s of SIGTERM; sent SIGKILL")
+            _send(group, signal.SIGKILL)
+            killed_at = now
+        elif killed_at is not None and now >= killed_at + KILL_WAIT:
+            error(f"processes of group {group} outlived SIGKILL for {KILL_WAIT:g} s; releasing lock {name!r} anyway")
+            return
+        time.sleep(POLL)
+
+
+def _own_group() -> dict[str, Any]:
+    """Popen's arguments that start the command as the leader of a process group of its own."""
+    if sys.version_info >= (3, 11):
+        return {"process_group": 0}
+    return {"preexec_fn": os.setpgrp}  # pragma: no cover (Python 3.10)
+
+
+def _terminal() -> int | None:
+    """A descriptor of our controlling terminal, if our process group is its foreground group; else None."""
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
+                return fd
+        except OSError:
+            continue
+    return None
+
+
+def _hand_terminal(group: int) -> int | None:
+    """Make `group` the terminal's foreground group, as a shell does for a job, so that Ctrl-C (and the rest of
+    what a terminal sends) reaches the whole command, and the command can read the terminal. Returns the
+    terminal's descriptor to give it back later, or None where we do not own the terminal's foreground."""
+    fd = _terminal()
+    if fd is None:
+        return None
+    try:
+        os.tcsetpgrp(fd, group)
+    except OSError:
+        return None
+    _send(group, signal.SIGCONT)  # in case it read the terminal before it was its own: it was stopped for that
+    return fd
+
+
+def _take_terminal_back(fd: int) -> None:
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group asking for the terminal
+    try:
+        os.tcsetpgrp(fd, os.getpgrp())
+    except OSError:
+        pass
+    finally:
+        signal.signal(signal.SIGTTOU, previous)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _send(group: int, signum: int | None) -> None:
+    """Send `signum` to every process of the command's group (None: nothing)."""
     if signum is None:
         return
     try:
-        child.send_signal(signum)
+        os.killpg(group, signum)
     except ProcessLookupError:
         pass
 

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, unquote
 
 from .outcomes import Released
-from .urls import seconds_option
+from .urls import option_shown, redact, seconds_option, userinfo_end
 
 DEFAULT_TIMEOUT = 2.0
 """Seconds per request (connect, read). A stopped member gives a `BackendError` within about this."""
@@ -79,18 +79,20 @@ def parse_etcd_url(url: str) -> EtcdTarget:
     """`etcd[s]://[user:password@]host[:port][,host[:port]...][/][?timeout=2&ssl_ca_certs=...]`."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in _SCHEMES:
-        raise ValueError(f"url {_masked(url)!r} is not a valid etcd URL: the scheme must be etcd or etcds")
+        raise ValueError(f"url {redact(url)!r} is not a valid etcd URL: the scheme must be etcd or etcds")
     tls = _SCHEMES[scheme.lower()]
-    rest, _, query = rest.partition("?")
-    rest, _, fragment = rest.partition("#")
-    netloc, _, path = rest.partition("/")
     username = password = None
-    if "@" in netloc:
-        userinfo, netloc = netloc.rsplit("@", 1)
+    at = userinfo_end(rest)  # the userinfo first: a password may hold an unescaped `/`, `?` or `#`
+    if at >= 0:
+        userinfo, rest = rest[:at], rest[at + 1:]
         user, has_password, secret = userinfo.partition(":")
         username = unquote(user) or None
         password = unquote(secret) if has_password else None
-    shown_user = "" if username is None else f"{username}{':***' if password is not None else ''}@"
+    rest, _, query = rest.partition("?")
+    rest, _, fragment = rest.partition("#")
+    netloc, _, path = rest.partition("/")
+    # A user without a password may be a password put where the user goes: shown as `***` too.
+    shown_user = "" if at < 0 else (f"{username}:***@" if username is not None and password is not None else "***@")
     shown = f"{scheme.lower()}://{shown_user}{netloc}"
 
     def bad(why: str) -> ValueError:
@@ -120,7 +122,7 @@ def parse_etcd_url(url: str) -> EtcdTarget:
                 raise bad(f"{key} needs a file name")
             options[key] = value
         else:
-            raise bad(f"unknown option {key!r}")
+            raise bad(f"unknown option {option_shown(key)}")
     return EtcdTarget(tuple(endpoints), tls, username, password, shown=shown, **options)
 
 
@@ -136,14 +138,6 @@ def _host_port(part: str, bad: Any) -> tuple[str, int]:
     if not 0 < port < 65536:
         raise bad(f"port {port} is not a server port")
     return host, port
-
-
-def _masked(url: str) -> str:
-    head, sep, tail = url.partition("://")
-    if sep and "@" in tail.split("/", 1)[0]:
-        userinfo, rest = tail.split("@", 1)
-        return f"{head}://{userinfo.split(':', 1)[0]}:***@{rest}"
-    return url
 
 
 # ---------------------------------------------------------------------------------------------------- keys

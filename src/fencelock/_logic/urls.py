@@ -12,6 +12,7 @@ A malformed URL raises `ValueError` naming the `url` argument; the password is n
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -33,17 +34,62 @@ class RedisTarget:
     shown: str = ""               # the URL with the password masked, for messages
 
 
-def redact(url: str) -> str:
-    """The URL with any password replaced by `***`."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        userinfo = f"{parts.username or ''}:***@"
-        host = parts.netloc.rsplit("@", 1)[1]
-        return urlunsplit(parts._replace(netloc=userinfo + host))
-    except ValueError:
-        return "<unparsable URL>"
+_SHOWN_VALUES = {"db", "socket_timeout", "socket_connect_timeout", "timeout", "protocol", "ssl_cert_reqs",
+                 "ssl_check_hostname"}
+"""Query options whose values are shown in messages; every other option's value is masked (it may be a secret:
+`password`, a key file's passphrase, a token)."""
+
+_OPTION_NAME = re.compile(r"[a-z_][a-z0-9_]{0,31}")
+"""What an option's name looks like; anything else in a name's place (a password pasted there) is masked."""
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.]{1,32}")
+
+
+def redact(url: object) -> str:
+    """`url` as messages show it: no password in any form, whatever the URL's shape (valid or not).
+
+    The userinfo (everything up to the authority's last `@`, which may hold `/`, `?` or `#` a user forgot to
+    escape) becomes `user:***@`, or `***@` without a `:`; query values are masked except a few harmless ones
+    (`db`, timeouts); a fragment is dropped. A string without `://` that holds an `@` or a `password` is not shown.
+    """
+    if not isinstance(url, str):
+        return f"<a {type(url).__name__}>"
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "<a URL without scheme://, not shown>" if "@" in url or "pass" in url.lower() else url
+    at = userinfo_end(rest)
+    shown_user = ""
+    if at >= 0:
+        user, colon, _ = rest[:at].partition(":")
+        shown_user = f"{user}:***@" if colon and re.fullmatch(r"[\w.-]{0,64}", user) else "***@"
+        rest = rest[at + 1:]
+    rest = rest.partition("#")[0]
+    base, question, query = rest.partition("?")
+    shown = f"{scheme}://{shown_user}{base}"
+    if question:
+        pairs = [pair.partition("=") for pair in query.split("&") if pair]
+        shown += "?" + "&".join(
+            (key if _OPTION_NAME.fullmatch(key) else "***")
+            + (("=" + value if key in _SHOWN_VALUES and _PLAIN_VALUE.fullmatch(value)
+                else "=***") if eq else "")
+            for key, eq, value in pairs)
+    return shown
+
+
+def option_shown(key: str) -> str:
+    """An option's name for a message: quoted if it looks like one, else not shown (it may be a password)."""
+    return repr(key) if _OPTION_NAME.fullmatch(key) else "(its name is not shown)"
+
+
+def userinfo_end(rest: str) -> int:
+    """Where the userinfo of `scheme://` + `rest` ends (its `@`), or -1. An `@` inside a query value (a
+    `?password=a@b`) is not one: the last `@` before a `?...=` that follows it is taken instead."""
+    at = rest.rfind("@")
+    while at >= 0:
+        question = rest.find("?", 0, at)
+        if question < 0 or "=" not in rest[question:at]:
+            return at
+        at = rest.rfind("@", 0, question)
+    return -1
 
 
 ALL_SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster", "unix", "etcd", "etcds", "zookeeper")
@@ -61,8 +107,9 @@ def parse_redis_url(url: object) -> RedisTarget:
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError as exc:
-        raise bad(str(exc)) from None
+    except ValueError:
+        # (not the parser's own words: they may quote a piece of a password that holds an unescaped `/`)
+        raise bad("its host or port cannot be read (escape special characters in a password as %XX)") from None
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
         raise bad(f"the scheme must be one of {', '.join(ALL_SCHEMES)} (or give a list of 3 or more redis:// "
@@ -86,11 +133,15 @@ def parse_redis_url(url: object) -> RedisTarget:
         elif key in _PASSED_OPTIONS:
             passed.append((key, value))
         else:
-            raise bad(f"unknown option {key!r}")
+            raise bad(f"unknown option {option_shown(key)}")
     cluster = scheme.endswith("+cluster")
     base_scheme = scheme.removesuffix("+cluster")
     query = urlencode(passed)
-    client_url = urlunsplit(parts._replace(scheme=base_scheme, query=query))
+    if scheme == "unix":
+        # urlunsplit writes `unix:/path` (no authority); redis-py's synchronous parser wants `unix://`.
+        client_url = f"unix://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
+    else:
+        client_url = urlunsplit(parts._replace(scheme=base_scheme, query=query))
     return RedisTarget(client_url, cluster, options, shown)
 
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote
 
-from .urls import seconds_option
+from .urls import option_shown, redact, seconds_option, userinfo_end
 
 DEFAULT_PORT = 2181
 DEFAULT_TIMEOUT = 2.0
@@ -49,7 +49,7 @@ def parse_zookeeper_url(url: object) -> ZooKeeperTarget:
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, got {type(url).__name__}")
 
-    shown = re.sub(r"(?<=://)[^/@?]*@", "***@", url)  # never show credentials
+    shown = redact(url)  # never show credentials
 
     def bad(why: str) -> ValueError:
         return ValueError(f"url {shown!r} is not a valid ZooKeeper URL: {why}")
@@ -57,10 +57,10 @@ def parse_zookeeper_url(url: object) -> ZooKeeperTarget:
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() != SCHEME:
         raise bad("it must start with zookeeper://")
+    if userinfo_end(rest) >= 0:
+        raise bad("credentials in the URL are not supported")
     rest, _, query = rest.partition("?")
     netloc, slash, path = rest.partition("/")
-    if "@" in netloc:
-        raise bad("credentials in the URL are not supported")
     if not netloc:
         raise bad("it has no host")
     hosts: list[tuple[str, int]] = []
@@ -88,9 +88,9 @@ def parse_zookeeper_url(url: object) -> ZooKeeperTarget:
     timeout = DEFAULT_TIMEOUT
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key != "timeout":
-            raise bad(f"unknown option {key!r} (the one option is timeout, in seconds)")
+            raise bad(f"unknown option {option_shown(key)} (the one option is timeout, in seconds)")
         timeout = seconds_option(key, value, bad)
-    return ZooKeeperTarget(tuple(hosts), chroot, timeout, url)
+    return ZooKeeperTarget(tuple(hosts), chroot, timeout, shown)
 
 
 def _valid_component(part: str) -> bool:

@@ -214,11 +214,22 @@ class Lease:
     def release(self) -> None:
         """Give the lock back. Raises `LockLost` if it had expired or been taken; a second release does nothing.
 
-        On a network error or a cancellation the lease keeps its token and stays releasable: call it again.
+        Renewal stops at the call, whatever its outcome. On a network error or a cancellation the lease keeps its
+        token and stays releasable until its validity ends: call it again (the error's `lease` is this lease).
         """
         self._check_owner("release")
         if self._state is State.RELEASED:
             return
+        # Whatever happens next, the holder wants out: renewal ends now, so a release that fails (or is cancelled)
+        # leaves a key that its TTL frees, never one renewed for ever. Still held until then: release again.
+        self._renew_every = None
+        try:
+            self._release()
+        except LockError as exc:
+            exc.lease = self  # so that the caller can retry: `err.lease.release()`
+            raise
+
+    def _release(self) -> None:
         flight = self._in_flight
         if flight is not None:
             flight.wait(None)  # a renewal on the wire must not land after our release

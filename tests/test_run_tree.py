@@ -1,0 +1,194 @@
+"""`fencelock run` stops the whole command, not only its direct child: Debian's `sh -c '...'` does not exec, so
+the work is a grandchild, and it must not run on while another holder has the lock.
+
+Invariant: when `fencelock run` exits (so before its lock is released, or after it was lost), no process of the
+command is left: not on a loss, not on SIGTERM to fencelock, not when a grandchild ignores SIGTERM (it is
+SIGKILLed after --grace), not when the command ended and left something behind, and not on Ctrl-C on a
+terminal. The processes are found in /proc, by parentage, and checked there the moment fencelock exits.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fencelock._logic.keys import redis_keys
+from fencelock.testing.servers import RedisServer
+
+from .test_cli import FENCELOCK, _env, start, status_of, wait_for
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of `pid` from /proc, or None if there is no such process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1])
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie is not: it waits only for its reaper)."""
+    found = _stat(pid)
+    return found is not None and found[0] != "Z"
+
+
+def children(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            found = _stat(int(entry.name))
+            if found is not None and found[1] == pid and found[0] != "Z":
+                kids.append(int(entry.name))
+    return kids
+
+
+def grandchild(fencelock_pid: int, reap: list[int], timeout: float = 20.0) -> tuple[int, int]:
+    """The command's shell (fencelock's child) and the sleep it runs (its child)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for shell in children(fencelock_pid):
+            kids = children(shell)
+            if kids:
+                reap += [shell, kids[0]]
+                return shell, kids[0]
+        time.sleep(0.02)
+    raise AssertionError("the command's grandchild never appeared")
+
+
+@pytest.fixture(autouse=True)
+def reap() -> Iterator[list[int]]:
+    """PIDs a test found; any still alive after it (the bug this file tests for) are SIGKILLed, by PID."""
+    found: list[int] = []
+    yield found
+    for pid in found:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def wait_exit(proc: subprocess.Popen[str]) -> str:
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return err
+
+
+def test_a_lost_lock_stops_the_grandchild_too(standalone: RedisServer, name: str,
+        reap: list[int]) -> None:
+    proc = start("run", "--ttl", "1", name, "--", "sh", "-c", "sleep 1000; :", url=standalone.url)
+    shell, sleeper = grandchild(proc.pid, reap)
+    standalone.client().delete(redis_keys(name).lock)   # another holder may take it now
+    err = wait_exit(proc)
+    assert not alive(sleeper), "the grandchild ran on after the lock was lost"
+    assert not alive(shell)
+    assert proc.returncode == 70, err
+    assert "sent SIGTERM" in err
+
+
+def test_sigterm_to_fencelock_stops_the_grandchild_before_the_release(standalone: RedisServer, name: str,
+        reap: list[int]) -> None:
+    proc = start("run", name, "--", "sh", "-c", "sleep 1000; :", url=standalone.url)
+    _, sleeper = grandchild(proc.pid, reap)
+    proc.send_signal(signal.SIGTERM)
+    err = wait_exit(proc)
+    assert not alive(sleeper), "the grandchild ran on after fencelock was told to stop"
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert not status_of(standalone.url, name).held
+
+
+def test_a_grandchild_that_ignores_sigterm_is_killed_after_the_grace(standalone: RedisServer, name: str,
+        reap: list[int]) -> None:
+    # `trap '' TERM` is inherited: the shell and its sleep both ignore SIGTERM
+    proc = start("run", "--ttl", "1", "--grace", "0.5", name, "--", "sh", "-c", "trap '' TERM; sleep 1000; :",
+                 url=standalone.url)
+    _, sleeper = grandchild(proc.pid, reap)
+    standalone.client().delete(redis_keys(name).lock)
+    err = wait_exit(proc)
+    assert not alive(sleeper), "the grandchild that ignored SIGTERM was not SIGKILLed after --grace"
+    assert proc.returncode == 70, err
+    assert "sent SIGKILL" in err
+
+
+def test_what_the_command_leaves_behind_is_stopped_before_the_release(standalone: RedisServer, name: str,
+                                                                     tmp_path: Path, reap: list[int]) -> None:
+    left = tmp_path / "left"
+    proc = start("run", "--grace", "0.5", name, "--", "sh", "-c", f"sleep 1000 & echo $! > {left}; exit 0",
+                 url=standalone.url)
+    sleeper = int(wait_for(left).strip())
+    reap.append(sleeper)
+    err = wait_exit(proc)
+    assert not alive(sleeper), "a process the command left behind ran on after the release"
+    assert proc.returncode == 0, err
+    assert "left processes running" in err
+    assert not status_of(standalone.url, name).held
+
+
+def _on_a_terminal(argv: list[str]) -> tuple[int, int]:
+    pid, master = pty.fork()
+    if pid == 0:  # the child: a session leader whose controlling terminal is the pty
+        os.execve(argv[0], argv, _env())
+    return pid, master
+
+
+def _wait_pty(pid: int, master: int, timeout: float = 30.0) -> tuple[int, bytes]:
+    out = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), out
+        try:
+            out += os.read(master, 4096)          # keep the terminal's output flowing
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"fencelock did not exit; the terminal showed {out!r}")
+
+
+def test_ctrl_c_on_a_terminal_stops_the_whole_command(standalone: RedisServer, name: str,
+        reap: list[int]) -> None:
+    pid, master = _on_a_terminal([*FENCELOCK, "run", f"--url={standalone.url}", name, "--",
+                                  "sh", "-c", "sleep 1000; :"])
+    try:
+        shell, sleeper = grandchild(pid, reap)
+        os.write(master, b"\x03")                # Ctrl-C, typed on the terminal
+        status, out = _wait_pty(pid, master)
+    finally:
+        os.close(master)
+    assert not alive(sleeper), f"the grandchild survived Ctrl-C; the terminal showed {out!r}"
+    assert not alive(shell)
+    assert status == 128 + signal.SIGINT, out
+    assert not status_of(standalone.url, name).held
+
+
+def test_an_interactive_command_still_reads_the_terminal(standalone: RedisServer, name: str,
+                                                         tmp_path: Path) -> None:
+    got = tmp_path / "got"
+    pid, master = _on_a_terminal([*FENCELOCK, "run", f"--url={standalone.url}", name, "--",
+                                  "sh", "-c", f"read answer; echo \"$answer\" > {got}"])
+    try:
+        grandchild_or_shell = 0
+        deadline = time.monotonic() + 20
+        while not grandchild_or_shell and time.monotonic() < deadline:
+            kids = children(pid)
+            grandchild_or_shell = kids[0] if kids else 0
+            time.sleep(0.02)
+        os.write(master, b"yes\n")
+        status, out = _wait_pty(pid, master)
+    finally:
+        os.close(master)
+    assert status == 0, out
+    assert got.read_text().strip() == "yes"
