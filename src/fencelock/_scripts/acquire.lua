@@ -22,7 +22,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence
   if floor > tonumber(redis.call('GET', KEYS[2]) or '0') then
     fence = floor
-    redis.call('SET', KEYS[2], string.format('%.0f', floor), 'PX', ARGV[3]) -- every digit, never 1.8e+15
+    redis.call('SET', KEYS[2], string.format('%.0f', floor), 'PX', ARGV[3]) -- an integer's every digit
   else
     fence = redis.call('INCR', KEYS[2]) -- exact 64-bit arithmetic on the server
     redis.call('PEXPIRE', KEYS[2], ARGV[3])

@@ -39,7 +39,7 @@ if not holder and (not head or head == ARGV[1]) then
   local fence
   if floor > tonumber(redis.call('GET', KEYS[2]) or '0') then
     fence = floor
-    redis.call('SET', KEYS[2], string.format('%.0f', floor), 'PX', ARGV[4]) -- every digit, never 1.8e+15
+    redis.call('SET', KEYS[2], string.format('%.0f', floor), 'PX', ARGV[4]) -- an integer's every digit
   else
     fence = redis.call('INCR', KEYS[2]) -- exact 64-bit arithmetic on the server
     redis.call('PEXPIRE', KEYS[2], ARGV[4])
