@@ -39,7 +39,7 @@ def test_rediss_urls_use_tls(tls_server: tuple[RedisServer, int, Path], name: st
     _, port, cert = tls_server
     locks = fencelock.connect(f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={cert}")
     with locks.lock(name, ttl=5.0, wait=0) as lease:
-        assert lease.fence == 1
+        assert lease.fence >= 1
     locks.close()
     # Without trusting the server's certificate, the handshake fails: a BackendError, not a lease.
     untrusted = fencelock.connect(f"rediss://127.0.0.1:{port}/0")

@@ -7,5 +7,6 @@ the servers.
 - `args`:     validation of every user argument (ttl, wait, name) before anything is sent;
 - `timing`:   the `wait` deadline, retry back-off, lease validity (ttl - elapsed - drift);
 - `fencing`:  the rule a resource applies to fencing tokens;
+- `fences`:   how one Redis hands out fences (counter and clock floor) and how long it keeps them;
 - `keys`:     how a lock name maps to Redis keys (one hash slot per name).
 """

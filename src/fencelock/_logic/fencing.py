@@ -14,9 +14,16 @@ def accepts(fence: int, highest: int | None) -> bool:
     return highest is None or fence >= highest
 
 
+FENCE_LIMIT = 2**63 - 1
+"""The largest fence: fences are signed 64-bit integers (Redis INCR, SQL BIGINT, etcd and ZooKeeper revisions)."""
+
+
 def check_fence(fence: object, name: object = None) -> int:
+    """An int in 1..`FENCE_LIMIT`; guards compare it exactly (never as a float)."""
     if isinstance(fence, bool) or not isinstance(fence, int):
         raise TypeError(f"fence must be an int, got {type(fence).__name__} {fence!r} (lock {name!r})")
     if fence < 1:
         raise ValueError(f"fence must be >= 1, got {fence!r} (lock {name!r})")
+    if fence > FENCE_LIMIT:
+        raise ValueError(f"fence must be at most 2**63 - 1 (a 64-bit integer), got {fence!r} (lock {name!r})")
     return fence

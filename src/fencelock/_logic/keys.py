@@ -3,7 +3,7 @@
 Every key of one name carries the same hash tag, so that one Lua script can touch them all on Redis Cluster:
 
     fencelock:{<name>}:lock     the lease: value = the holder's token, PX = the TTL
-    fencelock:{<name>}:fence    the fence counter, no TTL: it must never go backwards
+    fencelock:{<name>}:fence    the fence counter; on one Redis it expires once idle (`fences.fence_keep_ms`)
     fencelock:{<name>}:waiters  set by a failed attempt, lives as long as the holder's key: "someone waits"
     fencelock:{<name>}:wake     a list a release pushes to when someone waits; waiters BLPOP it
     fencelock:{<name>}:queue    fair mode: the waiting tokens, oldest first

@@ -1,21 +1,37 @@
 -- acquire: take the lock if it is free, and hand out the next fence in the same step.
 --
 -- KEYS[1]  lock key      fencelock:{name}:lock
--- KEYS[2]  fence key     fencelock:{name}:fence   (counter, no TTL)
+-- KEYS[2]  fence key     fencelock:{name}:fence   (counter; lives ARGV[3] ms from each grant or extension)
 -- KEYS[3]  waiters key   fencelock:{name}:waiters (marker: someone waits for a release)
 -- ARGV[1]  token         random, >= 128 bits, unique to this acquisition
 -- ARGV[2]  ttl           milliseconds
+-- ARGV[3]  fence keep    milliseconds the fence key lives from now: the retention, never less than the ttl
 --
--- returns  {1, fence}    granted; fence is strictly greater than every fence granted before for this name
+-- returns  {1, fence}    granted; fence = max(stored + 1, server clock in µs) (`fencelock._logic.fences`): above
+--                        every fence granted before, and above those a lost counter had granted, as long as
+--                        this server's clock is ahead of the last one (docs/design/fences.md)
 --          {0, pttl}     held by someone else; pttl = milliseconds until the holder's key expires by itself
 --
 -- Re-running with the same token (a retry after a lost reply) finds its own key and returns the same grant,
 -- so the client may retry an acquire whose outcome it does not know.
+if redis.replicate_commands then redis.replicate_commands() end -- Redis 6: TIME after a write
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('INCR', KEYS[2])}
+  -- the fence step (same in fair_acquire.lua): stored + 1, or the clock floor when that is higher
+  local clock = redis.call('TIME')
+  local floor = tonumber(clock[1]) * 1000000 + tonumber(clock[2]) -- < 2^53: exact
+  local fence
+  if floor > tonumber(redis.call('GET', KEYS[2]) or '0') then
+    fence = floor
+    redis.call('SET', KEYS[2], string.format('%.0f', floor), 'PX', ARGV[3]) -- an integer's every digit
+  else
+    fence = redis.call('INCR', KEYS[2]) -- exact 64-bit arithmetic on the server
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
+  return {1, fence}
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3]) -- the fence key outlives the lease
   return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 local pttl = redis.call('PTTL', KEYS[1])

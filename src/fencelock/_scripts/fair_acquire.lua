@@ -9,8 +9,9 @@
 -- ARGV[1]  token
 -- ARGV[2]  ttl            milliseconds
 -- ARGV[3]  entry ttl      milliseconds a queue entry lives unless this waiter tries again
+-- ARGV[4]  fence keep     milliseconds the fence key lives from now: the retention, never less than the ttl
 --
--- returns  {1, fence}          granted
+-- returns  {1, fence}          granted; fence = max(stored + 1, server clock in µs), as in acquire.lua
 --          {0, pttl, place}    queued: pttl = ms until the holder's key expires (-1: free, but not our turn),
 --                              place = 0 for the head of the queue
 if redis.replicate_commands then redis.replicate_commands() end -- Redis 6: TIME before writes
@@ -23,6 +24,7 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[2], ARGV[4]) -- the fence key outlives the lease
   return {1, tonumber(redis.call('GET', KEYS[2]))} -- a retry finds its own grant
 end
 local head = redis.call('LINDEX', KEYS[3], 0)
@@ -32,7 +34,17 @@ if not holder and (not head or head == ARGV[1]) then
     redis.call('LPOP', KEYS[3])
     redis.call('ZREM', KEYS[4], ARGV[1])
   end
-  return {1, redis.call('INCR', KEYS[2])}
+  -- the fence step (same in acquire.lua): stored + 1, or the clock floor when that is higher
+  local floor = tonumber(clock[1]) * 1000000 + tonumber(clock[2]) -- < 2^53: exact
+  local fence
+  if floor > tonumber(redis.call('GET', KEYS[2]) or '0') then
+    fence = floor
+    redis.call('SET', KEYS[2], string.format('%.0f', floor), 'PX', ARGV[4]) -- an integer's every digit
+  else
+    fence = redis.call('INCR', KEYS[2]) -- exact 64-bit arithmetic on the server
+    redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  end
+  return {1, fence}
 end
 if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
   redis.call('RPUSH', KEYS[3], ARGV[1])

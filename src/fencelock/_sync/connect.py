@@ -13,6 +13,7 @@ from redis.backoff import NoBackoff
 from .._errors import BackendError
 from .._logic.args import check_ttl
 from .._logic.etcd import is_etcd_url, parse_etcd_url
+from .._logic.fences import DEFAULT_FENCE_RETENTION, check_fence_retention
 from .._logic.keys import PREFIX
 from .._logic.redlock import DEFAULT_REPAIR_DELAY, check_node_count
 from .._logic.urls import DEFAULT_SOCKET_TIMEOUT, parse_redis_url
@@ -25,7 +26,7 @@ from .redlock import RedlockBackend
 
 def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefix: str = PREFIX,
             node_timeout: float | None = None, repair: bool | None = None,
-            repair_delay: float | None = None) -> Locks:
+            repair_delay: float | None = None, fence_retention: float | None = None) -> Locks:
     """A lock client for `target`: a URL (see the README) or a redis-py client you configured yourself.
 
     `etcd://[user:password@]host:port[,host:port...]` (or `etcds://` for TLS) keeps the locks in etcd.
@@ -39,6 +40,10 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     given for another target (one Redis, a Cluster, a redis-py client, etcd, ZooKeeper) raises `ValueError`,
     since nothing there would act on it.
 
+    `fence_retention` (single Redis and Redis Cluster only; default 7 days) is how long a name's fence key
+    outlives its last grant or extension: memory is bounded by the names used within it, and fences still
+    increase after it expired (see `fencelock._logic.fences`). Given for another target, it raises `ValueError`.
+
     No connection is made until the first request (except that the synchronous Redis Cluster client asks for
     the cluster's layout at once). A client you pass in keeps its own timeouts and retries, and
     is not closed by `close()`; a client made from a URL has no command retries (fencelock retries only what is
@@ -46,6 +51,9 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     """
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
+    retention = DEFAULT_FENCE_RETENTION if fence_retention is None else check_fence_retention(fence_retention)
+    if fence_retention is not None:
+        _fence_retention_refused(target)
     given = [option for option, value in (("node_timeout", node_timeout), ("repair", repair),
                                           ("repair_delay", repair_delay)) if value is not None]
     if is_etcd_url(target):
@@ -55,7 +63,8 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
         raise ValueError("url: give an etcd cluster's endpoints in one URL, etcd://h1:2379,h2:2379, not as a list")
     if isinstance(target, (Redis, RedisCluster)):
         _redlock_only(given, "a redis-py client (one Redis or a Redis Cluster)")
-        return Locks(RedisBackend(target, owns_client=False, prefix=prefix, shown=_describe(target)))
+        return Locks(RedisBackend(target, owns_client=False, prefix=prefix, shown=_describe(target),
+                                            fence_retention=retention))
     if isinstance(target, str) and target.partition("://")[0].lower() == "zookeeper":
         _redlock_only(given, "ZooKeeper")
         zookeeper = parse_zookeeper_url(target)   # a bad URL fails here, before kazoo is even imported
@@ -77,7 +86,8 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
             raise BackendError(f"cannot reach the Redis Cluster at {parsed.shown}: {exc}") from exc
     else:
         client = Redis.from_url(parsed.url, **options)
-    return Locks(RedisBackend(client, owns_client=True, prefix=prefix, shown=parsed.shown))
+    return Locks(RedisBackend(client, owns_client=True, prefix=prefix, shown=parsed.shown,
+                                        fence_retention=retention))
 
 
 def _etcd(url: str, prefix: str) -> Locks:
@@ -86,6 +96,19 @@ def _etcd(url: str, prefix: str) -> Locks:
     from .etcd import EtcdBackend  # raises ImportError naming the extra when httpx is missing
 
     return Locks(EtcdBackend(target, prefix=prefix))
+
+
+def _fence_retention_refused(target: object) -> None:
+    """Refuse `fence_retention` where no per-name fence key would honour it (before anything is sent)."""
+    if is_etcd_url(target):
+        where = "etcd, whose fences are its revisions: it keeps no fence state per name"
+    elif isinstance(target, str) and target.partition("://")[0].lower() == "zookeeper":
+        where = "ZooKeeper, whose fences are its zxids: it keeps no fence state per name"
+    elif isinstance(target, (list, tuple)):
+        where = "Redlock, whose nodes keep their fence state as their repair needs it"
+    else:
+        return
+    raise ValueError(f"fence_retention applies to a single Redis or a Redis Cluster only, not to {where}")
 
 
 def _redlock_only(given: list[str], target: str) -> None:

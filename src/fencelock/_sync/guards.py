@@ -41,10 +41,11 @@ class RedisGuard:
         if not isinstance(key, str) or not key:
             raise TypeError(f"key must be a non-empty str, got {key!r} (lock {name!r})")
         accepted, highest = run_script(self._client, GUARD_SET, [self._guard_key(name), key],
-                                             [fence, value], name=name, where="the guarded Redis")
+                                             [str(fence), value], name=name, where="the guarded Redis")
         if accepted != 1:
+            highest = int(highest)  # a decimal string from the script: every digit, never a double
             raise StaleFence(f"write with fence {fence} rejected: fence {highest} was already accepted",
-                             name=name, fence=fence, highest=int(highest))
+                             name=name, fence=fence, highest=highest)
 
     def highest(self, name: str) -> int | None:
         """The highest fence accepted so far for `name`, or None."""

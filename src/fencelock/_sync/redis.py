@@ -16,6 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from .._errors import BackendError
+from .._logic.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
 from .._logic.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
@@ -46,8 +47,10 @@ so BLPOP(t) returns up to this late. We ask for that much less, and sleep throug
 class RedisBackend:
     """Locks kept in one Redis (or one Redis Cluster), with the scripts in `fencelock/_scripts/`."""
 
-    def __init__(self, client: AnyRedis, *, owns_client: bool, prefix: str = PREFIX, shown: str = "") -> None:
+    def __init__(self, client: AnyRedis, *, owns_client: bool, prefix: str = PREFIX, shown: str = "",
+                 fence_retention: float = DEFAULT_FENCE_RETENTION) -> None:
         self._client = client
+        self._fence_retention = fence_retention  # seconds a name's fence key outlives its last grant or extend
         self._owns_client = owns_client
         self._prefix = prefix
         self.shown = shown or "redis"
@@ -96,10 +99,11 @@ class RedisBackend:
         if fair:
             deadlines, wake_prefix = fair_keys(name, self._prefix)
             lua, script_keys = FAIR_ACQUIRE, [keys.lock, keys.fence, keys.queue, deadlines]
-            args: list[Any] = [token, ttl_ms, self._entry_ttl_ms]
+            args: list[Any] = [token, ttl_ms, self._entry_ttl_ms, fence_keep_ms(self._fence_retention, ttl_ms)]
             wake = wake_prefix + token
         else:
-            lua, script_keys, args, wake = ACQUIRE, [keys.lock, keys.fence, keys.waiters], [token, ttl_ms], keys.wake
+            lua, script_keys, wake = ACQUIRE, [keys.lock, keys.fence, keys.waiters], keys.wake
+            args = [token, ttl_ms, fence_keep_ms(self._fence_retention, ttl_ms)]
         server_wait = wait - SERVER_TIMER
         if server_wait >= MIN_BLOCK and self._cluster:
             # redis-py refuses scripts in cluster pipelines: wait, then attempt, in two round trips.
@@ -132,7 +136,8 @@ class RedisBackend:
 
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         keys = redis_keys(name, self._prefix)
-        return int(self._run(EXTEND, name, [keys.lock], [token, ttl_ms])) == 1
+        keep = fence_keep_ms(self._fence_retention, ttl_ms)
+        return int(self._run(EXTEND, name, [keys.lock, keys.fence], [token, ttl_ms, keep])) == 1
 
     def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
         """The watchdog's batch: (name, token, fence, ttl_ms) each; True extended, False not ours, None no answer.
@@ -181,10 +186,13 @@ class RedisBackend:
         return results
 
     def _extend_args(self, leases: list[tuple[str, str, int, int]], members: list[int]) -> tuple[list[str], list[Any]]:
-        keys = [redis_keys(leases[i][0], self._prefix).lock for i in members]
+        keys: list[str] = []
         args: list[Any] = []
         for i in members:
-            args += [leases[i][1], leases[i][3]]
+            name, token, _, ttl = leases[i]
+            lease_keys = redis_keys(name, self._prefix)
+            keys += [lease_keys.lock, lease_keys.fence]
+            args += [token, ttl, fence_keep_ms(self._fence_retention, ttl)]
         return keys, args
 
     def _extend_call(self, leases: list[tuple[str, str, int, int]], members: list[int]) -> Any:
