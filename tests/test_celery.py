@@ -10,7 +10,9 @@ is seen at once by `lease.ensure()` and always ends the run with LockLost; renew
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import Celery  # type: ignore[import-untyped]
 
 import fencelock
 from fencelock._logic.celery import READABLE_LENGTH
@@ -151,6 +154,25 @@ def test_a_key_format_or_function_names_the_lock() -> None:
         lambda a: a)})()
     with pytest.raises(ValueError, match=r"the lock key of task 't\.empty'"):
         empty.lock_name((1,), {})
+
+
+def test_without_celery_the_import_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "celery", None)  # what a missing package looks like to `import`
+    monkeypatch.delitem(sys.modules, "fencelock.celery")
+    with pytest.raises(ImportError, match=re.escape("pip install 'fencelock[celery]'")):
+        importlib.import_module("fencelock.celery")
+
+
+def _identity(n: int) -> int:
+    return n
+
+
+def test_a_task_without_a_lock_service_says_how_to_name_one() -> None:
+    other = Celery("no_lock_url", broker="amqp://guest:secret-password@127.0.0.1:1//")
+    task = other.task(base=LockedTask, name="t.nowhere")(_identity)
+    with pytest.raises(ValueError, match=r"task 't\.nowhere' has no lock service: set lock_url=") as caught:
+        task(1)
+    assert "secret-password" not in str(caught.value)
 
 
 def test_current_lease_outside_a_task_is_an_error() -> None:

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 try:
     from celery import Task  # type: ignore[import-untyped]
     from celery.exceptions import Retry  # type: ignore[import-untyped]
-except ImportError as exc:  # pragma: no cover - depends on the environment
+except ImportError as exc:
     raise ImportError("fencelock.celery needs Celery: pip install 'fencelock[celery]'") from exc
 
 from ._errors import LockError, LockLost, NotAcquired
@@ -140,13 +140,16 @@ class LockedTask(Task):  # type: ignore[misc]
             lease = locks.acquire(name, ttl=options.ttl, wait=options.acquire_wait, renew=True)
         except NotAcquired as busy:
             if options.on_busy is OnBusy.SKIP:
-                log.info("task %s[%s] skipped: lock %r is held by another run", self.name, self.request.id, name)
+                log.info("task %s[%s] skipped: lock %r on %s is held by another run", self.name, self.request.id,
+                         name, locks.backend.shown)
                 raise Skipped("skipped: another run holds the lock", name=name) from None
             if options.on_busy is OnBusy.RETRY:
-                log.debug("task %s[%s] retries later: lock %r is busy", self.name, self.request.id, name)
+                log.debug("task %s[%s] retries later: lock %r on %s is busy", self.name, self.request.id, name,
+                          locks.backend.shown)
                 raise self.retry(exc=busy, countdown=options.retry_delay) from None
             raise
-        log.debug("task %s[%s] holds lock %r with fence %d", self.name, self.request.id, name, lease.fence)
+        log.debug("task %s[%s] holds lock %r on %s with fence %d", self.name, self.request.id, name,
+                  locks.backend.shown, lease.fence)
         reset = _lease.set(lease)
         try:
             result = super().__call__(*args, **kwargs)
