@@ -90,12 +90,23 @@ def _until_lost(self: Any, key: str, run: str) -> str:
     return "never lost"
 
 
-def _finish_lost(self: Any, key: str, run: str) -> str:
-    """Ignore the loss signal and finish: the run must still end with LockLost."""
+def _finish_lost(self: Any, key: str, run: str, fail: bool = False) -> str:
+    """Ignore the loss signal and finish (or fail, with `fail`): the run must still end with LockLost."""
     event(key, "start", run, self.lease.fence)
     _until(lambda: self.lease.lost, 20.0)
     event(key, "saw-lost", run, self.lease.lost)
+    if fail:
+        raise ValueError("the body failed after its lease was lost")
     return "finished"
+
+
+def _again_when_lost(self: Any, key: str, run: str) -> int:
+    """The first run waits for its lease to be lost; `autoretry_for=(LockLost,)` runs it again, and it returns."""
+    event(key, "start", run, self.lease.fence, self.request.retries)
+    if self.request.retries == 0:
+        _until(lambda: self.lease.lost, 20.0)
+        self.lease.ensure()
+    return int(self.lease.fence)
 
 
 def _outlive(self: Any, key: str, run: str) -> int:
@@ -124,5 +135,7 @@ wait_briefly = app.task(base=LockedTask, bind=True, name="t.wait_briefly", lock_
 until_lost = app.task(base=LockedTask, bind=True, name="t.until_lost", lock_key="{key}", lock_ttl=9.0)(_until_lost)
 finish_lost = app.task(base=LockedTask, bind=True, name="t.finish_lost", lock_key="{key}",
                        lock_ttl=1.5)(_finish_lost)
+again_when_lost = app.task(base=LockedTask, bind=True, name="t.again_when_lost", lock_key="{key}", lock_ttl=1.5,
+                           autoretry_for=(LockLost,), max_retries=1, default_retry_delay=0)(_again_when_lost)
 outlive = app.task(base=LockedTask, bind=True, name="t.outlive", lock_key="{key}", lock_ttl=1.0)(_outlive)
 plain = app.task(base=LockedTask, name="t.plain")(_plain)

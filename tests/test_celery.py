@@ -294,6 +294,26 @@ def test_a_task_that_ignores_the_loss_still_ends_with_lock_lost(key: str, locks:
 
 
 @pytest.mark.usefixtures("worker")
+def test_a_loss_outranks_the_error_of_the_body(key: str, locks: fencelock.Locks) -> None:
+    result = celery_app.finish_lost.delay(key, "l3", fail=True)
+    until(lambda: events(key), RESULT_WAIT, "the task did not start")
+    locks.force_release(key)
+    with pytest.raises(fencelock.LockLost):
+        get(result)  # not the ValueError the body raised after the loss
+
+
+@pytest.mark.usefixtures("worker")
+def test_autoretry_for_lock_lost_runs_the_task_again_under_a_new_lease(key: str, locks: fencelock.Locks) -> None:
+    result = celery_app.again_when_lost.delay(key, "a1")
+    until(lambda: events(key), RESULT_WAIT, "the task did not start")
+    locks.force_release(key)
+    fence = get(result)
+    seen = events(key)
+    assert [e[:2] + e[3:] for e in seen] == [["start", "a1", "0"], ["start", "a1", "1"]]
+    assert fence == int(seen[1][2]) > int(seen[0][2])
+
+
+@pytest.mark.usefixtures("worker")
 def test_renewal_keeps_a_task_alive_past_its_ttl(key: str, locks: fencelock.Locks) -> None:
     result = celery_app.outlive.delay(key, "o1")
     until(lambda: events(key), RESULT_WAIT, "the task did not start")
