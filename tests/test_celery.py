@@ -233,6 +233,7 @@ def test_skip_when_busy_does_not_run_and_says_so(key: str, locks: fencelock.Lock
             get(result)
         assert result.state == "FAILURE"
         assert isinstance(result.result, Skipped)
+        assert result.result.name == key  # through the result backend
     assert events(key) == [], "a skipped run started its body"
     assert get(celery_app.skip.delay(key, "s2")) > held.fence  # the lock free again, the task runs
 
