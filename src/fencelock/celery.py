@@ -114,11 +114,12 @@ class LockedTask(Task):  # type: ignore[misc]
         return current_lease()
 
     def _options(self) -> LockOptions:
-        options = type(self)._lock_options
-        if options is None:
-            options = type(self)._lock_options = check_options(
-                str(self.name), key=self.lock_key, ttl=self.lock_ttl, on_busy=self.on_busy, wait=self.lock_wait,
-                retry_delay=self.lock_retry_delay)
+        cls = type(self)
+        options = cls._lock_options
+        if options is None:  # LockedTask itself; read from the class, so a key function stays unbound
+            options = cls._lock_options = check_options(
+                str(self.name), key=cls.lock_key, ttl=cls.lock_ttl, on_busy=cls.on_busy, wait=cls.lock_wait,
+                retry_delay=cls.lock_retry_delay)
         return options
 
     def lock_name(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
