@@ -24,11 +24,14 @@ import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from ._errors import MissingExtra
+
 try:
     from celery import Task  # type: ignore[import-untyped]
     from celery.exceptions import Retry  # type: ignore[import-untyped]
 except ImportError as exc:
-    raise ImportError("fencelock.celery needs Celery: pip install 'fencelock[celery]'") from exc
+    raise MissingExtra("fencelock.celery needs Celery, which the celery extra installs: "
+                       "pip install 'fencelock[celery]'") from exc
 
 from ._errors import LockError, LockLost, NotAcquired
 from ._logic.args import DEFAULT_TTL, DEFAULT_WAIT
