@@ -168,23 +168,34 @@ def _harness(module: str, names: tuple[str, ...]) -> Any:
     return None
 
 
-ETCD_HOW = ("needs fencelock's etcd backend and its harness (fencelock.testing.etcd), httpx "
-            "(pip install 'fencelock[etcd]') and Debian's etcd-server; with those, this row runs as it is")
-ZK_HOW = ("needs fencelock's ZooKeeper backend and its harness (fencelock.testing.zookeeper), kazoo "
-          "(pip install 'fencelock[zookeeper]') and Debian's zookeeper; with those, this row runs as it is")
+def _server_missing(kind: str) -> str | None:
+    """What of `kind`'s server is missing on this machine (None: nothing), with how to install it."""
+    if kind == "etcd":
+        try:
+            binary = importlib.import_module("fencelock.testing.etcd").find_etcd_binary()
+        except (ImportError, AttributeError, RuntimeError):
+            return "etcd is not installed: apt-get install etcd-server (or set FENCELOCK_ETCD to an etcd binary)"
+        return None if os.access(binary, os.X_OK) else f"etcd is not installed: {binary} is not an executable file"
+    jar = Path(os.environ.get("FENCELOCK_ZOOKEEPER_JAR", "/usr/share/java/zookeeper.jar"))
+    missing = []
+    if not jar.is_file():
+        missing.append(f"ZooKeeper is not installed ({jar} not found): apt-get install zookeeper")
+    if shutil.which("java") is None:
+        missing.append("Java is not installed: apt-get install default-jre-headless")
+    return "; ".join(missing) or None
 
 
-def _harness_missing(module: str, cls: str, client: str, how: str) -> str | None:
-    """Why a harness-provided configuration cannot run here (None: it can)."""
-    found = _harness(module, (cls,))
-    if found is None or importlib.util.find_spec(client) is None:
-        return how
-    try:
-        find = getattr(importlib.import_module(module), "find_etcd_binary" if "etcd" in module else "find_zookeeper")
-        find()
-    except (RuntimeError, FileNotFoundError, AttributeError) as exc:
-        return f"{how} ({exc})"
-    return None
+def _harness_missing(kind: str, module: str, cls: str, client: str, extra: str) -> str | None:
+    """Why a harness-provided configuration cannot run here, saying only what is true (None: it can)."""
+    missing = []
+    if _harness(module, (cls,)) is None:
+        missing.append(f"this fencelock has no {module}.{cls}")
+    if importlib.util.find_spec(client) is None:
+        missing.append(f"{client} is not installed: pip install 'fencelock[{extra}]'")
+    server = _server_missing(kind)
+    if server is not None:
+        missing.append(server)
+    return "; ".join(missing) or None
 
 
 #: How long the etcd and ZooKeeper clients wait for an answer (their URLs' ?timeout=), so that a stall is noticed.
@@ -219,11 +230,11 @@ def start_zookeeper() -> Service:
 
 
 def _etcd_needs() -> str | None:
-    return _harness_missing("fencelock.testing.etcd", "EtcdDeployment", "httpx", ETCD_HOW)
+    return _harness_missing("etcd", "fencelock.testing.etcd", "EtcdDeployment", "httpx", "etcd")
 
 
 def _zk_needs() -> str | None:
-    return _harness_missing("fencelock.testing.zookeeper", "ZooKeeperDeployment", "kazoo", ZK_HOW)
+    return _harness_missing("zookeeper", "fencelock.testing.zookeeper", "ZooKeeperDeployment", "kazoo", "zookeeper")
 
 
 CONFIGS: list[Config] = [
