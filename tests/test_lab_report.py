@@ -163,7 +163,7 @@ def test_the_sample_follows_the_schema() -> None:
 
 
 def test_the_report_needs_no_plotting_library(tmp_path: Path) -> None:
-    # matplotlib, numpy and pillow made the report a 170 MB extra; its pictures are hand-written SVG now.
+    # The report draws plain SVG: it must not need matplotlib, numpy or pillow.
     code = ("import sys\nfor name in ('matplotlib', 'numpy', 'PIL'): sys.modules[name] = None\n"
             "from pathlib import Path\nfrom tests.lab_sample import sample_results\n"
             "from fencelock._lab.report import write_report\n"
