@@ -158,13 +158,13 @@ def _panel(p: _Panel, xlabel: str, zoomed: tuple[float, float] | None = None) ->
                    'stroke-width="0.8"/>')
         out.append(f'<line x1="{_n(x)}" y1="{_n(bottom)}" x2="{_n(x)}" y2="{_n(bottom + 4)}" stroke="#555555"/>')
         label = f"{t:.{decimals}f}"
-        out.append(_text(x, bottom + 15, "0" if float(label) == 0 else label, 10, "middle", "#333333"))
+        out.append(_text(x, bottom + 16, "0" if float(label) == 0 else label, 11, "middle", "#333333"))
     out.append(f'<line x1="{_n(LEFT)}" y1="{_n(bottom)}" x2="{_n(LEFT + p.width)}" y2="{_n(bottom)}" '
                'stroke="#555555"/>')
     out.append(f'<line x1="{_n(LEFT)}" y1="{_n(p.top)}" x2="{_n(LEFT)}" y2="{_n(bottom)}" stroke="#555555"/>')
-    out.append(_text(LEFT + p.width / 2, bottom + 31, xlabel, 10, "middle", "#333333"))
+    out.append(_text(LEFT + p.width / 2, bottom + 33, xlabel, 11.5, "middle", "#333333"))
     for worker in tl.lanes:
-        out.append(_text(LEFT - 6, p.y(worker), short(worker, 14), 11, "end", "#222222", baseline="central"))
+        out.append(_text(LEFT - 6, p.y(worker), short(worker, 14), 12.5, "end", "#222222", baseline="central"))
 
     def visible(t: float) -> bool:
         return p.lo <= t <= p.hi and not (zoomed is not None and zoomed[0] <= t <= zoomed[1])
@@ -178,7 +178,7 @@ def _panel(p: _Panel, xlabel: str, zoomed: tuple[float, float] | None = None) ->
         mid = (max(lo, p.lo) + min(hi, p.hi)) / 2
         if visible(mid) and mid - last_label > span * 0.1:
             last_label = mid
-            labels.append(_text(p.x(mid), bottom - 3, "overlap", 9, "middle", "#6B5E00"))
+            labels.append(_text(p.x(mid), bottom - 3, "overlap", 9.5, "middle", "#6B5E00"))
     for mark in tl.faults:
         x = p.x(mark.t)
         clipped.append(f'<line x1="{_n(x)}" y1="{_n(p.top)}" x2="{_n(x)}" y2="{_n(bottom)}" stroke="{PURPLE}" '
@@ -208,7 +208,7 @@ def _panel(p: _Panel, xlabel: str, zoomed: tuple[float, float] | None = None) ->
     for w in tl.writes:
         if w.outcome == "stale" and visible(w.t) and w.t - stale_at.get(w.worker, -math.inf) > span * 0.08:
             stale_at[w.worker] = w.t                              # one label for stars close together
-            out.append(_text(p.x(w.t), p.y(w.worker) - 10, "STALE", 9, "middle", DARK_RED, bold=True))
+            out.append(_text(p.x(w.t), p.y(w.worker) - 10, "STALE", 10, "middle", DARK_RED, bold=True))
     return out
 
 
@@ -233,12 +233,12 @@ def _lease_labels(p: _Panel, lease: Lease, visible: Callable[[float], bool]) -> 
     covered = any(w.worker == lease.worker and start <= w.t <= start + span * 0.13 for w in p.tl.writes)
     out = []
     if room and not covered:                                      # room inside the bar: white on blue
-        out.append(_text(p.x(start) + 4, y, fence_text(lease.fence), 9, "start", "#ffffff", True, "central"))
+        out.append(_text(p.x(start) + 4, y, fence_text(lease.fence), 10, "start", "#ffffff", True, "central"))
     elif visible(start):
-        out.append(_text(p.x(start), y - BAR / 2 - 3, fence_text(lease.fence), 9, "start", "#1A2E47"))
+        out.append(_text(p.x(start), y - BAR / 2 - 3, fence_text(lease.fence), 10, "start", "#1A2E47"))
     if lease.ending in ("release refused", "lost") and visible(lease.held_until):
         word = "refused" if lease.ending == "release refused" else "lost"   # clears a marker at the bar's end
-        out.append(_text(p.x(lease.held_until) + 9, y, word, 8.5, "start", DARK_RED, baseline="central"))
+        out.append(_text(p.x(lease.held_until) + 9, y, word, 9.5, "start", DARK_RED, baseline="central"))
     return out
 
 
@@ -256,12 +256,12 @@ def _fault_labels(p: _Panel, faults: Sequence[Mark], visible: Callable[[float], 
     out = []
     for group in groups:
         text = group[0].label if len(group) == 1 else f"{group[0].label}-{group[-1].label}"
-        width = 7.0 * len(text) + 6
+        width = 7.5 * len(text) + 7
         x = p.x(group[0].t)
         left = x - width / 2 if len(group) == 1 else x
         out.append(f'<rect x="{_n(left)}" y="{_n(p.top - 17)}" width="{_n(width)}" height="15" rx="3" '
                    f'fill="{PURPLE}"/>')
-        out.append(_text(left + width / 2, p.top - 5.5, text, 9.5, "middle", "#ffffff", bold=True))
+        out.append(_text(left + width / 2, p.top - 5.5, text, 10.5, "middle", "#ffffff", bold=True))
     return out
 
 
