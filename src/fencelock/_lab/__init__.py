@@ -1,11 +1,6 @@
 """The fault lab: `fencelock lab` runs the classic lock failures on real servers and checks what happened.
 
-    main(["--quick"])        # the README's first command; returns the exit status
-
-Modules: `configs` (the lock configurations, a registry), `scenarios` (the faults, each a short script),
-`worker` / `procs` (the worker processes and the lab's handle on them), `resource` (the guarded or unguarded
-counter the workers write to), `history` (events and the checker, pure), `run` (table, JSON), and `report`
-(the HTML report with one timeline per cell, from results.json).
+`main(["--quick"])` runs it and returns the exit status; the modules are described in docs/design/lab-report.md.
 """
 
 from __future__ import annotations

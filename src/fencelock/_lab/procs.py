@@ -1,7 +1,6 @@
 """The lab's side of its worker processes: start them, send commands, collect their events, pause them.
 
-Workers are reused from cell to cell (a `reset` between cells), since starting an interpreter that imports
-fencelock costs a few hundred milliseconds on a busy machine. A worker that misbehaved is killed, never reused.
+Workers are reused from cell to cell (a `reset` between cells); one that misbehaved is killed, never reused.
 """
 
 from __future__ import annotations

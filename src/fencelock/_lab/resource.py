@@ -1,12 +1,7 @@
 """The protected resource: a read-modify-write counter behind a small TCP service, with or without a guard.
 
-Workers read the counter, then write read + 1 with their fence. The service keeps the counter in SQLite and, when
-guarded, runs `fencelock.SQLGuard.check` in the same transaction as the update, so a stale fence is refused
-atomically with the write it protects. A guarded read checks the reader's fence too: a new holder's first read
-raises the guard's fence, so from then on the old holder can neither write nor read, and nothing it writes can
-slip in between the new holder's read and its write. Every read and write, accepted or refused, is logged in its
-transaction with the time it was decided (`time.monotonic()`, the clock every process of the machine shares).
-Being a TCP service, it can sit behind the lab's delaying proxy.
+Guarded, each read and write runs `fencelock.SQLGuard.check` in the transaction that serves it; every access is
+logged with the monotonic time it was decided (why: docs/design/lab-report.md).
 
 Protocol: one JSON object per line each way.
     {"op": "read", "name": N, "worker": W, "fence": F}           -> {"ok": bool, "value": int (if ok)}

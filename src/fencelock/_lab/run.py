@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
 import json
 import os
 import random
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -15,7 +15,11 @@ from typing import Any, TextIO
 
 from .configs import CONFIGS, Config
 from .history import Counts, Judgement, Verdict, combine, judge
+from .report import write_report
 from .scenarios import SCENARIOS, Cell, Lab, Scenario, Skip, fenced_only
+from .table import table
+
+__all__ = ["build_report", "main", "parse", "rerun_command", "run", "run_cell", "table", "write_results"]
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -52,6 +56,18 @@ def _pick(items: list[Any], ids: str | None, what: str) -> list[Any]:
     if unknown:
         raise SystemExit(f"fencelock lab: unknown {what} {', '.join(unknown)}; known: {', '.join(known)}")
     return [known[x] for x in wanted]
+
+
+def rerun_command(args: argparse.Namespace, seed: int, executable: str | None = None) -> str:
+    """The shell command that repeats this run, from any directory, with the Python that ran it."""
+    shown = os.path.abspath(executable or sys.executable)            # not resolved: a venv's python stays itself
+    words = [shown, "-m", "fencelock._lab", *(["--quick"] if args.quick else []), "--seed", str(seed)]
+    if args.repeat != (1 if args.quick else 4):
+        words += ["--repeat", str(args.repeat)]
+    for flag, ids in (("--scenarios", args.scenarios), ("--configs", args.configs)):
+        if ids is not None:
+            words += [flag, ",".join(x.strip() for x in ids.split(",") if x.strip())]
+    return shlex.join(words)
 
 
 def run_cell(lab: Lab, config: Config, scenario: Scenario, runs: int, seed: int) -> dict[str, Any]:
@@ -127,45 +143,6 @@ def _describe(cell: dict[str, Any]) -> str:
     return text
 
 
-def table(results: dict[str, Any]) -> str:
-    configs = [c for c in results["configs"]]
-    cells = {(c["scenario"], c["config"]): c for c in results["cells"]}
-    width = max(14, *(len(c["id"]) + 2 for c in configs))
-    head = f"{'scenario':<66}" + "".join(f"{c['id']:>{width}}" for c in configs)
-    lines = [head, "-" * len(head)]
-    for s in results["scenarios"]:
-        row = f"{s['id'] + '  ' + s['title']:<66.66}"
-        for c in configs:
-            cell = cells.get((s["id"], c["id"]))
-            if cell is None:
-                row += f"{'':>{width}}"
-                continue
-            v = cell["verdict"]
-            mark = {"SAFE": "SAFE", "UNSAFE": "UNSAFE", "SKIPPED": "-", "ERROR": "ERROR",
-                    "FAULT-MISSED": "MISSED"}[v]
-            if v == "UNSAFE" and cell["counts"]["stale_accepted"]:
-                mark += f" {cell['counts']['stale_accepted']}"
-            if v != "SKIPPED" and not cell["matches_expectation"]:
-                mark += " !"
-            row += f"{mark:>{width}}"
-        lines.append(row)
-    lines.append("")
-    lines.append("SAFE: no stale write accepted and no update lost, with the fault shown to have taken effect. "
-                 "UNSAFE n: n stale writes accepted. MISSED: the fault did not take effect. -: not applicable "
-                 "or not available here. !: differs from what the literature expects.")
-    unavailable = [c for c in configs if not c["available"]]
-    for c in unavailable:
-        lines.append(f"{c['id']}: {c['why_unavailable']}")
-    differ = [c for c in results["cells"] if c["verdict"] != "SKIPPED" and not c["matches_expectation"]]
-    if differ:
-        lines.append("")
-        lines.append("Where reality differs from the literature's expectation:")
-        for c in differ:
-            lines.append(f"  {c['scenario']} x {c['config']}: expected {c['expected']}, got {c['verdict']}: "
-                         f"{c['note']}")
-    return "\n".join(lines)
-
-
 def run(args: argparse.Namespace, progress: TextIO) -> dict[str, Any]:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     configs = _pick(CONFIGS, args.configs, "configuration")
@@ -174,13 +151,15 @@ def run(args: argparse.Namespace, progress: TextIO) -> dict[str, Any]:
     started = time.monotonic()
     results: dict[str, Any] = {
         "version": 1, "seed": seed, "quick": bool(args.quick), "started": started_wall.isoformat(),
-        "duration_s": 0.0, "repeat": args.repeat,
+        "duration_s": 0.0, "repeat": args.repeat, "command": rerun_command(args, seed),
         "configs": [], "scenarios": [], "cells": [],
     }
     for c in configs:
         ok, why = c.availability()
         results["configs"].append({"id": c.id, "title": c.title, "available": ok, "why_unavailable": why,
                                    "fenced": c.fenced, "kind": c.kind})
+        if not ok:
+            results["configs"][-1]["how_to_add"] = "Install what it names, then run the lab again."
     for s in scenarios:
         results["scenarios"].append({"id": s.id, "number": s.number, "title": s.title, "fault": s.fault,
                                      "source": s.source, "evidence": s.evidence})
@@ -214,18 +193,11 @@ def write_results(results: dict[str, Any], out: Path) -> Path:
 
 
 def build_report(results: dict[str, Any], out: Path) -> tuple[Path | None, str]:
-    """Call the report module if it exists. Returns (path or None, message)."""
+    """Write the HTML report; returns (its path, "") or (None, why it could not be written)."""
     try:
-        report = importlib.import_module("fencelock._lab.report")
-    except ModuleNotFoundError as exc:
-        if exc.name == "fencelock._lab.report":
-            return None, "the HTML report is not built yet (fencelock/_lab/report.py is not on this branch)"
-        return None, f"the HTML report needs a module that is missing: {exc.name} ({exc})"
-    try:
-        path = Path(report.write_report(results, out))
-    except Exception as exc:
-        return None, f"the HTML report failed: {type(exc).__name__}: {exc}"
-    return path, f"report: {path}"
+        return write_report(results, out), ""
+    except (OSError, TypeError, ValueError) as exc:
+        return None, f"could not write the report in {out}: {type(exc).__name__}: {exc}"
 
 
 def main(argv: list[str]) -> int:
@@ -242,6 +214,10 @@ def main(argv: list[str]) -> int:
             k += 1
             out = Path("out") / "lab" / f"{stamp}-{k}"
     progress = sys.stderr if args.json else sys.stdout
+    unwritable = _unwritable(out)
+    if unwritable is not None:                                     # say so before minutes of running
+        print(f"fencelock lab: cannot write the results and report to {out}: {unwritable}", file=sys.stderr)
+        return 2
     try:
         results = run(args, progress)
     except SystemExit as exc:  # an unknown scenario or configuration id
@@ -249,15 +225,40 @@ def main(argv: list[str]) -> int:
             print(exc.code, file=sys.stderr)
             return 2
         raise
-    path = write_results(results, out)
-    report, message = build_report(results, out)
+    try:
+        path: Path | None = write_results(results, out)
+    except OSError as exc:
+        path = None
+        failed = f"fencelock lab: could not write {out / 'results.json'}: {exc}"
+    report, message = build_report(results, out) if path is not None else (None, "")
     if args.json:
         sys.stdout.write(json.dumps(results) + "\n")
     else:
         print()
         print(table(results))
         print()
+    if path is None:
+        print(failed, file=sys.stderr)
+        return 1
     print(f"results: {path.resolve()} ({results['duration_s']:.0f} s)", file=progress)
-    print(message if report is None else f"report: {report.resolve()}", file=progress)
+    if report is None:
+        print(f"fencelock lab: {message}", file=sys.stderr)
+        return 1
+    print(f"report: {report.resolve()}", file=progress)
     bad = [c for c in results["cells"] if c["verdict"] == "ERROR"]
     return 1 if bad else 0
+
+
+def _unwritable(out: Path) -> str | None:
+    """Why `out` cannot take the results and the report (None: it can); creates it if it is missing."""
+    if out.exists() and not out.is_dir():
+        return "it is not a directory"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if not out.is_dir():
+        return "it is not a directory"
+    if not os.access(out, os.W_OK | os.X_OK):
+        return "it is not writable"
+    return None

@@ -1,9 +1,6 @@
 """The scenarios: each injects one classic fault for real, against real servers and real worker processes.
 
-Each scenario is a short script the lab runs for one configuration. It tells its workers what to do and when,
-injects its fault (SIGSTOP, a delaying or stalling TCP proxy, a failover, a node killed and restarted, a clock
-jump, a naive DEL, a blocked event loop) and records a `fault` event saying what it did and whether the effect it
-aimed at was observed. It never decides the verdict: the checker (`history.judge`) does that from the history.
+A scenario records `fault` events saying what it did and whether it took effect; `history.judge` decides.
 """
 
 from __future__ import annotations
@@ -35,7 +32,7 @@ QUEUED_DIE = 0.4
 
 
 class Skip(Exception):
-    """The scenario cannot run here for this configuration (the message says why)."""
+    """The scenario cannot run for this configuration (the message says why)."""
 
 
 class Lab:

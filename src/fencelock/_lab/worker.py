@@ -1,12 +1,7 @@
-"""A lab worker: a separate process that takes locks and writes to the resource when the lab tells it to.
+"""A lab worker: `python -m fencelock._lab.worker`, one JSON command per line on stdin, JSON lines on stdout.
 
-`python -m fencelock._lab.worker` reads one JSON command per line on stdin and answers on stdout, one JSON object
-per line: `{"event": {...}}` for each acquire, release or loss it sees (stamped with `time.monotonic()`, which every
-process of the machine shares), and `{"reply": {...}}` when a command is done. The lab pauses it with SIGSTOP,
-so a pause is a real pause of a real process, between any two commands or in the middle of one.
-
-Commands (`op`): connect, acquire, read, write, rmw, check, release, extend, naive_extend, naive_release,
-write_loop, loop_blocked, reset, exit. See `Worker.run` for their arguments.
+It answers `{"event": {...}}` for each acquire, release or loss and `{"reply": {...}}` per command; the commands
+(`op`) are those of `Worker.run`.
 """
 
 from __future__ import annotations
