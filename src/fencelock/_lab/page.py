@@ -89,6 +89,9 @@ def _source(source: str) -> str:
 def _expectation(cell: Mapping[str, Any]) -> str:
     verdict, expected = cell["verdict"], cell["expected"]
     if verdict in ("SAFE", "UNSAFE"):
+        if cell["matches_expectation"] and cell.get("beyond"):
+            return (f'<span class="exp match">better than predicted ({_e(expected)}): '
+                    f'{_e(cell["beyond"])}</span>')
         if cell["matches_expectation"]:
             return f'<span class="exp match">= as predicted ({_e(expected)})</span>'
         return f'<span class="exp differs">≠ predicted {_e(expected)}</span>'

@@ -75,9 +75,14 @@ def run_cell(lab: Lab, config: Config, scenario: Scenario, runs: int, seed: int)
     # The literature's prediction; where the fault does not exist for this kind of service there is none, and
     # the field (which must say SAFE or UNSAFE) says what a fence alone predicts, with "applies": false.
     expected = scenario.expect(config) if applies else fenced_only(config)
+    # Where fencelock does better than the literature predicts, it is held to SAFE, and the cell says why.
+    beyond = scenario.beyond(config) if applies else None
+    wanted = "SAFE" if beyond else expected
     cell_out: dict[str, Any] = {"scenario": scenario.id, "config": config.id, "runs": 0, "verdict": "SKIPPED",
                                 "expected": expected, "matches_expectation": True, "note": "",
                                 "counts": Counts().to_json(), "events": [], "verdicts": [], "applies": applies}
+    if beyond:
+        cell_out["beyond"] = beyond
     available, why = config.availability()
     if not available:
         cell_out.update(note=f"{config.id} is not available here: {why}", unavailable=True)
@@ -127,7 +132,7 @@ def run_cell(lab: Lab, config: Config, scenario: Scenario, runs: int, seed: int)
     if tally:
         note = f"{tally}. {note}" if note else tally
     cell_out.update(runs=runs, verdict=verdict, counts=total.to_json(), note=note, verdicts=verdicts,
-                    matches_expectation=verdict == expected)
+                    matches_expectation=verdict == wanted)
     return cell_out
 
 

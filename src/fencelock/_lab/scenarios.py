@@ -138,6 +138,7 @@ class Scenario:
     evidence: Evidence = "overlap"
     kinds: tuple[str, ...] = field(default=("redis", "redlock", "etcd", "zookeeper"))
     not_applicable: str = ""   # why the other kinds of configuration do not have this fault
+    beyond: Callable[[Config], str | None] = lambda c: None  # why fencelock is SAFE where the literature is not
 
     def skip_reason(self, config: Config) -> str | None:
         if config.kind not in self.kinds:
@@ -519,6 +520,9 @@ SCENARIOS: list[Scenario] = [
     Scenario("4", 4, "the primary fails before the lock reaches its replica",
              "replication stalled, primary SIGKILLed, replica promoted (REPLICAOF NO ONE); a second client acquires",
              f"{REDLOCK} (why failover is not enough); {KLEPPMANN}", failover, always("UNSAFE"),
+             beyond=lambda c: ("fencelock's fences follow the server's clock after a data loss "
+                               "(docs/design/fences.md): the promoted replica hands out a fence above the old "
+                               "holder's, so the guard rejects the old holder's writes") if c.fenced else None,
              kinds=("redis",), not_applicable="Redlock's nodes are independent masters with no replica to promote, "
              "and etcd and ZooKeeper commit a lock to a quorum before they grant it"),
     Scenario("5a", 5, "a Redlock node restarts without fsync, at once",

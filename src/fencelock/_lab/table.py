@@ -37,6 +37,8 @@ def _mark(cell: Mapping[str, Any] | None) -> str:
         mark += f" {cell['counts']['stale_accepted']}"
     if v != "SKIPPED" and not cell["matches_expectation"]:
         mark += " !"
+    elif v == "SAFE" and cell.get("beyond"):
+        mark += " +"
     return mark
 
 
@@ -75,6 +77,13 @@ def table(results: Mapping[str, Any], width: int | None = None) -> str:
     for c in configs:
         if not c["available"]:
             lines += textwrap.wrap(f"{c['id']}: {c['why_unavailable']}", width, subsequent_indent="  ")
+    better = [c for c in results["cells"] if c["verdict"] == "SAFE" and c.get("beyond") and c["matches_expectation"]]
+    if better:
+        lines.append("")
+        lines += textwrap.wrap("+ where fencelock does better than the literature predicts:", width)
+        for c in better:
+            lines += textwrap.wrap(f"{c['scenario']} x {c['config']}: predicted {c['expected']}, SAFE: {c['beyond']}",
+                                   width, initial_indent="  ", subsequent_indent="    ")
     differ = [c for c in results["cells"] if c["verdict"] != "SKIPPED" and not c["matches_expectation"]]
     if differ:
         lines.append("")
