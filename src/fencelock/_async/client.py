@@ -358,7 +358,12 @@ class AsyncLocks:
                 # An earlier waiter of this client blocks on the server for this name: wait here until it is
                 # done, then try (a fair waiter tries at least once per blocking period, which keeps its entry).
                 limit = min(deadline.remaining(now), backend.block_cap) if fair else deadline.remaining(now)
-                await seat.wait_turn(None if limit == math.inf else limit)
+                try:
+                    await seat.wait_turn(None if limit == math.inf else limit)
+                except BaseException:  # cancelled here: a fair waiter's queue entry must not outlive it
+                    if queued:
+                        in_background(lambda: self._forget_later(name, token, queued))
+                    raise
                 block = 0.0
 
     async def _forget(self, name: str, token: str, queued: bool) -> bool:
