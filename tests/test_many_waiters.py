@@ -183,8 +183,9 @@ def test_ten_thousand_tasks_of_one_client_are_each_granted_once_in_turn_over_a_f
     assert server.holder(name) is None
 
 
+@pytest.mark.parametrize("fair", [False, True])
 def test_two_hundred_threads_of_one_sync_client_are_each_granted_once_in_turn_over_a_few_connections(
-        server: RedisDeployment, name: str) -> None:
+        server: RedisDeployment, name: str, fair: bool) -> None:
     grants = Grants(server, name)
     clients = Clients(server)
     locks = fencelock.connect(server.target)
@@ -194,7 +195,7 @@ def test_two_hundred_threads_of_one_sync_client_are_each_granted_once_in_turn_ov
 
         def waiter(i: int) -> None:
             try:
-                with locks.lock(name, wait=120.0) as lease:
+                with locks.lock(name, wait=120.0, fair=fair) as lease:
                     grants.granted(lease, i)
                     grants.releasing(lease, i)
             except Exception as exc:
@@ -253,6 +254,78 @@ def test_waiters_of_one_client_share_connections_on_every_redis_kind(shared_depl
         grants.check(count)
 
     asyncio.run(main())
+
+
+def _calls(deployment: RedisDeployment, command: str) -> int:
+    stats: Any = deployment.raw().info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_a_lone_waiter_keeps_its_one_write_hand_off(server: RedisDeployment, name: str) -> None:
+    """One waiter per client (the common case): a refused attempt, then one BLPOP with the acquire behind it,
+    woken by the release. No request more than before the room existed."""
+    holder_client = fencelock.connect(server.target)
+    locks = fencelock.connect(server.target)
+    try:
+        holder = holder_client.acquire(name, ttl=30.0, wait=0)
+        server.raw().config_resetstat()
+        got: list[Any] = []
+        thread = threading.Thread(target=lambda: got.append(locks.acquire(name, ttl=30.0, wait=20.0)))
+        thread.start()
+        deadline = time.monotonic() + 5.0
+        while _calls(server, "blpop") < 1:
+            assert time.monotonic() < deadline, "the waiter never blocked"
+            time.sleep(0.005)
+        time.sleep(0.1)  # (it is blocked in BLPOP now)
+        holder.release()
+        thread.join(10.0)
+        assert got
+        assert got[0].fence == holder.fence + 1
+        assert server.holder(name) == got[0].token
+        # The waiter's refused attempt, the release, the waiter's acquire: three scripts; one BLPOP.
+        assert _calls(server, "evalsha") == 3
+        assert _calls(server, "blpop") == 1
+        got[0].release()
+    finally:
+        holder_client.close()
+        locks.close()
+
+
+@pytest.mark.parametrize("fair", [False, True])
+def test_waiters_behind_the_head_send_nothing_while_they_wait(server: RedisDeployment, name: str,
+                                                               fair: bool) -> None:
+    """100 waiters of one client wait 4 s on a held lock (more than two blocking periods of 1.5 s). Only the head
+    blocks and tries again; the others sent their first attempt (fair: and one refresh per blocking period, which
+    keeps their queue entries). Before, every waiter blocked and tried again each period."""
+    count = 100
+    holder_client = fencelock.connect(server.target)
+    locks = fencelock.connect(server.target)
+    try:
+        holder = holder_client.acquire(name, ttl=30.0, wait=0)
+        server.raw().config_resetstat()
+        fences: list[int] = []
+
+        def waiter() -> None:
+            with locks.lock(name, ttl=30.0, wait=60.0, fair=fair) as lease:
+                fences.append(lease.fence)
+
+        threads = [threading.Thread(target=waiter) for _ in range(count)]
+        for thread in threads:
+            thread.start()
+        time.sleep(4.0)
+        blocked, scripts = _calls(server, "blpop"), _calls(server, "evalsha")
+        holder.release()
+        for thread in threads:
+            thread.join(30.0)
+        assert fences == list(range(holder.fence + 1, holder.fence + 1 + count))  # each granted once, in turn
+        assert blocked <= 4  # the head alone: one block per period (old: every waiter, each period)
+        if fair:
+            assert scripts <= count * 4 + 10
+        else:
+            assert scripts <= count + 10
+    finally:
+        holder_client.close()
+        locks.close()
 
 
 # -- fair order ------------------------------------------------------------------------------------------------
