@@ -454,3 +454,75 @@ def test_a_waiter_that_gives_up_in_the_middle_loses_no_wake_up(server: RedisDepl
         time.sleep(0.02)
     assert server.holder(name) is None
     assert _queued(server, name) == 0
+
+
+# -- a server that stops answering -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("api", ["asyncio", "threads"])
+def test_waiters_behind_the_head_fail_together_when_the_server_stalls_and_work_again_after(name: str,
+                                                                                         api: str) -> None:
+    """The server is paused (SIGSTOP) while 40 waiters of one client wait with no deadline. The head's request
+    times out (2 s socket timeout): every waiter gets a BackendError naming the lock within a few seconds, not
+    one after another, a socket timeout each (40 x 2 s). After the server resumes the same client acquires."""
+    count = 40
+    deployment = RedisDeployment.start()
+    holder_client = fencelock.connect(deployment.target)
+    try:
+        holder_client.acquire(name, ttl=5.0, wait=0)
+        errors: list[fencelock.BackendError] = []
+        ended: list[float] = []
+
+        if api == "asyncio":
+            async def main() -> None:
+                locks = fencelock.aio.connect(deployment.target)
+
+                async def waiter() -> None:
+                    try:
+                        await locks.acquire(name, ttl=5.0, wait=None)
+                    except fencelock.BackendError as exc:
+                        errors.append(exc)
+                    ended.append(time.monotonic())
+
+                tasks = [asyncio.ensure_future(waiter()) for _ in range(count)]
+                await asyncio.sleep(0.5)
+                await asyncio.to_thread(deployment.pause)
+                paused.append(time.monotonic())
+                try:
+                    await asyncio.wait_for(asyncio.gather(*tasks), 60.0)
+                finally:
+                    await asyncio.to_thread(deployment.resume)
+                lease = await locks.acquire(name, ttl=5.0, wait=20.0)  # the holder's key expires meanwhile
+                await lease.release()
+                await locks.aclose()
+
+            paused: list[float] = []
+            asyncio.run(main())
+        else:
+            locks = fencelock.connect(deployment.target)
+
+            def waiter() -> None:
+                try:
+                    locks.acquire(name, ttl=5.0, wait=None)
+                except fencelock.BackendError as exc:
+                    errors.append(exc)
+                ended.append(time.monotonic())
+
+            threads = [threading.Thread(target=waiter) for _ in range(count)]
+            for thread in threads:
+                thread.start()
+            time.sleep(0.5)
+            deployment.pause()
+            paused = [time.monotonic()]
+            try:
+                for thread in threads:
+                    thread.join(60.0)
+            finally:
+                deployment.resume()
+            locks.acquire(name, ttl=5.0, wait=20.0).release()
+            locks.close()
+        assert len(errors) == count
+        assert all(exc.name == name for exc in errors)
+        assert max(ended) - paused[0] < 15.0, max(ended) - paused[0]  # (in turn it would take 40 x 2 s)
+    finally:
+        holder_client.close()
+        deployment.close()

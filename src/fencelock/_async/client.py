@@ -331,6 +331,8 @@ class AsyncLocks:
                 # The script may have run. Delete our key if it did, but do not make the caller wait for a
                 # server that just failed to answer: the error is due now, and the TTL bounds the key anyway.
                 in_background(lambda: self._forget_later(name, token, queued))
+                if seat is not None:
+                    seat.fail(exc)  # the waiters behind this one would meet the same fault, one after another
                 raise
             failures = 0
             if attempt.granted:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from types import TracebackType
 
+from .._errors import BackendError, QuorumUnavailable
 from .._logic.waiting import FAIR_SLOTS, SLOTS, Room
 from ._compat import Signal
 
@@ -42,7 +43,7 @@ class AsyncWaitingRooms:
 class AsyncSeat:
     """One waiter's place in its room: whether it may block on the server, its wait for that, its gate."""
 
-    __slots__ = ("_first", "_gone", "_key", "_lock", "_place", "_room", "_rooms", "_turn")
+    __slots__ = ("_failure", "_first", "_gone", "_key", "_lock", "_place", "_raised", "_room", "_rooms", "_turn")
 
     def __init__(self, rooms: AsyncWaitingRooms, key: tuple[str, bool], room: Room[AsyncSeat]) -> None:
         self._rooms = rooms
@@ -53,6 +54,8 @@ class AsyncSeat:
         self._place = Signal()  # set when the gate hands this seat a place it asked for
         self._gone = False
         self._first: bool | None = None  # the place asked for at `seat`, not used yet: True held, False asked
+        self._failure: BackendError | None = None  # another waiter's request failed while this one waited
+        self._raised: BackendError | None = None   # what `_check` raised for it (not passed on again)
 
     def is_head(self) -> bool:
         """True: no earlier waiter of this client on this name is left, so this one may block on the server."""
@@ -63,7 +66,42 @@ class AsyncSeat:
         """Wait until this seat is the head, at most `timeout` seconds (None: no limit). True: it is."""
         if self.is_head():
             return True
-        return await self._turn.wait(timeout)
+        turn = await self._turn.wait(timeout)
+        self._check()
+        return turn
+
+    def fail(self, exc: BackendError) -> None:
+        """This waiter's request failed (the server failed, or could not be reached): the others waiting in the
+        room fail with that error now, rather than each one after its own timeout, in turn. (Not for an error
+        that was itself passed on: the waiters who came since have met no failure.)"""
+        if exc is self._raised:
+            return
+        with self._lock:
+            others = [seat for seat in self._room.seats() if seat is not self]
+            for seat in others:
+                seat._failure = exc
+        for seat in others:
+            seat._turn.set()
+            seat._place.set()
+
+    def _check(self) -> None:
+        """Raise the failure another waiter met while this one waited (`fail`)."""
+        exc = self._failure
+        if exc is None:
+            return
+        kind = type(exc) if type(exc) in (BackendError, QuorumUnavailable) else BackendError
+        self._raised = kind(f"{exc.args[0] if exc.args else exc} (met by an earlier waiter on this lock, while "
+                            "this one waited behind it)", name=exc.name)
+        raise self._raised from (exc.__cause__ or exc)
+
+    def _answered(self) -> None:
+        """A request of this seat's own got through: a failure seen by another waiter is not this one's."""
+        with self._lock:
+            if self._failure is None:
+                return
+            self._failure = None
+            if self._room.head() is not self:
+                self._turn.clear()  # (set by `fail`, not by a turn: a real turn finds the seat the head)
 
     def leave(self) -> None:
         """Out of the room (granted, gave up, failed, cancelled); the next waiter becomes the head. Idempotent."""
@@ -122,11 +160,14 @@ class AsyncGate:
             return
         try:
             await signal.wait(None)
+            self._seat._check()  # woken by another waiter's failure (`fail`), maybe without a place
         except BaseException:
-            if not self._seat._withdraw():  # handed a place just as we stopped waiting: pass it on
+            if not self._seat._withdraw():  # handed a place (maybe just as we stopped waiting): pass it on
                 self._seat._give_back()
             raise
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         self._seat._give_back()
+        if exc_type is None:
+            self._seat._answered()

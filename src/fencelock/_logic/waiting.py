@@ -41,6 +41,10 @@ class Room(Generic[S]):
     def join(self, seat: S) -> None:
         self._seats[seat] = None
 
+    def seats(self) -> list[S]:
+        """Every seat, in arrival order."""
+        return list(self._seats)
+
     def head(self) -> S | None:
         """The seat that may block on the server (None: the room is empty)."""
         return next(iter(self._seats), None)
