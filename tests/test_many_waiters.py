@@ -27,6 +27,7 @@ import fencelock
 import fencelock.aio
 from fencelock._logic.keys import redis_keys
 from fencelock._logic.waiting import Room
+from fencelock._sync.waiting import WaitingRooms
 from fencelock.testing import ClusterDeployment, RedisDeployment, RedlockDeployment
 
 from .conftest import RedisFamily, SharedDeployments
@@ -128,6 +129,7 @@ def test_a_room_serves_its_head_and_passes_the_turn_on_in_arrival_order() -> Non
     assert room.leave("c") is None
     assert room.head() is None
     assert len(room) == 0
+    assert room.seats() == []
 
 
 def test_a_rooms_gate_hands_places_out_in_turn_and_the_head_goes_first() -> None:
@@ -142,6 +144,31 @@ def test_a_rooms_gate_hands_places_out_in_turn_and_the_head_goes_first() -> None
     assert not room.withdraw("c")
     assert room.release() is None  # nobody asks: the place is free
     assert room.ask("c")
+
+
+def test_a_failure_passes_to_the_waiters_behind_once_and_not_to_those_with_an_answer_of_their_own() -> None:
+    """The room's own bookkeeping (no server): who is failed by another waiter's BackendError."""
+    rooms = WaitingRooms()
+    head, answered, waiting = rooms.seat("n", False), rooms.seat("n", False), rooms.seat("n", False)
+    with head.gate():
+        pass
+    with waiting.gate():
+        pass
+    head.fail(fencelock.BackendError("the server failed", name="n"))
+    with answered.gate():  # its own request got through after the failure: it keeps waiting
+        pass
+    assert answered.wait_turn(0.01) is False
+    with pytest.raises(fencelock.BackendError, match="met by an earlier waiter") as raised:
+        waiting.wait_turn(None)
+    assert raised.value.name == "n"
+    later = rooms.seat("n", False)
+    waiting.fail(raised.value)  # passed on once only: a waiter who came since met no failure
+    with later.gate():
+        pass
+    assert later.wait_turn(0.01) is False
+    for seat in (head, answered, waiting, later):
+        seat.leave()
+    assert len(rooms) == 0
 
 
 # -- many waiters ------------------------------------------------------------------------------------------------

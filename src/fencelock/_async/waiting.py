@@ -76,13 +76,12 @@ class AsyncSeat:
         that was itself passed on: the waiters who came since have met no failure.)"""
         if exc is self._raised:
             return
-        with self._lock:
-            others = [seat for seat in self._room.seats() if seat is not self]
-            for seat in others:
-                seat._failure = exc
-        for seat in others:
-            seat._turn.set()
-            seat._place.set()
+        with self._lock:  # (the signals too: `_answered` must never clear a failure whose wake-up comes later)
+            for seat in self._room.seats():
+                if seat is not self:
+                    seat._failure = exc
+                    seat._turn.set()
+                    seat._place.set()
 
     def _check(self) -> None:
         """Raise the failure another waiter met while this one waited (`fail`)."""
