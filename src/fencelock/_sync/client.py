@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import math
 import os
 import secrets
 import time
@@ -43,6 +44,7 @@ from ._compat import (
     uncancel,
     undo_if_interrupted,
 )
+from .waiting import Seat, WaitingRooms
 from .watchdog import Watchdog
 
 log = logging.getLogger("fencelock")
@@ -278,6 +280,7 @@ class Locks:
         self._backend = backend
         self._clock = clock
         self._watchdog = Watchdog(backend, clock)
+        self._rooms = WaitingRooms()  # this client's waiters, by name (see `waiting`)
         self._closed = False  # set by close: cleanups still running in the background then close after them
 
     @property
@@ -314,6 +317,18 @@ class Locks:
         if fair and not self._backend.supports_fair:
             raise ValueError(f"fair=True needs a single Redis or a Redis Cluster, not {self._backend.shown} "
                              f"(lock {name!r})")
+        # This client's waiters on one name share its connections (`waiting`); etcd's and ZooKeeper's own queues
+        # already make each waiter watch one key over the client's one connection.
+        seat = None if self._backend.always_queues else self._rooms.seat(name, fair)
+        try:
+            return self._acquire(name, ttl, wait_s, renew_every, on_lost, fair, seat)
+        finally:
+            if seat is not None:
+                seat.leave()
+
+    def _acquire(self, name: str, ttl: float, wait_s: float | None, renew_every: float | None,
+                       on_lost: OnLost | None, fair: bool, seat: Seat | None) -> Lease:
+        """`acquire` with its arguments checked; `seat`: its place among this client's waiters on `name`."""
         queued = fair or self._backend.always_queues  # a waiter that gives up must leave its queue
         token = secrets.token_hex(TOKEN_BYTES)
         ms = ttl_ms(ttl)
@@ -325,11 +340,17 @@ class Locks:
         deadline = None  # made at the first refusal: most acquisitions never need it
         block = 0.0      # how long the next attempt first waits for a release to wake it
         failures = 0
+        waiting = False  # the "wait" event was told
         while True:
             sent_at = clock()  # before any wait: the lease's validity counts from here
             try:
-                attempt = undo_if_interrupted(partial(backend.try_acquire, name, token, ms, block, fair),
-                                                    lambda: self._forget_later(name, token, queued))
+                request = partial(undo_if_interrupted, partial(backend.try_acquire, name, token, ms, block, fair),
+                                  lambda: self._forget_later(name, token, queued))
+                if seat is None or block > 0.0:
+                    attempt = request()
+                else:
+                    with seat.gate():  # a short request: at most the room's slots at once
+                        attempt = request()
             except BackendError as exc:
                 failures += 1
                 delay = backend.retry_after(exc, failures)
@@ -343,6 +364,8 @@ class Locks:
                 # The script may have run. Delete our key if it did, but do not make the caller wait for a
                 # server that just failed to answer: the error is due now, and the TTL bounds the key anyway.
                 in_background(lambda: self._forget_later(name, token, queued))
+                if seat is not None:
+                    seat.fail(exc)  # the waiters behind this one would meet the same fault, one after another
                 emit("failed", name, kind, "acquire", waited=clock() - started, duration=clock() - started,
                      error=str(exc))
                 raise
@@ -372,9 +395,21 @@ class Locks:
                     raise NotAcquired("the lock is held by another holder", name=name)
                 emit("timeout", name, kind, "acquire", waited=waited, duration=waited)
                 raise AcquireTimeout(f"the lock stayed busy for the whole wait of {wait_s} s", name=name)
-            if block == 0.0:
+            if not waiting:
+                waiting = True
                 emit("wait", name, kind, "acquire", waited=now - started)
             block = block_for(deadline, now, attempt.holder_ttl, backend.block_cap, ttl)
+            if seat is not None and not seat.is_head():
+                # An earlier waiter of this client blocks on the server for this name: wait here until it is
+                # done, then try (a fair waiter tries at least once per blocking period, which keeps its entry).
+                limit = min(deadline.remaining(now), backend.block_cap) if fair else deadline.remaining(now)
+                try:
+                    seat.wait_turn(None if limit == math.inf else limit)
+                except BaseException:  # cancelled here: a fair waiter's queue entry must not outlive it
+                    if queued:
+                        in_background(lambda: self._forget_later(name, token, queued))
+                    raise
+                block = 0.0
 
     def _forget(self, name: str, token: str, queued: bool) -> bool:
         """Best effort: delete a key this acquisition may have created (True if there was one), and leave the
