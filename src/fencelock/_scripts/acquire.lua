@@ -9,8 +9,9 @@
 -- returns  {1, fence}    granted; fence is strictly greater than every fence granted before for this name
 --          {0, pttl}     held by someone else; pttl = milliseconds until the holder's key expires by itself
 --
--- Re-running with the same token (a retry after a lost reply) finds its own key and returns the same grant,
--- so the client may retry an acquire whose outcome it does not know.
+-- Re-running with the same token (a retry after a lost reply) finds its own key and returns the same grant, its
+-- TTL reset to ttl from now, so the client may retry an acquire whose outcome it does not know (and count the
+-- lease's validity from the retry).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, redis.call('INCR', KEYS[2])}
 end
