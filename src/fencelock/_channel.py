@@ -21,6 +21,7 @@ how it is waited for; both have the `Finished` methods used here.
 from __future__ import annotations
 
 import select
+import ssl
 import threading
 from typing import Any, Protocol, TypeVar
 
@@ -61,11 +62,31 @@ def closed_by_peer(sock: Any) -> bool:
         if hasattr(select, "poll"):  # any descriptor number (select() stops at 1024)
             poller = select.poll()
             poller.register(sock, select.POLLIN)
-            return bool(poller.poll(0))
-        readable, _, _ = select.select([sock], [], [], 0)
+            readable = bool(poller.poll(0))
+        else:
+            readable = bool(select.select([sock], [], [], 0)[0])
     except (OSError, ValueError):
         return True
-    return bool(readable)
+    if readable and isinstance(sock, ssl.SSLSocket):
+        return _tls_closed(sock)
+    return readable
+
+
+def _tls_closed(sock: ssl.SSLSocket) -> bool:
+    """A TLS socket with bytes to read: TLS's own records (a session ticket the server sends after the handshake)
+    leave it usable; an end of file, an alert or application data do not."""
+    before = sock.gettimeout()
+    try:
+        sock.setblocking(False)
+        try:
+            sock.recv(1)
+        finally:
+            sock.settimeout(before)
+    except ssl.SSLWantReadError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def may_resend(lua: Any, error: BaseException) -> bool:

@@ -277,6 +277,8 @@ def _closed_by_peer(conn: Any) -> bool:
         return True
     if reader.at_eof() or reader.exception() is not None:
         return True
+    if writer.transport.get_extra_info("sslcontext") is not None:
+        return False  # the loop reads TLS's own records off the socket: what is left there is not ours to judge
     return closed_by_peer(writer.transport.get_extra_info("socket"))
 
 
