@@ -451,3 +451,46 @@ def test_asyncio_redlock_with_two_stalled_nodes_loses_no_renewed_lease(stalled_r
     finally:
         for raw in healthy:
             raw.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
+def test_a_release_whose_reply_was_lost_is_not_sent_again_nor_claimed(own_server: RedisServer, name: str,
+                                                                     api: str) -> None:
+    """Invariant: a release that ran on the server but whose connection closed before the reply is not sent again
+    by the connection (the second would answer "expired" of a lock that was released): the caller gets a
+    BackendError, the lease keeps its token, and releasing again reports it released, not lost."""
+    with fencelock.connect(own_server.url) as warm:  # the scripts cached: the request dropped is the script's own
+        warm.acquire("warm-up", ttl=1.0, wait=0).release()
+    proxy = _LoseFirstReply(own_server.port, name.encode(), hold=0.2)
+    url = f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=5"
+    raw = own_server.client()
+    try:
+        if api == "sync":
+            locks = fencelock.connect(url)
+            proxy.armed = False
+            lease = locks.acquire(name, ttl=10.0, wait=0)
+            proxy.armed = True
+            with pytest.raises(fencelock.BackendError):
+                lease.release()
+            assert not proxy.armed
+            assert raw.exists(redis_keys(name).lock) == 0  # it did run
+            lease.release()  # confirmed now: released, not "expired"
+            assert lease.remaining() == 0.0
+            locks.close()
+        else:
+            async def main() -> None:
+                alocks = fencelock.aio.connect(url)
+                proxy.armed = False
+                lease = await alocks.acquire(name, ttl=10.0, wait=0)
+                proxy.armed = True
+                with pytest.raises(fencelock.BackendError):
+                    await lease.release()
+                assert not proxy.armed
+                assert raw.exists(redis_keys(name).lock) == 0
+                await lease.release()
+                assert lease.remaining() == 0.0
+                await alocks.aclose()
+
+            asyncio.run(main())
+    finally:
+        proxy.close()
