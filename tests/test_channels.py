@@ -118,7 +118,7 @@ def test_a_request_that_gets_its_thread_after_close_makes_no_connection(own_serv
     channel = sync_compat.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout=2"))
     before = _connections(own_server)
     gate = threading.Event()
-    busy = [sync_compat._POOL.submit(gate.wait, 10.0) for _ in range(64)]  # the pool's every thread
+    busy = [channel.submit(gate.wait, 10.0) for _ in range(sync_compat.LANE_WORKERS)]  # the server's every thread
     try:
         done, handles = sync_compat.run_scripts([sync_compat.ScriptRequest(channel, ECHO, [], ["late"])], 0.05,
                                                 _one)

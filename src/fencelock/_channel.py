@@ -7,15 +7,25 @@ that earlier request got no answer (none in time, or a network error), the later
 (`NotSent`), so that nothing queued behind a request that failed reaches a stalled server late. A request that
 was not sent is never waited for; the one it waited for is.
 
+A connection taken idle may have been closed by the server meanwhile (its idle timeout, a load balancer's, a
+restart): that is not a failure. One found closed before the write (`closed_by_peer`) is dropped, and the request
+goes on another. One that closes under a request, with no byte of the reply (`Closed`), leaves the request's fate
+unknown: it goes again once, on a new connection, only if running it twice does what running it once does
+(`RESENDABLE`); any other request reports the error, and its caller keeps what it holds (a release keeps its
+token: the release is retried by its caller, never claimed).
+
 The twins differ only in what a request in flight is (an `asyncio.Future`, a `concurrent.futures.Future`) and
 how it is waited for; both have the `Finished` methods used here.
 """
 
 from __future__ import annotations
 
+import select
+import ssl
 import threading
 from typing import Any, Protocol, TypeVar
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -24,6 +34,65 @@ from ._logic import resp
 PATIENCE = 2.0
 """Seconds a request waits for the caller's previous request to the same server when the client has no socket
 timeout (with one, it waits that long: the previous request's reply is read within it, or its connection dropped)."""
+
+
+RESENDABLE = frozenset({"acquire", "fair_acquire", "fair_leave", "extend", "extend_many", "status",
+                        "redlock_acquire", "redlock_extend", "redlock_extend_many"})
+"""Scripts that, sent twice with the same arguments, do what they do once (see each script's header): an acquire
+finds its own grant (and resets its TTL), an extend resets the TTL again, status reads. Not a release (the second
+would find the key gone, and say "expired" of a lock it released) nor a forced one."""
+
+
+class Closed(RedisConnectionError):
+    """The server closed the connection (end of file, or a reset) before a byte of the reply came."""
+
+
+class Unwritten(RedisConnectionError):
+    """Writing the request failed, the connection being closed already: it never reached the server."""
+
+
+def closed_by_peer(sock: Any) -> bool:
+    """An idle connection's socket that the server has closed (or sent something to unasked): not to be used.
+
+    One poll, without reading: an idle connection has nothing to read, so anything readable is an end of file, a
+    reset, or data nobody asked for."""
+    if sock is None:
+        return True
+    try:
+        if hasattr(select, "poll"):  # any descriptor number (select() stops at 1024)
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            readable = bool(poller.poll(0))
+        else:
+            readable = bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+    if readable and isinstance(sock, ssl.SSLSocket):
+        return _tls_closed(sock)
+    return readable
+
+
+def _tls_closed(sock: ssl.SSLSocket) -> bool:
+    """A TLS socket with bytes to read: TLS's own records (a session ticket the server sends after the handshake)
+    leave it usable; an end of file, an alert or application data do not."""
+    before = sock.gettimeout()
+    try:
+        sock.setblocking(False)
+        try:
+            sock.recv(1)
+        finally:
+            sock.settimeout(before)
+    except ssl.SSLWantReadError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def may_resend(lua: Any, error: BaseException) -> bool:
+    """A request that failed this way may go again once, on a new connection: it never reached the server, or
+    its connection closed under it and running it twice is safe."""
+    return isinstance(error, Unwritten) or (isinstance(error, Closed) and lua.name in RESENDABLE)
 
 
 class Finished(Protocol):

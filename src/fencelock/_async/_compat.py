@@ -13,7 +13,17 @@ from redis.asyncio import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
-from .._channel import ChannelBase, Packed, answered, encode, last_sent
+from .._channel import (
+    ChannelBase,
+    Closed,
+    Packed,
+    Unwritten,
+    answered,
+    closed_by_peer,
+    encode,
+    last_sent,
+    may_resend,
+)
 
 T = TypeVar("T")
 
@@ -94,11 +104,13 @@ async def _undo_after(task: asyncio.Future[Any], undo: Callable[[], Awaitable[ob
 
 
 async def fan_out(calls: Sequence[Call[T]], timeout: float,
-                  enough: Callable[[dict[int, T]], bool]) -> tuple[dict[int, T], list[Handle[T]]]:
+                  enough: Callable[[dict[int, T]], bool], lanes: Sequence[Channel] | None = None,
+                  ) -> tuple[dict[int, T], list[Handle[T]]]:
     """Start every call at once; return as soon as `enough(results)` holds, or when `timeout` passes.
 
     Returns the results of the calls that finished, by their index, and every call's handle: calls still
     running go on in the background, and cleanup can be chained after each one (`then`). Calls must not raise.
+    (`lanes`: the servers the calls talk to, for the synchronous twin's threads; tasks need none.)
     """
     return await _gather([asyncio.ensure_future(call()) for call in calls], timeout, enough)
 
@@ -156,12 +168,19 @@ class Channel(ChannelBase):
         self._owner: tuple[int, asyncio.AbstractEventLoop | None] = (os.getpid(), None)
 
     def take(self, generation: int) -> Any:
-        """An idle connection, connected and with nothing left to read; None if there is none."""
+        """An idle connection, connected and with nothing left to read (one the server closed while it was idle
+        is dropped here); None if there is none."""
         owner = os.getpid(), asyncio.get_running_loop()
         if owner != self._owner:
             self._let_go(same_process=owner[0] == self._owner[0])
             self._owner = owner
-        return self._idle.pop() if self._idle and generation == self.generation else None
+        while self._idle and generation == self.generation:
+            conn = self._idle.pop()
+            if not _closed_by_peer(conn):
+                return conn
+            self._open.discard(conn)
+            conn._close()  # (the transport only: there is nothing to say to a server that hung up)
+        return None
 
     async def give_back(self, conn: Any) -> None:
         """Idle again, if its reply was read and it is still connected and current; otherwise closed and dropped."""
@@ -251,8 +270,34 @@ async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                 request.channel.track(caller, task, timeout)
 
 
+def _closed_by_peer(conn: Any) -> bool:
+    """The server closed this idle connection: the loop saw it end, or its socket has something to read."""
+    reader, writer = conn._reader, conn._writer
+    if reader is None or writer is None or writer.transport.is_closing():
+        return True
+    if reader.at_eof() or reader.exception() is not None:
+        return True
+    if writer.transport.get_extra_info("sslcontext") is not None:
+        return False  # the loop reads TLS's own records off the socket: what is left there is not ours to judge
+    return closed_by_peer(writer.transport.get_extra_info("socket"))
+
+
+async def drop_closed(client: Any, key: str) -> None:
+    """redis.asyncio's cluster client takes an idle connection without looking at it: drop those of `key`'s node
+    that the server closed meanwhile (they connect again when next used). (redis-py's pools look themselves.)"""
+    try:
+        node = client.get_node_from_key(key)
+    except Exception:
+        return
+    for conn in list(getattr(node, "_free", ())):
+        if conn.is_connected and _closed_by_peer(conn):
+            await conn.disconnect(nowait=True)
+
+
 async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
-                       before: tuple[asyncio.Future[Any], float] | None) -> Any:
+                       before: tuple[asyncio.Future[Any], float] | None, fresh: bool = False) -> Any:
+    """One request on its server's channel (after `before`, the caller's previous one there); a request that
+    `may_resend` goes again once, on a new connection (`fresh`: it is that second sending)."""
     channel = request.channel
     if before is not None:
         before = last_sent(before)
@@ -267,7 +312,7 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
             before = last_sent(before)
         if not answered(before):
             return channel.not_sent(before)
-    conn = channel.take(generation)
+    conn = None if fresh else channel.take(generation)
     if conn is None:
         try:
             conn = await channel.connect(generation)
@@ -279,13 +324,16 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
         command = packed[same] = encode(conn, request, reload=False)
     try:
         try:
-            await _write(conn, command)
-            if request.wake is not None:
-                try:
-                    await conn.read_response()  # the BLPOP's answer (see ScriptRequest.wake)
-                except ResponseError:
-                    pass
-            reply = await conn.read_response()
+            try:
+                await _write(conn, command)
+            except (OSError, RedisConnectionError) as exc:
+                raise Unwritten(f"Error while writing to {channel.where}: {exc}") from exc
+            try:
+                reply = await _read(conn, request.wake is not None)
+            except RedisConnectionError as exc:
+                if isinstance(exc, Closed):
+                    raise
+                raise Closed(str(exc)) from exc
         except NoScriptError:
             await _write(conn, encode(conn, request, reload=True))
             reply = await conn.read_response()
@@ -298,9 +346,21 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
         await channel.give_back(conn)  # (dropped: it is not connected)
         if not isinstance(exc, Exception):
             raise
+        if not fresh and may_resend(request.lua, exc):
+            return await _call_script(request._replace(wake=None), packed, generation, None, fresh=True)
         return exc
     await channel.give_back(conn)
     return reply
+
+
+async def _read(conn: Any, after_wait: bool) -> Any:
+    """The request's reply; `after_wait`: first the BLPOP's answer, which is dropped (see ScriptRequest.wake)."""
+    if after_wait:
+        try:
+            await conn.read_response()
+        except ResponseError:
+            pass
+    return await conn.read_response()
 
 
 async def _write(conn: Any, command: bytes) -> None:

@@ -14,13 +14,14 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
+from .._channel import RESENDABLE
 from .._errors import BackendError
 from .._logic.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
 from .._logic.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
 from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, FAIR_ACQUIRE, FAIR_LEAVE, FORCE_RELEASE, RELEASE, STATUS, Lua
-from ._compat import Channel, call_script, sleep
+from ._compat import Channel, call_script, drop_closed, sleep
 
 AnyRedis = Redis | RedisCluster
 
@@ -74,6 +75,12 @@ class AsyncRedisBackend:
                    wake: tuple[str, float] | None = None) -> Any:
         """The script's reply; with `wake` (one Redis only), it first waits on that list (`ScriptRequest.wake`)."""
         if self._channel is None:
+            await drop_closed(self._client, keys[0])
+            try:
+                return await run_script(self._client, lua, keys, args, name=name, where=self.shown)
+            except BackendError as exc:  # a connection closed under it: again once, where that is safe
+                if not (isinstance(exc.__cause__, RedisConnectionError) and lua.name in RESENDABLE):
+                    raise
             return await run_script(self._client, lua, keys, args, name=name, where=self.shown)
         reply = await call_script(self._channel, lua, keys, args, wake)
         if isinstance(reply, Exception):

@@ -225,7 +225,8 @@ class AsyncRedlockBackend:
         """The watchdog's batch on every node at once; a lease is extended where a quorum extended it."""
         calls = [partial(self._extend_many_on, j, leases) for j in range(self._n)]
         longest = max(ttl for _, _, _, ttl in leases) / 1000.0
-        done, _ = await fan_out(calls, self._timeout(longest), lambda so_far: len(so_far) == self._n)
+        done, _ = await fan_out(calls, self._timeout(longest), lambda so_far: len(so_far) == self._n,
+                                lanes=self._channels)
         results: list[bool | None] = []
         for i in range(len(leases)):
             codes = [done.get(j) for j in range(self._n)]
@@ -287,7 +288,7 @@ class AsyncRedlockBackend:
         Any quorum of answering nodes shares a node with the quorum that holds a lock, so it sees every held one.
         """
         calls = [partial(self._scan_node, i, pattern) for i in range(self._n)]
-        done, _ = await fan_out(calls, SCAN_TIMEOUT, lambda so_far: len(so_far) == self._n)
+        done, _ = await fan_out(calls, SCAN_TIMEOUT, lambda so_far: len(so_far) == self._n, lanes=self._channels)
         found = [names for names in done.values() if names is not None]
         if len(found) < self._q:
             raise QuorumUnavailable(f"listing the locks matching {pattern!r} reached {len(found)} of {self._n} "

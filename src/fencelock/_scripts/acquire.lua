@@ -12,8 +12,9 @@
 --                        this server's clock is ahead of the last one (docs/design/fences.md)
 --          {0, pttl}     held by someone else; pttl = milliseconds until the holder's key expires by itself
 --
--- Re-running with the same token (a retry after a lost reply) finds its own key and returns the same grant,
--- so the client may retry an acquire whose outcome it does not know.
+-- Re-running with the same token (a retry after a lost reply) finds its own key and returns the same grant, its
+-- TTL reset to ttl from now, so the client may retry an acquire whose outcome it does not know (and count the
+-- lease's validity from the retry).
 if redis.replicate_commands then redis.replicate_commands() end -- Redis 6: TIME after a write
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- the fence step (same in fair_acquire.lua): stored + 1, or the clock floor when that is higher

@@ -12,6 +12,7 @@
 -- ARGV[4]  fence keep     milliseconds the fence key lives from now: the retention, never less than the ttl
 --
 -- returns  {1, fence}          granted; fence = max(stored + 1, server clock in µs), as in acquire.lua
+--                              (again to the same token: a retry; its TTL is reset to ttl)
 --          {0, pttl, place}    queued: pttl = ms until the holder's key expires (-1: free, but not our turn),
 --                              place = 0 for the head of the queue
 if redis.replicate_commands then redis.replicate_commands() end -- Redis 6: TIME before writes
@@ -24,8 +25,11 @@ for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
+  -- A retry finds its own grant (the first reply was lost). Its TTL starts again now, as a first grant's would:
+  -- the client counts the lease's validity from this request, sent after the first.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[4]) -- the fence key outlives the lease
-  return {1, tonumber(redis.call('GET', KEYS[2]))} -- a retry finds its own grant
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
 end
 local head = redis.call('LINDEX', KEYS[3], 0)
 if not holder and (not head or head == ARGV[1]) then

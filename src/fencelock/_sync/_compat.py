@@ -7,6 +7,7 @@ import select
 import threading
 import time
 from collections import deque
+from functools import partial
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple, TypeVar
@@ -16,7 +17,17 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._channel import ChannelBase, Packed, answered, encode, last_sent
+from .._channel import (
+    ChannelBase,
+    Closed,
+    Packed,
+    Unwritten,
+    answered,
+    closed_by_peer,
+    encode,
+    last_sent,
+    may_resend,
+)
 from .._logic import resp
 
 T = TypeVar("T")
@@ -81,13 +92,16 @@ Call = Callable[[], T]
 
 
 def fan_out(calls: Sequence[Call[T]], timeout: float,
-            enough: Callable[[dict[int, T]], bool]) -> tuple[dict[int, T], list[Handle[T]]]:
+            enough: Callable[[dict[int, T]], bool], lanes: Sequence[Channel] | None = None,
+            ) -> tuple[dict[int, T], list[Handle[T]]]:
     """Start every call at once; return as soon as `enough(results)` holds, or when `timeout` passes.
 
     Returns the results of the calls that finished, by their index, and every call's handle: calls still
     running go on in the background, and cleanup can be chained after each one (`then`). Calls must not raise.
+    `lanes`: call i talks to the server of `lanes[i]`, and runs on that server's own threads, so that a stalled
+    server never holds up the calls to the others.
     """
-    futures = [_POOL.submit(call) for call in calls]
+    futures = [_POOL.submit(call) if lanes is None else lanes[i].submit(call) for i, call in enumerate(calls)]
     results: dict[int, T] = {}
     index = {future: i for i, future in enumerate(futures)}
     pending = set(futures)
@@ -122,6 +136,10 @@ class Channel(ChannelBase):
     client are not ordered with each other: each takes its own connection (a new one is connected when none is
     idle), so a connection is never used by two requests at once.
 
+    Work for this server that must block (connecting, a reply read after the caller moved on) runs on the
+    server's own few threads (`submit`), never on threads shared with other servers: a stalled server fills only
+    its own, and past `LANE_BACKLOG` waiting jobs its requests fail at once instead of queueing.
+
     After `os.fork()` the child leaves the parent's connections alone and makes its own. `close` closes every
     connection, also those a request still uses (as redis-py's pool does); a request begun before it never keeps
     or makes one after it, and every connection that is dropped (failed, timed out, or made before `close`) is
@@ -134,18 +152,47 @@ class Channel(ChannelBase):
         self._idle: deque[Any] = deque()
         self._open: set[Any] = set()  # every connection made and not yet dropped: idle or in use
         self._pid = os.getpid()
+        self._workers: ThreadPoolExecutor | None = None
+        self._jobs = 0  # submitted and not yet finished
+        self._jobs_lock = threading.Lock()
 
     def take(self, generation: int) -> Any:
-        """An idle connection, connected and with nothing left to read; None if there is none."""
-        if self._pid != os.getpid():  # forked: those sockets are the parent's
+        """An idle connection, connected and with nothing left to read (one the server closed while it was idle
+        is dropped here); None if there is none."""
+        if self._pid != os.getpid():  # forked: those sockets are the parent's, and so are the threads
             self._idle, self._open, self._pid = deque(), set(), os.getpid()
+            self._workers, self._jobs = None, 0
             self._forget_requests()
         if generation != self.generation:
             return None
-        try:
-            return self._idle.pop()
-        except IndexError:
-            return None
+        while True:
+            try:
+                conn = self._idle.pop()
+            except IndexError:
+                return None
+            if not closed_by_peer(conn._sock):
+                return conn
+            self._open.discard(conn)
+            conn.disconnect()
+
+    def submit(self, work: Callable[..., T], *args: Any, overflow: Callable[[], T] | None = None) -> Future[T]:
+        """Run `work(*args)` on this server's own threads. With `overflow`, a job that would wait behind
+        `LANE_BACKLOG` others (the server is stalled) is not queued: `overflow()` is its result, at once."""
+        with self._jobs_lock:
+            if overflow is not None and self._jobs >= LANE_BACKLOG:
+                busy: Future[T] = Future()
+                busy.set_result(overflow())
+                return busy
+            if self._workers is None or self._pid != os.getpid():
+                self._workers, self._pid = ThreadPoolExecutor(LANE_WORKERS, f"fencelock-{self.where}"), os.getpid()
+            self._jobs += 1
+            future = self._workers.submit(work, *args)
+        future.add_done_callback(self._job_done)
+        return future
+
+    def _job_done(self, _: Future[Any]) -> None:
+        with self._jobs_lock:
+            self._jobs -= 1
 
     def give_back(self, conn: Any) -> None:
         """Idle again, if its reply was read and it is still connected and current; otherwise closed and dropped."""
@@ -178,6 +225,17 @@ class Channel(ChannelBase):
         if self._pid == os.getpid():
             for conn in list(old):
                 conn.disconnect()
+            with self._jobs_lock:
+                workers, self._workers = self._workers, None
+            if workers is not None:
+                workers.shutdown(wait=False)  # its threads end once their jobs (failing fast now) are done
+
+
+LANE_WORKERS = 8
+"""Threads per server for the work that blocks on it (see `Channel.submit`)."""
+
+LANE_BACKLOG = 256
+"""Jobs one server may have waiting or running before its new requests fail at once (it is stalled)."""
 
 
 class _ClosingRedisCluster(RedisCluster):
@@ -225,6 +283,7 @@ class _InFlight(NamedTuple):
     position: int  # in the requests
     request: ScriptRequest
     conn: Any
+    generation: int
     reloaded: bool = False  # sent again as EVAL after NOSCRIPT
 
 
@@ -254,22 +313,28 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         results[i] = reply
         handles[i] = _DONE  # nothing runs on in the background: cleanup chained after it may start at once
 
+    def in_thread(i: int, request: ScriptRequest, generation: int, *, fresh: bool) -> None:
+        future = request.channel.submit(_in_thread, request, generation, None, fresh,
+                                        overflow=partial(_busy, request.channel))
+        threads[future] = i
+        handles[i] = future
+
     def send(i: int, request: ScriptRequest, generation: int) -> None:
         """On an idle connection from this thread, or else from a thread that connects one."""
         conn = request.channel.take(generation)
         if conn is None:
-            future = _POOL.submit(_in_thread, request, generation, None)
-            threads[future] = i
-            handles[i] = future
+            in_thread(i, request, generation, fresh=False)
             return
         same = request.lua.sha, id(request.keys), id(request.args), request.wake
         command = packed.get(same)
         if command is None:
             command = packed[same] = encode(conn, request, reload=False)
-        flight = _InFlight(i, request, conn)
+        flight = _InFlight(i, request, conn, generation)
         failed = _send(flight, command)
         if failed is None:
             waiting[conn._sock] = flight
+        elif may_resend(request.lua, failed):
+            in_thread(i, _again(request), generation, fresh=True)
         else:
             done(i, failed)
 
@@ -319,6 +384,8 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                 reply, again = _receive(flight)
                 if again is not None:
                     waiting[again.conn._sock] = again
+                elif isinstance(reply, Exception) and may_resend(flight.request.lua, reply):
+                    in_thread(flight.position, _again(flight.request), flight.generation, fresh=True)
                 else:
                     done(flight.position, reply)
             for future in [f for f in threads if f.done()]:
@@ -328,9 +395,11 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
             _drop(flight)
         raise
     for flight in waiting.values():
-        handles[flight.position] = _POOL.submit(_finish, flight)
+        handles[flight.position] = flight.request.channel.submit(_finish, flight, True,
+                                                                 overflow=partial(_abandon, flight))
     for i, (request, generation, before) in deferred.items():  # their turn did not come in time: in a thread
-        handles[i] = _POOL.submit(_in_thread, request, generation, before)
+        handles[i] = request.channel.submit(_in_thread, request, generation, before,
+                                            overflow=partial(_busy, request.channel))
     for request, handle in zip(requests, handles, strict=True):
         if handle is not _DONE and not handle.done():  # in flight: this thread's next request there waits
             request.channel.track(caller, handle, timeout)
@@ -345,13 +414,35 @@ _DONE.set_result(None)
 
 
 def _send(flight: _InFlight, command: Any) -> Exception | None:
-    """Write one request; a connection that fails to write is dropped, and the error is the reply."""
+    """Write one request; a connection that fails to write is dropped, and the error is the reply (`Unwritten`
+    when the connection was closed already: nothing reached the server)."""
     try:
         flight.conn.send_packed_command([command], check_health=False)
+    except RedisConnectionError as exc:
+        _drop(flight)
+        unwritten = Unwritten(str(exc))
+        unwritten.__cause__ = exc
+        return unwritten
     except Exception as exc:
         _drop(flight)
         return exc
     return None
+
+
+def _again(request: ScriptRequest) -> ScriptRequest:
+    """The request to send once more: without its wait (a wake-up it may have taken already; it is tried now)."""
+    return request._replace(wake=None)
+
+
+def _busy(channel: Channel) -> Exception:
+    """The reply of a request not sent because its server has `LANE_BACKLOG` jobs already: it is stalled."""
+    return RedisTimeoutError(f"not sent: {channel.where} has too many requests waiting for it")
+
+
+def _abandon(flight: _InFlight) -> Exception:
+    """A reply nobody can wait for (its server has `LANE_BACKLOG` jobs already): its connection is dropped."""
+    _drop(flight)
+    return RedisTimeoutError(f"no reply read from {flight.request.channel.where}: too many requests wait for it")
 
 
 def _drop(flight: _InFlight) -> None:
@@ -394,9 +485,10 @@ def _read_reply(conn: Any, skip: int = 0) -> Any:
         except TimeoutError as exc:  # socket.timeout
             raise RedisTimeoutError(f"Timeout reading from {_where(conn)}") from exc
         except OSError as exc:
-            raise RedisConnectionError(f"Error while reading from {_where(conn)}: {exc}") from exc
+            kind = RedisConnectionError if data else Closed
+            raise kind(f"Error while reading from {_where(conn)}: {exc}") from exc
         if not more:
-            raise RedisConnectionError(f"Connection closed by {_where(conn)}")
+            raise (RedisConnectionError if data else Closed)(f"Connection closed by {_where(conn)}")
         data += more
         while not isinstance(got := resp.parse(data, start), resp.Incomplete):
             reply, start = got
@@ -417,18 +509,28 @@ def _where(conn: Any) -> str:
     return str(path) if path else f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
 
 
-def _finish(flight: _InFlight) -> Any:
-    """Wait for the reply (blocking, at most the socket timeout per read, which then drops the connection)."""
+def _finish(flight: _InFlight, resend: bool = False) -> Any:
+    """Wait for the reply (blocking, at most the socket timeout per read, which then drops the connection); with
+    `resend`, a request that `may_resend` goes again once, on a new connection."""
     reply, again = _receive(flight)
     while again is not None:
         reply, again = _receive(again)
+    if resend and isinstance(reply, Exception) and may_resend(flight.request.lua, reply):
+        return _in_thread(_again(flight.request), flight.generation, None, True)
     return reply
 
 
-def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any], float] | None) -> Any:
-    """One request, sent and read in the calling thread: from a pool thread for a request `run_scripts` cannot
-    send at once (after the caller's previous request to that server, at most its bound, or where no connection
-    is idle), or from the caller's own (`call_script`). Send on an idle connection, or connect one; read."""
+def drop_closed(client: Any, key: str) -> None:
+    """Nothing to do: redis-py's synchronous pools drop an idle connection the server closed before using it
+    (the asyncio twin's cluster client does not)."""
+
+
+def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any], float] | None,
+               fresh: bool = False) -> Any:
+    """One request, sent and read in the calling thread: from a server's thread for a request `run_scripts`
+    cannot send at once (after the caller's previous request to that server, at most its bound, or where no
+    connection is idle), or from the caller's own (`call_script`). Send on an idle connection, or connect one
+    (`fresh`: always a new one, for a request sent again); read. A request that `may_resend` goes again once."""
     channel = request.channel
     if before is not None:
         before = last_sent(before)
@@ -441,18 +543,20 @@ def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any
             before = last_sent(before)
         if not answered(before):
             return channel.not_sent(before)
-    conn = channel.take(generation)
+    conn = None if fresh else channel.take(generation)
     if conn is None:
         try:
             conn = channel.connect(generation)
         except Exception as exc:
             return exc
-    flight = _InFlight(0, request, conn)
+    flight = _InFlight(0, request, conn, generation)
     failed = _send(flight, encode(conn, request, reload=False))
     if failed is not None:
+        if not fresh and may_resend(request.lua, failed):
+            return _in_thread(_again(request), generation, None, True)
         return failed
     try:
-        return _finish(flight)
+        return _finish(flight, resend=not fresh)
     except BaseException:  # interrupted (KeyboardInterrupt) half-way: the reply is never read, the connection goes
         _drop(flight)
         raise
