@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -169,6 +170,49 @@ def test_a_failure_passes_to_the_waiters_behind_once_and_not_to_those_with_an_an
     for seat in (head, answered, waiting, later):
         seat.leave()
     assert len(rooms) == 0
+
+
+def test_a_forked_child_does_not_wait_behind_its_parents_waiters(server: RedisDeployment, name: str) -> None:
+    """A thread of the parent waits on `name` when the process forks. In the child that waiter does not exist:
+    the child's own waiter, on the same client, blocks on the server itself and is woken by the release (behind
+    a ghost it would wait out its whole wait, 3 s, and take the lock only at its last attempt)."""
+    locks = fencelock.connect(server.target)
+    holder = fencelock.connect(server.target)
+    try:
+        holder.acquire(name, ttl=30.0, wait=0)
+
+        def parent_waiter() -> None:  # (it may time out, or win once the child has stolen the key: either way)
+            try:
+                locks.acquire(name, ttl=5.0, wait=3.0).release()
+            except fencelock.LockError:
+                pass
+
+        thread = threading.Thread(target=parent_waiter)
+        thread.start()
+        deadline = time.monotonic() + 5.0
+        while len(locks._rooms) == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                server.steal(name)
+                other = fencelock.connect(server.target)
+                held = other.acquire(name, ttl=30.0, wait=0)
+                timer = threading.Timer(0.3, held.release)
+                timer.start()
+                started = time.monotonic()
+                locks.acquire(name, ttl=5.0, wait=3.0).release()
+                code = 0 if time.monotonic() - started < 2.0 else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        thread.join(10.0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        locks.close()
+        holder.close()
 
 
 # -- many waiters ------------------------------------------------------------------------------------------------

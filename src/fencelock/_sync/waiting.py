@@ -7,6 +7,7 @@ requests pass the room's gate. Thread- and task-safe: one lock guards every room
 
 from __future__ import annotations
 
+import os
 import threading
 from types import TracebackType
 
@@ -21,9 +22,14 @@ class WaitingRooms:
     def __init__(self) -> None:
         self._rooms: dict[tuple[str, bool], Room[Seat]] = {}
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def seat(self, name: str, fair: bool) -> Seat:
         """A seat for one acquisition, behind this client's other waiters on `name`; `leave` it at the end."""
+        if os.getpid() != self._pid:
+            # A forked child: the parent's waiters do not exist here (they would be heads nobody moves on from),
+            # and the lock may have been copied while held. Start afresh.
+            self._rooms, self._lock, self._pid = {}, threading.Lock(), os.getpid()
         key = name, fair
         with self._lock:
             room = self._rooms.get(key)
