@@ -179,6 +179,7 @@ class _Link:
         self.last_up = 0.0     # the due time of the last chunk queued towards the server (order is kept)
         self.last_down = 0.0
         self.closed = False
+        self.forwarding = 0    # chunks taken off a queue and not yet written
 
 
 class FaultProxy(Harness):
@@ -193,6 +194,9 @@ class FaultProxy(Harness):
         self.name = name
         self.requests: list[Request] = []
         self.connections = 0
+        #: server port -> the port of the proxy in front of it: a Cluster's MOVED/ASK redirections are rewritten
+        #: with it, so that a client follows them through the proxies
+        self.redirects: dict[int, int] = {}
         self._rules: list[Rule] = []
         self._fired: list[Rule] = []
         self._guard = threading.Lock()
@@ -265,7 +269,7 @@ class FaultProxy(Harness):
     async def _close_idle(self) -> int:
         closed = 0
         for link in list(self._links.values()):
-            if not link.pending and link.to_server.empty() and link.to_client.empty():
+            if not (link.pending or link.forwarding) and link.to_server.empty() and link.to_client.empty():
                 closed += 1
                 self._end(link, reset=False)
         return closed
@@ -436,6 +440,8 @@ class FaultProxy(Harness):
                 end = found[0]
                 raw = bytes(buf[:end])
                 del buf[:end]
+                if raw.startswith((b"-MOVED ", b"-ASK ")):
+                    raw = self._redirect(raw)
                 rule = link.pending.popleft().rule if link.pending else None
                 kind = None if rule is None else rule.kind
                 due = max(time.monotonic(), link.last_down)
@@ -455,10 +461,20 @@ class FaultProxy(Harness):
                 link.last_down = due
                 link.to_client.put_nowait((due, raw, rule))
 
+    def _redirect(self, raw: bytes) -> bytes:
+        """``-MOVED <slot> <host>:<port>``: the port of the proxy in front of that server, if there is one."""
+        head, _, address = raw.rstrip(b"\r\n").rpartition(b" ")
+        host, _, port = address.rpartition(b":")
+        mapped = self.redirects.get(int(port)) if port.isdigit() else None
+        if mapped is None:
+            return raw
+        return head + b" " + host + b":" + str(mapped).encode() + b"\r\n"
+
     async def _forward(self, link: _Link, queue: asyncio.Queue[tuple[float, bytes, Rule | None]],
                        writer: asyncio.StreamWriter) -> None:
         while True:
             due, data, rule = await queue.get()
+            link.forwarding += 1
             try:
                 wait = due - time.monotonic()
                 if wait > 0:
@@ -468,5 +484,6 @@ class FaultProxy(Harness):
             except OSError:
                 return
             finally:
+                link.forwarding -= 1
                 if rule is not None:
                     rule._end()  # delivered, or dropped with its connection

@@ -1,0 +1,105 @@
+"""The fault matrix: every fault at every request fencelock sends, sync and asyncio, on one Redis, a Redis Cluster
+and Redlock, each cell checked against the invariants (`fencelock.testing.invariants`) by a watcher that reads the
+servers directly. See `scenario.py` for the story every cell runs.
+
+Each backend runs every fault x request once, on a front end picked by a seeded coin (the Cluster always on the
+other one than the single Redis, so that each fault x request runs on both); asyncio cancellation after each
+request a call sends is its own table. `--duration S` adds a randomised soak of S seconds (`--seed N` picks its cells).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from .rigs import Rig, start_rig
+from .scenario import FAULTS, REQUESTS, Cell, random_cell, run_cancel_cell, run_cell
+
+SEED = 14
+FRONTS = ["sync", "async"]
+
+
+def _cells(kind: str) -> list[Cell]:
+    """Every fault x request; the front end alternates by a seeded coin, the Cluster's opposite to the single
+    Redis's, so that each fault x request runs on both front ends."""
+    rng = random.Random(f"{SEED}:{kind if kind == 'redlock' else 'redis'}")
+    cells = []
+    for fault, request in itertools.product(FAULTS, REQUESTS):
+        front = rng.randrange(2) ^ (kind == "cluster")
+        if not (kind == "redlock" and request == "acquire_fair"):
+            cells.append(Cell(FRONTS[front], fault, request))
+    return cells
+
+
+CANCEL_REQUESTS = [r for r in REQUESTS if r != "renewal"]  # the watchdog's own task is not the caller's to cancel
+
+
+@pytest.fixture(scope="module")
+def redis_rig() -> Iterator[Rig]:
+    with start_rig("redis") as rig:
+        yield rig
+
+
+@pytest.fixture(scope="module")
+def cluster_rig() -> Iterator[Rig]:
+    with start_rig("cluster") as rig:
+        yield rig
+
+
+@pytest.fixture(scope="module")
+def redlock_rig() -> Iterator[Rig]:
+    with start_rig("redlock") as rig:
+        yield rig
+
+
+def _assert_cell(rig: Rig, cell: Cell) -> None:
+    problems = asyncio.run(run_cell(rig, cell))
+    assert not problems, f"{rig.kind} {cell}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("cell", _cells("redis"), ids=str)
+def test_redis(redis_rig: Rig, cell: Cell) -> None:
+    _assert_cell(redis_rig, cell)
+
+
+@pytest.mark.parametrize("cell", _cells("cluster"), ids=str)
+def test_cluster(cluster_rig: Rig, cell: Cell) -> None:
+    _assert_cell(cluster_rig, cell)
+
+
+@pytest.mark.parametrize("cell", _cells("redlock"), ids=str)
+def test_redlock(redlock_rig: Rig, cell: Cell) -> None:
+    _assert_cell(redlock_rig, cell)
+
+
+@pytest.mark.parametrize("request_name", CANCEL_REQUESTS)
+@pytest.mark.parametrize("kind", ["redis", "cluster", "redlock"])
+def test_cancel_at_every_request(kind: str, request_name: str, redis_rig: Rig, cluster_rig: Rig,
+                                 redlock_rig: Rig) -> None:
+    if kind == "redlock" and request_name == "acquire_fair":
+        request_name = "acquire"  # Redlock has no fair mode
+    rig = {"redis": redis_rig, "cluster": cluster_rig, "redlock": redlock_rig}[kind]
+    problems = asyncio.run(run_cancel_cell(rig, request_name))
+    assert not problems, f"{kind} async-cancel-{request_name}:\n  " + "\n  ".join(problems)
+
+
+def test_soak(request: pytest.FixtureRequest, redis_rig: Rig, cluster_rig: Rig, redlock_rig: Rig) -> None:
+    """Random cells (`--seed`) for `--duration` seconds; without --duration, three of them."""
+    seed = int(request.config.getoption("seed", SEED))
+    duration = float(request.config.getoption("duration", 0.0))
+    rng = random.Random(seed)
+    rigs = {"redis": redis_rig, "cluster": cluster_rig, "redlock": redlock_rig}
+    end = time.monotonic() + duration
+    failures = []
+    runs = 0
+    while runs < 3 or time.monotonic() < end:
+        kind, cell = random_cell(rng, list(rigs))
+        problems = asyncio.run(run_cell(rigs[kind], cell))
+        failures += [f"{kind} {cell} (held back {cell.held_back:.2f}s): {line}" for line in problems]
+        runs += 1
+    assert not failures, f"seed {seed}, {runs} cells:\n  " + "\n  ".join(failures)
