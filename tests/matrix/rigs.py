@@ -43,6 +43,7 @@ class Rig:
         self.servers = servers
         self.faulted = proxies
         self._rival: fencelock.Locks | None = None
+        self._watch: list[Any] | None = None
 
     def connect(self, front: str) -> Any:
         raise NotImplementedError
@@ -53,6 +54,12 @@ class Rig:
 
     def watch_clients(self) -> list[Any]:
         raise NotImplementedError
+
+    def watchers(self) -> list[Any]:
+        """The watcher's clients, made once (a client per cell would pile up sockets)."""
+        if self._watch is None:
+            self._watch = self.watch_clients()
+        return self._watch
 
     def shared_rival(self) -> fencelock.Locks:
         """The rig's one rival client, made at first use."""
@@ -109,7 +116,10 @@ class RedlockRig(Rig):
         self.faulted = proxies[:self.quorum]
 
     def connect(self, front: str) -> Any:
-        return (fencelock.connect if front == "sync" else fencelock.aio.connect)([_url(p) for p in self.proxies])
+        # Each node's answer within 0.15 s (the default, 50 ms + 1 % of the TTL, is too tight for a fresh
+        # connection's handshake through a proxy on a loaded machine), still below the socket timeout.
+        urls = [_url(p) for p in self.proxies]
+        return (fencelock.connect if front == "sync" else fencelock.aio.connect)(urls, node_timeout=0.15)
 
     def rival(self) -> fencelock.Locks:
         return fencelock.connect([s.url + _RIVAL for s in self.servers])
@@ -163,6 +173,11 @@ class _Owned:
 
     async def aclose(self) -> None:
         await self._locks.aclose()
+        # fencelock's cleanups in the background (after a cancelled or failed acquire) may still use the client:
+        # let them end before closing it, or their connections would outlive it.
+        others = asyncio.all_tasks() - {asyncio.current_task()}
+        if others:
+            await asyncio.wait(others, timeout=1.0)
         await self._locks.backend.client.aclose()
 
 

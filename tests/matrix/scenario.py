@@ -32,7 +32,7 @@ from .rigs import SOCKET_TIMEOUT, Front, Rig
 TTL = 0.8
 RENEW = 0.25         # renewed leases: every this many seconds
 HELD_BACK = 0.4      # a late reply or a paused server: longer than the clients' socket timeout
-OBSERVE = 0.15       # seconds of claims and rival attempts after the request
+OBSERVE = 0.1        # seconds of claims and rival attempts after the request
 FIRE_TIMEOUT = 3.0   # the fault must have fired by then
 
 FAULTS = ["lose", "late", "reset_before", "reset_after", "idle", "pause"]
@@ -109,7 +109,8 @@ class Story:
         self.history = history
         self.name = name
         self.live: list[_Live] = []
-        self.timers: list[threading.Timer] = []
+        self.timers: list[threading.Thread] = []
+        self.holder: tuple[LeaseRecord, Any] | None = None  # the wait cells' holder: its record and lease
 
     async def do(self, what: str, fn: Callable[..., Any], *args: Any, lease: LeaseRecord | None = None,
                  **kwargs: Any) -> Any:
@@ -162,8 +163,8 @@ class Story:
     async def release_all(self) -> None:
         """The same client releases every lease it still holds, once the fault has ended."""
         for live in self.live:
-            if live.record.ended_at is not None and live.record.ended not in ("lost", "exit"):
-                continue  # a failed `with` exit's error carries the lease: released again here
+            if live.record.ended_at is not None and live.record.ended != "lost":
+                continue  # a failed `with` exit is not retried: the lock must free by its TTL at the latest
             for attempt in range(2):
                 result = await self.do("release", live.lease.release, lease=live.record)
                 if result is None:
@@ -224,14 +225,17 @@ async def _prepare(story: Story, cell: Cell) -> Any:
         held = await asyncio.to_thread(story.rival.acquire, story.name, ttl=TTL, wait=0)
         record = story.history.lease(held, renewing=False, client="holder")
 
-        timer = threading.Timer(0.15, release_aside, (story.history, record, held))
-        timer.start()
-        story.timers.append(timer)
+        story.holder = (record, held)
         return None
     renew = RENEW if request == "renewal" or request.startswith("race") else False
-    lease = await story.do("acquire", story.locks.acquire, story.name, ttl=TTL, wait=0, renew=renew)
+    for _ in range(3):  # not under test: a slow start of a fresh client (a Cluster's layout) may be retried
+        lease = await story.do("acquire", story.locks.acquire, story.name, ttl=TTL, wait=0.5, renew=renew)
+        if not isinstance(lease, fencelock.BackendError):
+            break
+        await asyncio.sleep(0.2)
     if isinstance(lease, BaseException):
-        raise AssertionError(f"the cell could not prepare its lease before any fault: {lease!r}")
+        raise AssertionError(f"the cell could not prepare its lease before any fault: {lease!r} (proxies: "
+                             f"{[(p.port, p.target_port) for p in story.rig.proxies]})")
     return lease
 
 
@@ -253,6 +257,19 @@ async def _request(story: Story, cell: Cell, lease: Any, fired: threading.Event)
     elif request == "renewal":
         await _wait_for(fired, FIRE_TIMEOUT)
     elif request == "wait":
+        # The holder lets go once the waiter waits (the faulted request was seen), not on a timer: a slow start
+        # of the client must not let the first attempt succeed and leave nothing to fault.
+        assert story.holder is not None
+        record_held, held = story.holder
+
+        def let_go() -> None:
+            fired.wait(FIRE_TIMEOUT)
+            time.sleep(0.05)
+            release_aside(story.history, record_held, held)
+
+        timer = threading.Thread(target=let_go, daemon=True)
+        timer.start()
+        story.timers.append(timer)
         await story.do("acquire", locks.acquire, name, ttl=TTL, wait=2.0)
     elif request == "status":
         await story.do("status", locks.status, name)
@@ -338,7 +355,7 @@ async def run_cell(rig: Rig, cell: Cell) -> list[str]:
     front = Front(cell.front)
     history = History()
     name = f"matrix:{cell}:{uuid.uuid4().hex[:8]}"
-    watcher = Watcher(rig.watch_clients())
+    watcher = Watcher(rig.watchers())
     watcher.watch(name)
     watcher.start()
     locks = rig.connect(cell.front)
@@ -368,13 +385,14 @@ async def run_cell(rig: Rig, cell: Cell) -> list[str]:
                          if isinstance(op.error, fencelock.BackendError)]
         elif not fired.is_set():
             problems.append(f"the fault never fired: no {sorted(target_of(cell.request, rig.kind)[0])} request was "
-                            f"seen; the proxies saw {[p.names(started) for p in rig.faulted]}")
+                            f"seen; the proxies saw {[p.names(started) for p in rig.faulted]}; the calls raised "
+                            f"{[(op.what, repr(op.error)) for op in history.ops if op.error is not None]}")
         for timer in story.timers:
-            timer.join()
+            await asyncio.to_thread(timer.join)
         await story.release_all()
         await story.liveness()
         if any(record.renewing for record in history.leases):
-            await asyncio.sleep(1.5 * RENEW)  # a renewal that goes on after the end would show by now
+            await asyncio.sleep(RENEW + 0.1)  # a renewal that goes on after the end would show by now
         watcher.sample(name)
     finally:
         rig.clear()
@@ -416,7 +434,7 @@ async def _story(rig: Rig, request: str, body: Any, cancel_after: int | None) ->
     history = History(expected=[asyncio.CancelledError])
     cell = Cell("async", "cancel", request)
     name = f"matrix:{cell}:{uuid.uuid4().hex[:8]}"
-    watcher = Watcher(rig.watch_clients())
+    watcher = Watcher(rig.watchers())
     watcher.watch(name)
     watcher.start()
     locks = rig.connect("async")
@@ -428,7 +446,10 @@ async def _story(rig: Rig, request: str, body: Any, cancel_after: int | None) ->
         if cancel_after is None:
             if request.startswith("race"):
                 fired.set()
+            names, nth = target_of(request, rig.kind)  # the wait's holder lets go once the waiter waits
+            rig.arm(lambda _: Rule(LATE, lambda r: r.name in names, nth=nth, on_hit=lambda _: fired.set()))
             await body(story, cell, lease, fired)
+            rig.clear()
         else:
             hit = threading.Event()
             if request.startswith("race"):
@@ -440,7 +461,11 @@ async def _story(rig: Rig, request: str, body: Any, cancel_after: int | None) ->
                 with guard:
                     return next(seen) == cancel_after
 
-            rig.arm(lambda _: Rule(LATE, kth, delay=0.05, on_hit=lambda _: hit.set()))
+            def cancel_now(_: Request) -> None:
+                hit.set()
+                fired.set()  # the wait's holder lets go too
+
+            rig.arm(lambda _: Rule(LATE, kth, delay=0.05, on_hit=cancel_now))
             task = asyncio.ensure_future(_request(story, cell, lease, fired))
             task.add_done_callback(lambda _: hit.set())  # done before its k-th request: nothing to cancel
             await _wait_for(hit, FIRE_TIMEOUT)
@@ -452,11 +477,11 @@ async def _story(rig: Rig, request: str, body: Any, cancel_after: int | None) ->
         await story.observe(OBSERVE / 2)
         rig.clear()
         for timer in story.timers:
-            timer.join()
+            await asyncio.to_thread(timer.join)
         await story.release_all()
         await story.liveness()
         if any(record.renewing for record in history.leases):
-            await asyncio.sleep(1.5 * RENEW)
+            await asyncio.sleep(RENEW + 0.1)
         watcher.sample(name)
     finally:
         rig.clear()

@@ -206,6 +206,7 @@ class FaultProxy(Harness):
         self._server: asyncio.Server | None = None
         self._ready = threading.Event()
         self._closing = False
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"<FaultProxy {self.name} :{self.port} -> {self.target_host}:{self.target_port}>"
@@ -413,17 +414,28 @@ class FaultProxy(Harness):
         back that long instead."""
         if rule.on_pause is None:
             return due + rule.delay
-        await asyncio.get_running_loop().run_in_executor(None, rule.on_pause)
+        on_pause = rule.on_pause
+        paused = asyncio.Event()
 
-        async def resume() -> None:
-            await asyncio.sleep(rule.delay)
+        async def pause_then_resume() -> None:
+            # One task, not tied to the connection: the server resumes even if the client hangs up meanwhile.
+            loop = asyncio.get_running_loop()
             try:
-                if rule.on_resume is not None:
-                    await asyncio.get_running_loop().run_in_executor(None, rule.on_resume)
+                await loop.run_in_executor(None, on_pause)
+                paused.set()
+                await asyncio.sleep(rule.delay)
             finally:
-                rule._end()
+                paused.set()
+                try:
+                    if rule.on_resume is not None:
+                        await loop.run_in_executor(None, rule.on_resume)
+                finally:
+                    rule._end()
 
-        asyncio.get_running_loop().create_task(resume())
+        task = asyncio.get_running_loop().create_task(pause_then_resume())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        await paused.wait()
         return due
 
     async def _read_replies(self, link: _Link, reader: asyncio.StreamReader) -> None:
