@@ -178,6 +178,7 @@ class _Owned:
         others = asyncio.all_tasks() - {asyncio.current_task()}
         if others:
             await asyncio.wait(others, timeout=1.0)
+        await self._locks.aclose()
         await self._locks.backend.client.aclose()
 
 
@@ -231,7 +232,13 @@ class Front:
         return await fn(*args, **kwargs)
 
     async def close(self, locks: Any) -> None:
+        """Close the client; asyncio: after fencelock's cleanups in the background have ended (a cleanup that
+        connected after the first close is closed by the second)."""
         if self.kind == "sync":
             await asyncio.to_thread(locks.close)
-        else:
-            await locks.aclose()
+            return
+        await locks.aclose()
+        others = asyncio.all_tasks() - {asyncio.current_task()}
+        if others:
+            await asyncio.wait(others, timeout=1.0)
+        await locks.aclose()

@@ -13,10 +13,12 @@ cells); the options are this folder's, so name it on the command line:
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from typing import Any
 
 import pytest
 
@@ -65,8 +67,16 @@ def redlock_rig() -> Iterator[Rig]:
         yield rig
 
 
+def _run(coro: Coroutine[Any, Any, list[str]]) -> list[str]:
+    """Run a cell; what it left unclosed is collected now, so that a leak fails this cell, not a later one."""
+    try:
+        return asyncio.run(coro)
+    finally:
+        gc.collect()
+
+
 def _assert_cell(rig: Rig, cell: Cell) -> None:
-    problems = asyncio.run(run_cell(rig, cell))
+    problems = _run(run_cell(rig, cell))
     assert not problems, f"{rig.kind} {cell}:\n  " + "\n  ".join(problems)
 
 
@@ -91,7 +101,7 @@ def test_cancel_at_every_request(kind: str, request_name: str, redis_rig: Rig, c
     if kind == "redlock" and request_name == "acquire_fair":
         request_name = "acquire"  # Redlock has no fair mode
     rig = {"redis": redis_rig, "cluster": cluster_rig, "redlock": redlock_rig}[kind]
-    problems = asyncio.run(run_cancel_cell(rig, request_name))
+    problems = _run(run_cancel_cell(rig, request_name))
     assert not problems, f"{kind} async-cancel-{request_name}:\n  " + "\n  ".join(problems)
 
 
@@ -106,7 +116,7 @@ def test_soak(request: pytest.FixtureRequest, redis_rig: Rig, cluster_rig: Rig, 
     runs = 0
     while runs < 1 or time.monotonic() < end:
         kind, cell = random_cell(rng, list(rigs))
-        problems = asyncio.run(run_cell(rigs[kind], cell))
+        problems = _run(run_cell(rigs[kind], cell))
         failures += [f"{kind} {cell} (held back {cell.held_back:.2f}s): {line}" for line in problems]
         runs += 1
     assert not failures, f"seed {seed}, {runs} cells:\n  " + "\n  ".join(failures)
