@@ -1,0 +1,1 @@
+"""The fault matrix (see test_matrix.py)."""

@@ -1,0 +1,12 @@
+"""Options of the fault matrix: `--seed` picks the soak's random cells, `--duration` (seconds) turns the soak on."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fencelock fault matrix")
+    group.addoption("--seed", type=int, default=14, help="seed of the soak's random cells (default 14)")
+    group.addoption("--duration", type=float, default=0.0,
+                    help="seconds of randomised soak after the matrix (default 0: no soak)")
