@@ -25,11 +25,11 @@ from .._logic.redlock import (
     MAX_ROUNDS,
     Answer,
     GateView,
+    NodesReport,
     NodeState,
     Outcome,
     Repair,
     Reply,
-    Verdict,
     decide,
     decode,
     default_node_timeout,
@@ -343,11 +343,11 @@ class AsyncRedlockBackend:
         return QuorumUnavailable(f"{why}: {parts}. {found.text}", name=name, nodes=tuple(states),
                                  retry_in=found.eta)
 
-    async def nodes(self) -> tuple[list[NodeState], Verdict]:
+    async def nodes(self) -> NodesReport:
         """Every node's bookkeeping as an operator sees it, read without changing anything, and the verdict."""
         views = await self._look(GATE_TIMEOUT, peek=True)
         states = node_states(self._shown, views, time.time())
-        return states, verdict(states, self._n)
+        return NodesReport(tuple(states), verdict(states, self._n))
 
     async def _gate(self, i: int, peek: bool) -> GateView | None:
         args = [self._repair_delay_ms, self._window_ms, secrets.token_hex(16), 1 if peek else 0]

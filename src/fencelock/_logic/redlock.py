@@ -301,6 +301,17 @@ class Verdict:
                 "verdict": self.text}
 
 
+@dataclass(frozen=True)
+class NodesReport:
+    """`Locks.nodes()`: every Redlock node's record, and the deployment's verdict."""
+
+    nodes: tuple[NodeState, ...]
+    verdict: Verdict
+
+    def as_dict(self) -> dict[str, object]:
+        return {**self.verdict.as_dict(), "nodes": [node.as_dict() for node in self.nodes]}
+
+
 def verdict(states: Sequence[NodeState], n: int) -> Verdict:
     """The deployment as a whole: can a lock be granted now, and if not, when at the latest."""
     q = quorum(n)

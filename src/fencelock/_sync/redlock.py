@@ -26,11 +26,11 @@ from .._logic.redlock import (
     MAX_ROUNDS,
     Answer,
     GateView,
+    NodesReport,
     NodeState,
     Outcome,
     Repair,
     Reply,
-    Verdict,
     decide,
     decode,
     default_node_timeout,
@@ -344,11 +344,11 @@ class RedlockBackend:
         return QuorumUnavailable(f"{why}: {parts}. {found.text}", name=name, nodes=tuple(states),
                                  retry_in=found.eta)
 
-    def nodes(self) -> tuple[list[NodeState], Verdict]:
+    def nodes(self) -> NodesReport:
         """Every node's bookkeeping as an operator sees it, read without changing anything, and the verdict."""
         views = self._look(GATE_TIMEOUT, peek=True)
         states = node_states(self._shown, views, time.time())
-        return states, verdict(states, self._n)
+        return NodesReport(tuple(states), verdict(states, self._n))
 
     def _gate(self, i: int, peek: bool) -> GateView | None:
         args = [self._repair_delay_ms, self._window_ms, secrets.token_hex(16), 1 if peek else 0]
