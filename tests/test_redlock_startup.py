@@ -205,22 +205,27 @@ def test_a_wait_shorter_than_the_quarantine_ends_with_quorum_unavailable_never_a
 KILLED_INITIALISER = textwrap.dedent("""
     import os, sys
     import fencelock
-    from fencelock._logic.redlock import Gate
+    from fencelock._logic.redlock import Gate, deployment_id
     k, urls = int(sys.argv[1]), sys.argv[2:]
     backend = fencelock.connect(urls, repair_delay=float(os.environ["DELAY"])).backend
     views = backend._look(1.0)
     assert all(view is not None and view.gate is Gate.FRESH for view in views), views
+    deployment = deployment_id(views)
+    for i in range(len(urls)):
+        assert backend._mark(i, views[i], "claim", deployment)
     for i in range(k):
-        assert backend._mark(i, views[i], "fresh")
-    os._exit(9)  # dies here: k nodes marked, the others never
+        assert backend._mark(i, views[i], "fresh", deployment)
+    os._exit(9)  # dies here: every node claimed, k of them marked, the others never
 """)
 
 
-@pytest.mark.parametrize("marked", [1, 2, 3])
+@pytest.mark.parametrize("marked", [0, 2, 3])
 def test_a_client_killed_after_marking_some_new_nodes_leaves_no_dead_end(fresh: RedisNodes, name: str,
                                                                          marked: int) -> None:
-    """No dead end after a crashed initialisation: with a quorum marked the lock is there at once; with fewer,
-    by the repair delay (the unmarked nodes get the clock floor). Every node ends marked, and fences increase."""
+    """No dead end after a crashed initialisation (the client claimed every node for the new deployment, then
+    died after marking some): with none marked, the next client sees the same new deployment and finishes it at
+    once; with a quorum marked the lock is there at once; with fewer, by the repair delay (the unmarked nodes
+    get the clock floor). Every node ends marked, and fences increase."""
     nodes = fresh.nodes
     urls = _urls(nodes)
     killed = subprocess.run([sys.executable, "-c", KILLED_INITIALISER, str(marked), *urls],
@@ -228,7 +233,7 @@ def test_a_client_killed_after_marking_some_new_nodes_leaves_no_dead_end(fresh: 
     assert killed.returncode == 9
     assert [_marker(node) is not None for node in nodes] == [i < marked for i in range(5)]
     locks = fencelock.connect(urls, repair_delay=DELAY)
-    if marked >= 3:
+    if marked >= 3 or marked == 0:
         lease = locks.acquire(name, ttl=1.0, wait=0)
     else:
         with pytest.raises(fencelock.QuorumUnavailable):

@@ -33,6 +33,7 @@ from .._logic.redlock import (
     decide,
     decode,
     default_node_timeout,
+    deployment_id,
     fresh_window,
     holder_ttl,
     next_proposal,
@@ -374,8 +375,9 @@ class AsyncRedlockBackend:
         try:
             views = await self._look(timeout)
             plan = plan_heal(views, self._n, self._repair)
-            calls = ([partial(self._mark, i, views[i], "fresh") for i in plan.fresh]
-                     + [partial(self._mark, i, views[i], "plain") for i in plan.plain]
+            if plan.fresh:
+                return await self._mark_new(views, timeout), views
+            calls = ([partial(self._mark, i, views[i], "plain") for i in plan.plain]
                      + [partial(self._repair_node, r) for r in plan.repairs if r.node not in self._repairing])
             if not calls:
                 return False, views
@@ -384,12 +386,23 @@ class AsyncRedlockBackend:
         finally:
             self._healing = False
 
-    async def _mark(self, i: int, view: GateView | None, mode: str) -> bool:
-        """Mark node i (fresh: a new deployment; plain: repair=False), if it is still the data set we saw."""
+    async def _mark_new(self, views: list[GateView | None], timeout: float) -> bool:
+        """A new deployment (every node fresh): claim every node for it, then, if every claim held, mark all."""
+        deployment = deployment_id(views)
+        for mode in ("claim", "fresh"):
+            calls = [partial(self._mark, i, views[i], mode, deployment) for i in range(self._n)]
+            done, _ = await fan_out(calls, max(timeout, GATE_TIMEOUT), lambda so_far: len(so_far) == self._n)
+            if not all(done.get(i) for i in range(self._n)):
+                return mode == "fresh" and any(done.values())
+        return True
+
+    async def _mark(self, i: int, view: GateView | None, mode: str, deployment: str = "0") -> bool:
+        """Claim or mark node i (claim, fresh: a new deployment; plain: repair=False), if it is still the data
+        set we saw."""
         nonce = "" if view is None else view.nonce
         try:
-            code = await run_script(self._nodes[i], REDLOCK_MARK, self._gate_keys[:2], [nonce, mode, 0, 0],
-                                    name="", where=self._shown[i])
+            code = await run_script(self._nodes[i], REDLOCK_MARK, self._gate_keys[:2],
+                                    [nonce, mode, deployment, 0], name="", where=self._shown[i])
         except BackendError:
             return False
         return int(code) >= 0

@@ -15,8 +15,10 @@ its data (restarted without fsync) comes back without it, and every unmarked dat
 three exits (`plan_heal`; the reasons are in docs/design/redlock.md):
 
 1. fresh: a data set first seen less than `FRESH_WINDOW` ago, never marked, answers "fresh" to every client. A
-   client that hears "fresh" from *every* node in one look marks them all at once: a new deployment, nothing to
-   lose. Concurrent clients all see that, and marking is idempotent;
+   client that hears "fresh" from *every* node in one look claims each for the deployment it saw (the digest
+   of all nonces), and once every claim held marks them all: a new deployment, nothing to lose. Concurrent
+   clients see the same nonces, so their claims agree and they all mark (idempotent); a look that straddled
+   another client's marks and a node's loss has another digest, and its claim fails;
 2. repair: any other unmarked data set is quarantined for `repair_delay` (longer than any TTL in use) from when it
    was first seen, so every lease from before the loss has expired. Then its `hwm` for every name becomes the
    maximum over a quorum of the *other*, ready nodes (any earlier grant's quorum shares a node with it);
@@ -35,6 +37,7 @@ model the Hypothesis state machine in `tests/test_redlock_model.py` runs against
 from __future__ import annotations
 
 import enum
+import hashlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -221,6 +224,13 @@ class HealPlan:
         return bool(self.fresh or self.repairs or self.plain)
 
 
+def deployment_id(views: Sequence[GateView | None]) -> str:
+    """A new deployment as one look saw it: the digest of every node's nonce. Every client that looked at the
+    same data sets computes the same one, and a node is claimed for one only (`redlock_mark.lua`, claim)."""
+    joined = "|".join("" if view is None else view.nonce for view in views)
+    return hashlib.sha256(joined.encode()).hexdigest()[:32]
+
+
 def plan_heal(views: Sequence[GateView | None], n: int, repair: bool = True) -> HealPlan:
     """What a client does after one look at every node's gate (None: no answer)."""
     if all(v is not None and v.gate is Gate.FRESH for v in views):
@@ -346,6 +356,7 @@ class NodeModel:
     until: float = 0.0
     fresh: bool = False
     legacy: bool = False         # a key an older fencelock left (fencelock:redlock:seen)
+    claim: str | None = None     # the new deployment this data set was claimed for (see `deployment_id`)
 
     def acquire(self, name: str, token: str, t: int, ttl: float, now: float) -> Answer:
         if not self.ready:
@@ -384,7 +395,9 @@ class NodeModel:
         self.locks.clear()
         self.floor = 0
         self.nonce = None
-        self.legacy = False
+        self.born = self.until = 0.0
+        self.fresh = self.legacy = False
+        self.claim = None
 
     def gate(self, now: float, delay: float, window: float, nonce: str, peek: bool = False) -> GateView:
         """`redlock_gate.lua`: the first look at a data set starts its fresh window and its quarantine."""
@@ -403,12 +416,26 @@ class NodeModel:
         return GateView(Gate.REPAIRABLE, seen or "")
 
     def mark(self, nonce: str, mode: str, floor: int, clock: bool, values: Mapping[str, int], now: float,
-             clock_us: int) -> int:
+             clock_us: int, deployment: str = "") -> int:
         """`redlock_mark.lua`: 1 done, 0 already marked, -1 another (or not a new) data set, -2 quarantined."""
+        if mode == "claim":
+            if self.nonce != nonce:
+                return -1
+            if self.claim is not None:
+                return 1 if self.claim == deployment else -1
+            if self.ready or not self.fresh:
+                return -1
+            self.claim = deployment
+            return 1
         if self.ready:
             return 0
-        if mode != "plain" and (self.nonce != nonce or (mode == "fresh" and not self.fresh)):
+        if mode != "plain" and self.nonce != nonce:
             return -1
+        if mode == "fresh":
+            if self.claim != deployment:
+                return -1
+            self.floor, self.ready = 0, True
+            return 1
         if mode == "repair" and now < self.until:
             return -2
         for key, value in values.items():

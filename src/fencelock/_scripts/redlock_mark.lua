@@ -7,23 +7,43 @@
 -- ARGV[1]    nonce            the incarnation the caller's look saw (a node that lost its data has another)
 -- ARGV[2]    mode             'raise'   raise the hwm keys only (a batch of a long repair)
 --                             'repair'  raise, then mark: only once the quarantine is over
---                             'fresh'   mark a new node of a new deployment (every node answered 'fresh')
+--                             'claim'   claim a new node for the new deployment ARGV[3] (the digest of the
+--                                       nonces one look saw on every node): first claim wins, once per data set
+--                             'fresh'   mark a new node claimed for deployment ARGV[3] (every claim succeeded)
 --                             'plain'   mark at once, whatever its state (connect(repair=False))
--- ARGV[3]    floor            decimal digits: every hwm on this node counts as at least this
+-- ARGV[3]    floor            decimal digits: every hwm on this node counts as at least this (claim, fresh:
+--                             the deployment's digest)
 -- ARGV[4]    clock            '1': the floor is at least this server's clock, in microseconds since 1970
 --
--- returns    1 done, 0 already marked (nothing changed), -1 another data set (or not a new one), -2 quarantined
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return 0
-end
+-- returns    1 done, 0 already marked (nothing changed), -1 another data set (or not a new one, or claimed for
+--            another deployment), -2 quarantined
 local mode = ARGV[2]
-if mode ~= 'plain' then
+if mode == 'claim' then
   if redis.call('HGET', KEYS[2], 'nonce') ~= ARGV[1] then
     return -1
   end
-  if mode == 'fresh' and redis.call('HGET', KEYS[2], 'fresh') ~= '1' then
+  local claim = redis.call('HGET', KEYS[2], 'claim')
+  if claim then
+    return claim == ARGV[3] and 1 or -1
+  end
+  if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('HGET', KEYS[2], 'fresh') ~= '1' then
     return -1
   end
+  redis.call('HSET', KEYS[2], 'claim', ARGV[3])
+  return 1
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+if mode ~= 'plain' and redis.call('HGET', KEYS[2], 'nonce') ~= ARGV[1] then
+  return -1
+end
+if mode == 'fresh' then
+  if redis.call('HGET', KEYS[2], 'claim') ~= ARGV[3] then
+    return -1
+  end
+  redis.call('SET', KEYS[1], 'floor:0')
+  return 1
 end
 local clock = redis.call('TIME')
 if mode == 'repair' then
