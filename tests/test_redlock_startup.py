@@ -23,6 +23,8 @@ import pytest
 import fencelock
 from fencelock._logic.keys import redis_keys
 from fencelock._logic.redlock import Gate, plan_heal
+from fencelock.testing.conformance import ConformanceSuite
+from fencelock.testing.redis_deployments import RedlockDeployment
 from fencelock.testing.servers import RedisNodes, RedisServer
 
 MARKER = "fencelock:redlock:node"
@@ -137,6 +139,25 @@ def test_eight_processes_at_once_on_five_new_nodes_all_get_the_lock_at_once_ever
             worker.wait(timeout=30)
             assert worker.stdout is not None
             worker.stdout.close()
+
+
+class TestContentionOnUntouchedNodes:
+    """The conformance suite's contention tests (threads with clients of their own; spawned processes), each on
+    five Redlock nodes nobody initialised: every contender's first acquire meets a new deployment at once."""
+
+    test_threads_contend_from_the_first_acquire = (
+        ConformanceSuite.test_mutual_exclusion_and_fence_order_under_contention)
+    test_processes_contend_from_the_first_acquire = (
+        ConformanceSuite.test_mutual_exclusion_and_fence_order_across_processes)
+
+    @pytest.fixture
+    def deployment(self) -> Iterator[RedlockDeployment]:
+        untouched = RedlockDeployment.start(initialise=False)
+        try:
+            assert not any(raw.exists(MARKER) for raw in untouched.raws())
+            yield untouched
+        finally:
+            untouched.close()
 
 
 # -- a minority down at first contact ---------------------------------------------------------------------------
