@@ -9,6 +9,10 @@ A Hypothesis state machine interleaves attempts whose requests reach the nodes i
 
 The nodes are `NodeModel`, the specification of the Lua script; the client side uses the same `decide`,
 `next_proposal` and `repaired_hwm` as the real backend.
+
+The second half models the start-up and repair protocol (gate, claims, marks, repairs, floors) with concurrent
+clients that crash at any step, and checks liveness (no dead end while a quorum is up) as well as safety; the
+older protocol, kept as a tiny model, fails the liveness check.
 """
 
 from __future__ import annotations
@@ -36,10 +40,12 @@ from fencelock._logic.redlock import (
     decode,
     deployment_id,
     next_proposal,
+    node_states,
     plan_heal,
     quorum,
     repaired,
     repaired_hwm,
+    verdict,
     worth_another_round,
 )
 from fencelock._logic.timing import drift
@@ -782,3 +788,38 @@ class ProtocolModel(RuleBasedStateMachine):
 TestProtocolModel = ProtocolModel.TestCase
 TestProtocolModel.settings = settings(max_examples=300, stateful_step_count=40, deadline=None,
                                       suppress_health_check=[HealthCheck.too_slow])
+
+
+def _views(*gates: Gate | None, left: float = 0.0) -> list[GateView | None]:
+    return [None if g is None else GateView(g, f"n{i}", left) for i, g in enumerate(gates)]
+
+
+def test_plan_heal_names_the_exit_of_every_unmarked_node() -> None:
+    R, F, Q, P = Gate.READY, Gate.FRESH, Gate.QUARANTINED, Gate.REPAIRABLE
+    assert plan_heal(_views(F, F, F), 3).fresh == (0, 1, 2)        # a new deployment
+    assert not plan_heal(_views(F, F, None), 3)                    # one silent: it may be a lost majority
+    assert not plan_heal(_views(R, F, Q), 3)                       # waiting: nothing to do yet
+    (repair,) = plan_heal(_views(R, R, P), 3).repairs              # from a quorum of ready others
+    assert (repair.node, repair.sources, repair.clock) == (2, (0, 1), False)
+    (floor,) = plan_heal(_views(R, None, P), 3).repairs            # too few ready: the clock floor
+    assert (floor.node, floor.sources, floor.clock) == (2, (0,), True)
+    assert plan_heal(_views(R, Q, P), 3, repair=False).plain == (1, 2)
+
+
+def test_repaired_merges_floors_and_hwm_and_needs_a_quorum_unless_the_clock_helps() -> None:
+    reads = [(7, {"a": 3}), (9, {"a": 5, "b": 1})]
+    assert repaired(reads[:1], 3, clock=False) is None
+    assert repaired(reads, 3, clock=False) == (9, {"a": 5, "b": 1})
+    assert repaired([], 3, clock=True) == (0, {})
+
+
+def test_the_verdict_says_when_a_quorum_can_be_ready_at_the_latest() -> None:
+    views = _views(Gate.READY, Gate.QUARANTINED, Gate.QUARANTINED, None, Gate.REPAIRABLE, left=4.0)
+    states = node_states(["a", "b", "c", "d", "e"], views, now=1000.0)
+    found = verdict(states, 5)
+    assert not found.available
+    assert found.eta == 4.0  # e is repairable now, then one of b and c in 4 s makes three
+    assert states[1].quarantined_until == 1004.0
+    assert "b: quarantined, repairable in 4.0 s" in states[1].describe()
+    assert verdict(node_states(["a"] * 5, _views(*[Gate.READY] * 3, None, None), 0.0), 5).available
+    assert verdict(node_states(["a"] * 5, _views(*[Gate.READY] * 2, None, None, None), 0.0), 5).eta is None
