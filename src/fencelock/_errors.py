@@ -6,7 +6,7 @@
     ├── LockLost                the lease is no longer ours: it expired, or another holder has the lock
     ├── StaleFence              a fencing guard refused a write: a newer holder already wrote
     └── BackendError            the lock service failed or could not be reached (the cause is chained)
-        └── QuorumUnavailable   Redlock: no majority of nodes could be reached
+        └── QuorumUnavailable   Redlock: no majority of nodes could be reached, or is ready to count
 
 A backend whose optional extra is missing raises `MissingExtra`, an `ImportError` whose message is the
 `pip install` to run. Bad arguments are not in this tree: they raise the builtin `TypeError` or `ValueError`,
@@ -74,7 +74,17 @@ class BackendError(LockError):
 
 
 class QuorumUnavailable(BackendError):
-    """Redlock: fewer than a majority of the nodes answered."""
+    """Redlock: fewer than a majority of the nodes answered, or are ready to count (lost data, not repaired yet).
+
+    `nodes` holds each node's record (`fencelock._logic.redlock.NodeState`) where they were looked at, and
+    `retry_in` the seconds until enough of them can be repaired at the latest (None: not while nodes are out).
+    """
+
+    def __init__(self, message: str, *, name: str | None = None, nodes: tuple[Any, ...] = (),
+                 retry_in: float | None = None) -> None:
+        super().__init__(message, name=name)
+        self.nodes = nodes
+        self.retry_in = retry_in
 
 
 class MissingExtra(ImportError):

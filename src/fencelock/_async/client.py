@@ -30,6 +30,7 @@ from .._logic.args import (
     ttl_ms,
 )
 from .._logic.outcomes import Attempt, Released, State, after_release
+from .._logic.redlock import NodesReport
 from .._logic.status import LockStatus
 from .._logic.timing import Clock, Deadline, block_for, validity_end
 from ._compat import (
@@ -482,6 +483,15 @@ class AsyncLocks:
         so the next grant still gets a higher fence and guards still reject the old holder.
         """
         return await self._backend.force_release(check_name(name))
+
+    async def nodes(self) -> NodesReport:
+        """Redlock only: each node's bookkeeping (reachable, ready, quarantined until when, repairable) and the
+        deployment's verdict, read without changing anything (`fencelock nodes`)."""
+        nodes = getattr(self._backend, "nodes", None)
+        if nodes is None:
+            raise ValueError(f"nodes() is for Redlock (three or more Redis node URLs), not {self._backend.shown}")
+        report: NodesReport = await nodes()
+        return report
 
     async def aclose(self) -> None:
         """Stop the watchdog and close the connections this client made (leases still held expire by TTL)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import secrets
+import time
 import zlib
 from functools import partial
 from typing import Any
@@ -23,16 +24,24 @@ from .._logic.redlock import (
     DEFAULT_REPAIR_DELAY,
     MAX_ROUNDS,
     Answer,
-    Gate,
+    GateView,
+    NodesReport,
+    NodeState,
     Outcome,
+    Repair,
     Reply,
     decide,
     decode,
     default_node_timeout,
+    deployment_id,
+    fresh_window,
     holder_ttl,
     next_proposal,
+    node_states,
+    plan_heal,
     quorum,
-    repaired_hwm,
+    repaired,
+    verdict,
     worth_another_round,
 )
 from .._logic.status import LockStatus, NodeView, majority_status
@@ -43,7 +52,7 @@ from .._scripts import (
     REDLOCK_EXTEND,
     REDLOCK_EXTEND_MANY,
     REDLOCK_GATE,
-    REDLOCK_RAISE,
+    REDLOCK_MARK,
     REDLOCK_RELEASE,
     STATUS,
 )
@@ -86,8 +95,10 @@ class AsyncRedlockBackend:
         self._node_timeout = node_timeout
         self._repair = repair
         self._repair_delay_ms = max(1, round(repair_delay * 1000))
+        self._window_ms = max(1, round(fresh_window(repair_delay) * 1000))
         self._marker = f"{prefix}:redlock:node"
-        self._gate_keys = [self._marker, f"{prefix}:redlock:seen", f"{prefix}:redlock:quarantine"]
+        # (fencelock:redlock:seen is an older version's: a data set it marked seen is not a new one.)
+        self._gate_keys = [self._marker, f"{prefix}:redlock:incarnation", f"{prefix}:redlock:seen"]
         self._known: dict[str, int] = {}  # name -> the highest hwm seen: where the next proposal starts
         self._repairing: set[int] = set()
         self._healing = False
@@ -162,11 +173,15 @@ class AsyncRedlockBackend:
                     then(handle, partial(self._release_on, i, keys, token, t))
             # Nodes without their data: worth a look only if, ready again, they could make up a quorum.
             reachable = sum(1 for a in answers if a.reply is not Reply.FAILED)
-            healed = unready and reachable >= self._q and await self._heal(timeout)
+            healed, views = await self._heal(timeout) if unready and reachable >= self._q else (False, None)
             if outcome is Outcome.UNAVAILABLE:
-                answered = sum(1 for a in answers if a.reply is not Reply.FAILED)
-                raise QuorumUnavailable(f"only {answered} of {n} nodes answered within {timeout:.3f} s; "
-                                        f"{self._q} are needed", name=name)
+                raise self._unavailable(f"only {reachable} of {n} nodes answered within {timeout:.3f} s; "
+                                        f"{self._q} are needed", name, answers, views)
+            usable = sum(1 for a in answers if a.reply not in (Reply.FAILED, Reply.UNREADY))
+            if not healed and usable < self._q:
+                # Nobody holds it: too few nodes count. Say which, and until when (never "the lock is busy").
+                raise self._unavailable(f"only {usable} of {n} nodes are ready; {self._q} are needed",
+                                        name, answers, views)
             if not (healed or worth_another_round(answers, n, released)):
                 return Attempt(False, 0, holder_ttl(answers, n))
             t = next_proposal(t, answers)
@@ -313,82 +328,130 @@ class AsyncRedlockBackend:
 
     # -- nodes that lost their data -------------------------------------------------------------------------
 
-    async def _gate(self, i: int) -> Gate:
+    def _unavailable(self, why: str, name: str, answers: list[Answer],
+                     views: list[GateView | None] | None) -> QuorumUnavailable:
+        """QuorumUnavailable naming every node, its state and when its quarantine ends."""
+        if views is None:  # no look at the gates (too few nodes answered): what the attempt itself saw
+            states = [NodeState(where, a.reply is not Reply.FAILED, a.reply not in (Reply.FAILED, Reply.UNREADY),
+                                {Reply.FAILED: "unreachable", Reply.UNREADY: "not ready"}.get(a.reply, "ready"),
+                                None, None, False) for where, a in zip(self._shown, answers, strict=True)]
+        else:
+            states = node_states(self._shown, views, time.time())
+            for i, answer in enumerate(answers):
+                if answer.reply is Reply.FAILED and states[i].reachable:  # it answered the look, not the attempt
+                    states[i] = NodeState(self._shown[i], False, False, "unreachable", None, None, False)
+        found = verdict(states, self._n)
+        parts = "; ".join(state.describe() for state in states)
+        return QuorumUnavailable(f"{why}: {parts}. {found.text}", name=name, nodes=tuple(states),
+                                 retry_in=found.eta)
+
+    async def nodes(self) -> NodesReport:
+        """Every node's bookkeeping as an operator sees it, read without changing anything, and the verdict."""
+        views = await self._look(GATE_TIMEOUT, peek=True)
+        states = node_states(self._shown, views, time.time())
+        return NodesReport(tuple(states), verdict(states, self._n))
+
+    async def _gate(self, i: int, peek: bool) -> GateView | None:
+        args = [self._repair_delay_ms, self._window_ms, secrets.token_hex(16), 1 if peek else 0]
         try:
-            raw = await run_script(self._nodes[i], REDLOCK_GATE, self._gate_keys, [self._repair_delay_ms],
-                                   name="", where=self._shown[i])
-        except BackendError:
-            return Gate.UNKNOWN
-        return Gate(raw.decode() if isinstance(raw, bytes) else raw)
+            raw = await run_script(self._nodes[i], REDLOCK_GATE, self._gate_keys, args, name="",
+                                   where=self._shown[i])
+            return GateView.decode(raw)
+        except (BackendError, ValueError, TypeError):
+            return None
 
-    async def _heal(self, timeout: float) -> bool:
-        """Look at every node's gate: start a fresh deployment, or repair nodes that lost their data.
+    async def _look(self, timeout: float, peek: bool = False) -> list[GateView | None]:
+        # Rare (only when a node is not ready), and it must hear every node to call a deployment new: allow it
+        # more than an attempt's per-node timeout, enough for cold connections on a busy machine.
+        done, _ = await fan_out([partial(self._gate, i, peek) for i in range(self._n)], max(timeout, GATE_TIMEOUT),
+                                lambda so_far: len(so_far) == self._n)
+        return [done.get(i) for i in range(self._n)]
 
-        True if some node counts again at once (worth another round now); repairs run in the background.
+    async def _heal(self, timeout: float) -> tuple[bool, list[GateView | None]]:
+        """Look at every node's gate and follow `plan_heal`: mark a new deployment, repair what can be repaired.
+
+        Returns whether some node counts again (worth another round now), and the look.
         """
         self._healing = True
         try:
-            return await self._look_and_heal(timeout)
+            views = await self._look(timeout)
+            plan = plan_heal(views, self._n, self._repair)
+            if plan.fresh:
+                return await self._mark_new(views, timeout), views
+            calls = ([partial(self._mark, i, views[i], "plain") for i in plan.plain]
+                     + [partial(self._repair_node, r) for r in plan.repairs if r.node not in self._repairing])
+            if not calls:
+                return False, views
+            done, _ = await fan_out(calls, max(timeout, GATE_TIMEOUT) * 2, lambda so_far: len(so_far) == len(calls))
+            return any(done.values()), views
         finally:
             self._healing = False
 
-    async def _look_and_heal(self, timeout: float) -> bool:
-        # Rare (only when a node is not ready), and it must hear every node to call a deployment new: allow it
-        # more than an attempt's per-node timeout, enough for cold connections on a busy machine.
-        done, _ = await fan_out([partial(self._gate, i) for i in range(self._n)], max(timeout, GATE_TIMEOUT),
-                                lambda so_far: len(so_far) == self._n)
-        gates = [done.get(i, Gate.UNKNOWN) for i in range(self._n)]
-        ready = [i for i, gate in enumerate(gates) if gate is Gate.READY]
-        if all(gate is Gate.FRESH for gate in gates):
-            # Every node answered, and none was ever used: a new deployment, nothing to lose; they count at once.
-            # (With a node silent we cannot tell a new deployment from a majority that lost its data: wait.)
-            for i in range(self._n):
-                await self._mark(i)
-            return True
-        marked = False
-        for i, gate in enumerate(gates):
-            if gate in (Gate.FRESH, Gate.QUARANTINED, Gate.REPAIRABLE) and not self._repair:
-                await self._mark(i)  # plain Redlock: a restarted node counts at once, empty (see the README)
-                marked = True
-            elif gate is Gate.REPAIRABLE and i not in self._repairing:
-                self._repairing.add(i)
-                in_background(partial(self._repair_node, i, ready))
-        return marked
+    async def _mark_new(self, views: list[GateView | None], timeout: float) -> bool:
+        """A new deployment (every node fresh): claim every node for it, then, if every claim held, mark all."""
+        deployment = deployment_id(views)
+        for mode in ("claim", "fresh"):
+            calls = [partial(self._mark, i, views[i], mode, deployment) for i in range(self._n)]
+            done, _ = await fan_out(calls, max(timeout, GATE_TIMEOUT), lambda so_far: len(so_far) == self._n)
+            if not all(done.get(i) for i in range(self._n)):
+                return mode == "fresh" and any(done.values())
+        return True
 
-    async def _mark(self, i: int) -> None:
-        client: Any = self._nodes[i]
+    async def _mark(self, i: int, view: GateView | None, mode: str, deployment: str = "0") -> bool:
+        """Claim or mark node i (claim, fresh: a new deployment; plain: repair=False), if it is still the data
+        set we saw."""
+        nonce = "" if view is None else view.nonce
         try:
-            await client.set(self._marker, secrets.token_hex(8))
-            await client.delete(self._gate_keys[2])
-        except CLIENT_ERRORS:
-            pass
+            code = await run_script(self._nodes[i], REDLOCK_MARK, self._gate_keys[:2],
+                                    [nonce, mode, deployment, 0], name="", where=self._shown[i])
+        except BackendError:
+            return False
+        return int(code) >= 0
 
-    async def _repair_node(self, i: int, ready: list[int]) -> None:
-        """Raise node i's hwm to the maximum over a quorum of the ready others, then let it count again."""
+    async def _repair_node(self, repair: Repair) -> bool:
+        """Raise node i's hwm to the maximum over the ready others (a quorum of them, or fewer plus its clock),
+        then mark it: the last batch and the mark are one script, on the incarnation that was looked at."""
+        i = repair.node
+        self._repairing.add(i)
         try:
             others = []
-            for j in ready:
+            for j in repair.sources:
                 values = await self._read_fences(j)
                 if values is not None:
                     others.append(values)
-            merged = repaired_hwm(others, self._n)
+            merged = repaired(others, self._n, repair.clock)
             if merged is None:
-                return  # not enough healthy nodes to repair from: it stays out, and a later attempt tries again
-            items = sorted(merged.items())
-            for start in range(0, len(items), _REPAIR_BATCH):
+                return False  # not enough ready nodes answered: it stays out, and a later attempt tries again
+            floor, hwm = merged
+            items = sorted(hwm.items())
+            keys = self._gate_keys[:2]
+            for start in range(0, max(1, len(items)), _REPAIR_BATCH):
                 batch = items[start:start + _REPAIR_BATCH]
-                await run_script(self._nodes[i], REDLOCK_RAISE, [key for key, _ in batch],
-                                 [value for _, value in batch], name="", where=self._shown[i])
-            await self._mark(i)
+                last = start + _REPAIR_BATCH >= len(items)
+                mode = "repair" if last else "raise"
+                code = int(await run_script(self._nodes[i], REDLOCK_MARK, keys + [key for key, _ in batch],
+                                            [repair.nonce, mode, floor, 1 if repair.clock else 0,
+                                             *(value for _, value in batch)], name="", where=self._shown[i]))
+                if code < 0:
+                    return False  # it lost its data again, or is still quarantined: a later look starts over
+                if code == 0:
+                    return True   # another client marked it meanwhile
+            return True
+        except BackendError:
+            return False
         finally:
             self._repairing.discard(i)
 
-    async def _read_fences(self, j: int) -> dict[str, int] | None:
+    async def _read_fences(self, j: int) -> tuple[int, dict[str, int]] | None:
+        """A ready node's floor and hwm keys (None: it is not ready, or did not answer)."""
         client: Any = self._nodes[j]
         pattern = f"{self._prefix}:{{*}}:fence"
         try:
-            if not await client.exists(self._marker):
+            marker = await client.get(self._marker)
+            if marker is None:
                 return None
+            text = marker.decode() if isinstance(marker, bytes) else str(marker)
+            floor = int(text[6:]) if text.startswith("floor:") and text[6:].isdigit() else 0
             keys = [key async for key in client.scan_iter(match=pattern, count=1000)]
             values: dict[str, int] = {}
             for start in range(0, len(keys), _REPAIR_BATCH):
@@ -396,7 +459,7 @@ class AsyncRedlockBackend:
                 for key, value in zip(batch, await client.mget(batch), strict=True):
                     if value is not None:
                         values[key.decode() if isinstance(key, bytes) else key] = int(value)
-            return values
+            return floor, values
         except CLIENT_ERRORS:
             return None
 

@@ -376,3 +376,4 @@ def _shown_from(args: list[str]) -> str:
     if not urls:
         urls = os.environ.get("FENCELOCK_URL", "").split()
     return _shown(tuple(urls))
+from . import nodes as _nodes  # noqa: E402,F401  (`fencelock nodes`: registers itself on `cli`)

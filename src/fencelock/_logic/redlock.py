@@ -10,18 +10,25 @@ grant that node saw second needed a larger `t`. A holder that paused past its TT
 fence than the holder after it. Clocks (TTL expiry, client drift, a server's clock jumping) decide *when* a grant
 is possible, never *which* fence it gets.
 
-That holds while no node's `hwm` goes backwards. A node that lost its data (restarted without fsync) comes back
-without its marker key; it refuses everything until it is repaired:
+That holds while no node's `hwm` goes backwards. A node counts only while it has its marker key; a node that lost
+its data (restarted without fsync) comes back without it, and every unmarked data set is brought back by one of
+three exits (`plan_heal`; the reasons are in docs/design/redlock.md):
 
-1. quarantine: it stays out for `repair_delay` (longer than any TTL in use), so every attempt that was in flight
-   when it crashed has either finished or failed its validity check;
-2. repair: its `hwm` for every name becomes the maximum over a quorum of the *other* nodes. Any earlier grant's
-   quorum shares a node with that quorum, so the repaired `hwm` is at least every fence granted so far;
-3. only then it gets its marker back and counts again.
+1. fresh: a data set first seen less than `FRESH_WINDOW` ago, never marked, answers "fresh" to every client. A
+   client that hears "fresh" from *every* node in one look claims each for the deployment it saw (the digest
+   of all nonces), and once every claim held marks them all: a new deployment, nothing to lose. Concurrent
+   clients see the same nonces, so their claims agree and they all mark (idempotent); a look that straddled
+   another client's marks and a node's loss has another digest, and its claim fails;
+2. repair: any other unmarked data set is quarantined for `repair_delay` (longer than any TTL in use) from when it
+   was first seen, so every lease from before the loss has expired. Then its `hwm` for every name becomes the
+   maximum over a quorum of the *other*, ready nodes (any earlier grant's quorum shares a node with it);
+3. floor: with fewer than a quorum of ready others (a minority down at first contact, a crashed initialisation, a
+   majority restarted empty), it gets the maximum of what the ready others answered and a *floor* taken from its
+   own clock in microseconds, far above any counter: fences keep increasing as long as no node's clock is behind
+   an earlier floor by more than the proposals made since.
 
-A brand-new deployment (every node answers "fresh") counts at once. With any node silent, "fresh" nodes are
-treated as nodes that lost their data: a majority that is unreachable while the rest restarted empty must not
-look like a new deployment.
+Each data set has a random nonce (its incarnation), and the mark lands only on the incarnation the client looked
+at, after its quarantine: a node that loses its data again mid-repair is never marked with what it lost.
 
 `NodeModel` is the acceptor as plain Python: the specification `_scripts/redlock_acquire.lua` implements, and the
 model the Hypothesis state machine in `tests/test_redlock_model.py` runs against.
@@ -30,11 +37,20 @@ model the Hypothesis state machine in `tests/test_redlock_model.py` runs against
 from __future__ import annotations
 
 import enum
+import hashlib
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 DEFAULT_REPAIR_DELAY = 60.0
 """Seconds a node that lost its data stays out before it is repaired: must exceed the longest TTL in use."""
+
+FRESH_WINDOW = 5.0
+"""Seconds a never-marked data set answers "fresh" after it is first seen (at most the repair delay)."""
+
+
+def fresh_window(repair_delay: float) -> float:
+    return min(FRESH_WINDOW, repair_delay)
 
 MAX_ROUNDS = 3
 """Proposals one attempt may make: a refusal for a stale `t` teaches the client the nodes' hwm at once."""
@@ -162,22 +178,185 @@ def repaired_hwm(others: Sequence[Mapping[str, int]], n: int) -> dict[str, int] 
 
 
 class Gate(enum.Enum):
-    """What a node without its marker key needs, as `_scripts/redlock_gate.lua` answers."""
+    """Where a node's data set stands, as `_scripts/redlock_gate.lua` answers."""
 
     READY = "ready"               # it has its marker: it counts
-    FRESH = "fresh"               # no client saw this data set before: a new node, or one that lost everything
-    QUARANTINED = "quarantined"   # lost its data; waiting out the repair delay
-    REPAIRABLE = "repairable"     # lost its data, and the delay is over: repair it now
+    FRESH = "fresh"               # first seen less than the fresh window ago, never marked
+    QUARANTINED = "quarantined"   # unmarked; waiting out the repair delay
+    REPAIRABLE = "repairable"     # unmarked, and the delay is over: repair it now
     UNKNOWN = "unknown"           # the node did not answer
+
+
+@dataclass(frozen=True)
+class GateView:
+    """One node's gate answer: its state, its incarnation, seconds until its quarantine ends, and its floor."""
+
+    gate: Gate
+    nonce: str = ""
+    left: float = 0.0
+    floor: int = 0
+
+    @classmethod
+    def decode(cls, raw: Sequence[object]) -> GateView:
+        state, nonce, left, floor = (x.decode() if isinstance(x, bytes) else x for x in raw)
+        return cls(Gate(str(state)), str(nonce), int(str(left)) / 1000.0, int(str(floor)))
+
+
+@dataclass(frozen=True)
+class Repair:
+    """Raise node `node` (incarnation `nonce`) from the ready nodes `sources`, then mark it.
+
+    `clock`: fewer than a quorum of ready others, so its floor is also taken from its own clock."""
+
+    node: int
+    nonce: str
+    sources: tuple[int, ...]
+    clock: bool
+
+
+@dataclass(frozen=True)
+class HealPlan:
+    fresh: tuple[int, ...] = ()         # a new deployment: mark these at once
+    repairs: tuple[Repair, ...] = ()
+    plain: tuple[int, ...] = ()         # repair=False: plain Redlock marks every unmarked node at once, empty
+
+    def __bool__(self) -> bool:
+        return bool(self.fresh or self.repairs or self.plain)
+
+
+def deployment_id(views: Sequence[GateView | None]) -> str:
+    """A new deployment as one look saw it: the digest of every node's nonce. Every client that looked at the
+    same data sets computes the same one, and a node is claimed for one only (`redlock_mark.lua`, claim)."""
+    joined = "|".join("" if view is None else view.nonce for view in views)
+    return hashlib.sha256(joined.encode()).hexdigest()[:32]
+
+
+def plan_heal(views: Sequence[GateView | None], n: int, repair: bool = True) -> HealPlan:
+    """What a client does after one look at every node's gate (None: no answer)."""
+    if all(v is not None and v.gate is Gate.FRESH for v in views):
+        return HealPlan(fresh=tuple(range(n)))  # every node answered, none was ever used: a new deployment
+    answered = [(i, v) for i, v in enumerate(views) if v is not None and v.gate is not Gate.UNKNOWN]
+    if not repair:
+        return HealPlan(plain=tuple(i for i, v in answered if v.gate is not Gate.READY))
+    ready = tuple(i for i, v in answered if v.gate is Gate.READY)
+    return HealPlan(repairs=tuple(Repair(i, v.nonce, ready, len(ready) < quorum(n))
+                                  for i, v in answered if v.gate is Gate.REPAIRABLE))
+
+
+def repaired(others: Sequence[tuple[int, Mapping[str, int]]], n: int, clock: bool) -> tuple[int, dict[str, int]] | None:
+    """The floor and hwm to give a repaired node: the maximum over the others' (floor, hwm) answers.
+
+    Without `clock`, fewer than a quorum of others is None: only a quorum of others is sure to share a node with
+    every earlier grant. With it, whatever answered is merged, and the node's clock supplies the rest.
+    """
+    if not clock and len(others) < quorum(n):
+        return None
+    merged = repaired_hwm([values for _, values in others], 0) or {}
+    return max((floor for floor, _ in others), default=0), merged
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One Redlock node as an operator sees it (`fencelock nodes`, `Locks.nodes()`). Never shows a password."""
+
+    node: str                        # the node as shown (URL without its password)
+    reachable: bool
+    ready: bool
+    state: str                       # ready, fresh, quarantined, repairable or unreachable
+    quarantine_left: float | None    # seconds until its quarantine ends (fresh, quarantined)
+    quarantined_until: float | None  # ... as a Unix time, by this machine's clock
+    repairable: bool
+    floor: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {"node": self.node, "reachable": self.reachable, "ready": self.ready, "state": self.state,
+                "quarantine_left": self.quarantine_left, "quarantined_until": self.quarantined_until,
+                "repairable": self.repairable, "floor": self.floor}
+
+    def describe(self) -> str:
+        if self.state == "unreachable":
+            return f"{self.node}: unreachable"
+        if self.quarantine_left is not None and self.quarantined_until is not None:
+            until = time.strftime("%H:%M:%S UTC", time.gmtime(self.quarantined_until))
+            waits = "fresh (new or emptied; counts at once only if every node is)" if self.state == "fresh" \
+                else "quarantined"
+            return f"{self.node}: {waits}, repairable in {self.quarantine_left:.1f} s (at {until})"
+        return f"{self.node}: {self.state}"
+
+
+def node_states(shown: Sequence[str], views: Sequence[GateView | None], now: float) -> list[NodeState]:
+    """The operator's records from one look (`now`: this machine's Unix time)."""
+    states = []
+    for where, view in zip(shown, views, strict=True):
+        if view is None or view.gate is Gate.UNKNOWN:
+            states.append(NodeState(where, False, False, "unreachable", None, None, False))
+            continue
+        waiting = view.gate in (Gate.FRESH, Gate.QUARANTINED)
+        states.append(NodeState(where, True, view.gate is Gate.READY, view.gate.value,
+                                view.left if waiting else None, now + view.left if waiting else None,
+                                view.gate is Gate.REPAIRABLE, view.floor))
+    return states
+
+
+@dataclass(frozen=True)
+class Verdict:
+    available: bool
+    ready: int
+    needed: int
+    eta: float | None    # seconds until a quorum can be ready at the latest (None: not while nodes are out)
+    text: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {"available": self.available, "ready": self.ready, "needed": self.needed, "eta": self.eta,
+                "verdict": self.text}
+
+
+@dataclass(frozen=True)
+class NodesReport:
+    """`Locks.nodes()`: every Redlock node's record, and the deployment's verdict."""
+
+    nodes: tuple[NodeState, ...]
+    verdict: Verdict
+
+    def as_dict(self) -> dict[str, object]:
+        return {**self.verdict.as_dict(), "nodes": [node.as_dict() for node in self.nodes]}
+
+
+def verdict(states: Sequence[NodeState], n: int) -> Verdict:
+    """The deployment as a whole: can a lock be granted now, and if not, when at the latest."""
+    q = quorum(n)
+    ready = sum(s.ready for s in states)
+    reachable = [s for s in states if s.reachable]
+    if ready >= q:
+        return Verdict(True, ready, q, 0.0, f"available: {ready} of {n} nodes ready, {q} needed")
+    if len(reachable) < q:
+        return Verdict(False, ready, q, None, f"unavailable: only {len(reachable)} of {n} nodes reachable, "
+                                              f"{q} needed; start or reach the others")
+    if len(reachable) == n and all(s.state == "fresh" for s in states):
+        return Verdict(False, ready, q, 0.0, "new: every node is fresh; the first acquire marks them all")
+    lefts = sorted(0.0 if s.quarantine_left is None else s.quarantine_left for s in reachable if not s.ready)
+    eta = lefts[q - ready - 1]
+    return Verdict(False, ready, q, eta, f"unavailable: {ready} of {n} nodes ready, {q} needed; the next acquire "
+                                         f"repairs enough of them in {eta:.1f} s at the latest")
 
 
 @dataclass
 class NodeModel:
-    """One node's acceptor state, as the Lua scripts keep it (used as the specification and in the model test)."""
+    """One node's state, as the Lua scripts keep it (used as the specification and in the model tests).
+
+    Times are seconds on the node's clock; `clock_us` turns them into the microseconds a floor is taken from.
+    """
 
     ready: bool = True
     hwm: dict[str, int] = field(default_factory=dict)
     locks: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> (token, expires_at)
+    floor: int = 0
+    nonce: str | None = None     # the incarnation (None: this data set was never looked at)
+    born: float = 0.0
+    until: float = 0.0
+    fresh: bool = False
+    legacy: bool = False         # a key an older fencelock left (fencelock:redlock:seen)
+    claim: str | None = None     # the new deployment this data set was claimed for (see `deployment_id`)
 
     def acquire(self, name: str, token: str, t: int, ttl: float, now: float) -> Answer:
         if not self.ready:
@@ -186,7 +365,7 @@ class NodeModel:
         if held is not None and held[1] <= now:
             del self.locks[name]
             held = None
-        hwm = self.hwm.get(name, 0)
+        hwm = max(self.hwm.get(name, 0), self.floor)
         if held is not None and held[0] != token:
             return Answer(Reply.HELD, hwm, held[1] - now)
         # Free, or held by this same acquisition (an earlier round, or a retry): grant t above the hwm, and the
@@ -210,7 +389,64 @@ class NodeModel:
         return False
 
     def lose_data(self) -> None:
-        """Restart without persistence: everything is gone, the marker too."""
+        """Restart without persistence: everything is gone, the marker and the incarnation too."""
         self.ready = False
         self.hwm.clear()
         self.locks.clear()
+        self.floor = 0
+        self.nonce = None
+        self.born = self.until = 0.0
+        self.fresh = self.legacy = False
+        self.claim = None
+
+    def gate(self, now: float, delay: float, window: float, nonce: str, peek: bool = False) -> GateView:
+        """`redlock_gate.lua`: the first look at a data set starts its fresh window and its quarantine."""
+        if self.ready:
+            return GateView(Gate.READY, self.nonce or "", 0.0, self.floor)
+        born, until, fresh, seen = self.born, self.until, self.fresh, self.nonce
+        if seen is None:
+            born, until, fresh = now, now + delay, not self.legacy
+            if not peek:
+                self.nonce, self.born, self.until, self.fresh = nonce, born, until, fresh
+                seen = nonce
+        if fresh and now < born + window:
+            return GateView(Gate.FRESH, seen or "", until - now)
+        if now < until:
+            return GateView(Gate.QUARANTINED, seen or "", until - now)
+        return GateView(Gate.REPAIRABLE, seen or "")
+
+    def mark(self, nonce: str, mode: str, floor: int, clock: bool, values: Mapping[str, int], now: float,
+             clock_us: int, deployment: str = "") -> int:
+        """`redlock_mark.lua`: 1 done, 0 already marked, -1 another (or not a new) data set, -2 quarantined."""
+        if mode == "claim":
+            if self.nonce != nonce:
+                return -1
+            if self.claim is not None:
+                return 1 if self.claim == deployment else -1
+            if self.ready or not self.fresh:
+                return -1
+            self.claim = deployment
+            return 1
+        if self.ready:
+            return 0
+        if mode != "plain" and self.nonce != nonce:
+            return -1
+        if mode == "fresh":
+            if self.claim != deployment:
+                return -1
+            self.floor, self.ready = 0, True
+            return 1
+        if mode == "repair" and now < self.until:
+            return -2
+        for key, value in values.items():
+            if value > self.hwm.get(key, 0):
+                self.hwm[key] = value
+        if mode == "raise":
+            return 1
+        self.floor = max(floor, clock_us) if clock else floor
+        self.ready = True
+        return 1
+
+    def fences(self) -> tuple[int, dict[str, int]] | None:
+        """What a repair reads from a ready node: its floor and hwm (None: it is not ready)."""
+        return (self.floor, dict(self.hwm)) if self.ready else None

@@ -3,7 +3,8 @@
 --
 -- KEYS[1]  lock key      fencelock:{name}:lock
 -- KEYS[2]  hwm key       fencelock:{name}:fence   (the highest proposal this node granted, no TTL)
--- KEYS[3]  marker key    fencelock:redlock:node   (absent: the node lost its data and is not repaired)
+-- KEYS[3]  marker key    fencelock:redlock:node   (absent: the node lost its data and is not repaired;
+--                        'floor:<digits>': every hwm here counts as at least that, see redlock_mark.lua)
 -- KEYS[4]  waiters key   fencelock:{name}:waiters (marker: someone waits for a release)
 -- ARGV[1]  token         the acquisition's token
 -- ARGV[2]  ttl           milliseconds
@@ -13,10 +14,15 @@
 --          {0, hwm, pttl}   refused: the key is held, pttl = its milliseconds left
 --          {0, hwm, -1}     refused: the key is free but t <= hwm (propose again above hwm)
 --          {-1, 0, 0}       the node is not ready (lost its data): it does not count until repaired
-if redis.call('EXISTS', KEYS[3]) == 0 then
+local marker = redis.call('GET', KEYS[3])
+if not marker then
   return {-1, 0, 0}
 end
 local hwm = tonumber(redis.call('GET', KEYS[2]) or '0')
+local floor = tonumber(string.match(marker, '^floor:(%d+)$') or '0')
+if floor > hwm then
+  hwm = floor -- doubles: exact for integers below 2^53 (a clock in microseconds is below 2^51)
+end
 local t = tonumber(ARGV[3])
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then
