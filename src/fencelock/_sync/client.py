@@ -202,9 +202,13 @@ class Lease:
         kind = backend_kind(self._backend)
         try:
             extended = self._backend.extend(self.name, self.token, self.fence, ttl_ms(new_ttl))
-        except BackendError as exc:
-            emit("failed", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at,
-                 error=str(exc))
+        except BaseException as exc:
+            # Unknown outcome (no reply, a reset, a cancellation): the server may have applied the new TTL. A
+            # shorter one then bounds what the lease may claim; a longer one is not counted until confirmed.
+            self._valid_until = min(self._valid_until, validity_end(new_ttl, sent_at))
+            if isinstance(exc, BackendError):
+                emit("failed", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at,
+                     error=str(exc))
             raise
         if not extended:
             self._lose("the server says it expired or was taken by another holder", "extend")
