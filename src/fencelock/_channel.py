@@ -51,6 +51,21 @@ class Unwritten(RedisConnectionError):
     """Writing the request failed, the connection being closed already: it never reached the server."""
 
 
+def readable(socks: list[Any], timeout: float) -> list[Any]:
+    """The sockets of `socks` with something to read (a reply, an end of file, an error) within `timeout` s.
+
+    `poll`, where there is one: `select` refuses descriptors numbered 1024 and above."""
+    if not hasattr(select, "poll"):
+        return list(select.select(socks, [], [], timeout)[0])
+    poller = select.poll()
+    by_fd = {}
+    for sock in socks:
+        fd = sock.fileno()
+        by_fd[fd] = sock
+        poller.register(fd, select.POLLIN | select.POLLPRI)
+    return [by_fd[fd] for fd, _ in poller.poll(max(0.0, timeout) * 1000.0)]
+
+
 def closed_by_peer(sock: Any) -> bool:
     """An idle connection's socket that the server has closed (or sent something to unasked): not to be used.
 

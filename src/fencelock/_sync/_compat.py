@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import select
 import threading
 import time
 from collections import deque
@@ -27,6 +26,7 @@ from .._channel import (
     encode,
     last_sent,
     may_resend,
+    readable,
 )
 from .._logic import resp
 
@@ -372,7 +372,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                         done(i, request.channel.not_sent(sent))
             if waiting:
                 others = threads or deferred
-                ready, _, _ = select.select(list(waiting), [], [], min(remaining, 0.002) if others else remaining)
+                ready = readable(list(waiting), min(remaining, 0.002) if others else remaining)
             elif threads or deferred:
                 wait([*threads, *(before[0] for _, _, before in deferred.values())], timeout=remaining,
                      return_when=FIRST_COMPLETED)
