@@ -14,9 +14,30 @@ def accepts(fence: int, highest: int | None) -> bool:
     return highest is None or fence >= highest
 
 
+MAX_FENCE = 2**53
+"""The highest fence a guard takes: exact in a Lua number (the Redis guard compares fences in Lua), far above any
+fence a lock service hands out."""
+
+
 def check_fence(fence: object, name: object = None) -> int:
     if isinstance(fence, bool) or not isinstance(fence, int):
         raise TypeError(f"fence must be an int, got {type(fence).__name__} {fence!r} (lock {name!r})")
-    if fence < 1:
-        raise ValueError(f"fence must be >= 1, got {fence!r} (lock {name!r})")
+    if not 1 <= fence <= MAX_FENCE:
+        raise ValueError(f"fence must be from 1 to 2**53, got {fence!r} (lock {name!r})")
     return fence
+
+
+def check_value(value: object, name: object = None) -> str | bytes | int | float:
+    """A value a guard can store: str (UTF-8 encodable), bytes, int or finite float; never a bool or None."""
+    if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
+        raise TypeError(f"value must be str, bytes, int or float, got {type(value).__name__} {value!r} "
+                        f"(lock {name!r})")
+    if isinstance(value, float) and value != value:
+        raise ValueError(f"value must not be NaN (lock {name!r})")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"value must be encodable as UTF-8 (it holds a lone surrogate) (lock {name!r})") \
+                from None
+    return value
