@@ -28,7 +28,7 @@ _PASSED_OPTIONS = {"db", "password", "username", "ssl_cert_reqs", "ssl_ca_certs"
 
 @dataclass(frozen=True)
 class RedisTarget:
-    url: str                      # what redis-py's from_url gets (scheme without "+cluster", our options removed)
+    url: str = field(repr=False)  # what redis-py's from_url gets (scheme without "+cluster", our options removed)
     cluster: bool
     options: dict[str, float] = field(default_factory=dict)
     shown: str = ""               # the URL with the password masked, for messages
