@@ -196,6 +196,11 @@ def _connect_cases(server: RedisServer) -> list[tuple[str, Callable[[], Any], ty
         ("redlock-opts-for-one", lambda: fencelock.connect(one, node_timeout=1.0), ValueError, "node_timeout"),
         ("url-socket-timeout-nan", lambda: fencelock.connect(one + "?socket_timeout=nan"), ValueError, "url"),
         ("url-socket-timeout-inf", lambda: fencelock.connect(one + "?socket_timeout=inf"), ValueError, "url"),
+        ("url-socket-timeout-1e300", lambda: fencelock.connect(one + "?socket_timeout=1e300"), ValueError, "url"),
+        ("url-etcd-timeout-1e300", lambda: fencelock.connect("etcd://127.0.0.1:2379?timeout=1e300"), ValueError,
+         "url"),
+        ("url-zookeeper-timeout-1e300", lambda: fencelock.connect("zookeeper://127.0.0.1:2181?timeout=1e300"),
+         ValueError, "url"),
         ("url-int", lambda: fencelock.connect(6379), TypeError, "url"),  # type: ignore[arg-type]
     ]
 
