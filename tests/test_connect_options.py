@@ -18,6 +18,7 @@ import redis
 import redis.asyncio
 
 import fencelock
+from fencelock.testing.servers import free_port
 
 OPTIONS: list[dict[str, Any]] = [
     {"node_timeout": 0.2},
@@ -105,7 +106,8 @@ def test_the_defaults_stay_accepted_for_every_url(kind: str, listener: socket.so
 
 def test_redlock_still_takes_its_options_and_checks_them(listener: socket.socket) -> None:
     port = listener.getsockname()[1]
-    urls = [f"redis://127.0.0.1:{port}/{db}" for db in range(3)]
+    # three servers (one database each: databases of one server are not independent nodes); only the first listens
+    urls = [f"redis://127.0.0.1:{p}/0" for p in (port, free_port(), free_port())]
     backend: Any
     for locks in (fencelock.connect(urls), fencelock.connect(urls, node_timeout=0.2, repair=False,
                                                              repair_delay=5.0)):

@@ -155,3 +155,40 @@ def test_an_async_with_exit_cancelled_during_its_release_stops_renewal(own_serve
             assert time.monotonic() < exited_at + TTL
 
     asyncio.run(main())
+
+
+def _stall(proxies: list[Proxy]) -> None:
+    for proxy in proxies:
+        proxy.stall()
+
+
+def test_a_redlock_exit_whose_release_fails_never_renews_on_any_node(name: str) -> None:
+    """Redlock: the stalled release may still be delivered when the connections heal (its channels keep them);
+    either way no node's key is renewed after the exit, and the lease's release then succeeds."""
+    from fencelock.testing.servers import RedisNodes
+
+    from .conftest import _require_server_binary
+
+    _require_server_binary()
+    with RedisNodes(3) as nodes:
+        proxies = [Proxy(node.host, node.port).start() for node in nodes.nodes]
+        try:
+            raws = [node.client() for node in nodes.nodes]
+            with fencelock.connect([_url(proxy, 0.3) for proxy in proxies], node_timeout=0.3) as locks:
+                with pytest.raises(fencelock.BackendError) as info, locks.lock(name, ttl=TTL) as lease:
+                    _stall(proxies)
+                for proxy in proxies:
+                    proxy.heal()
+                assert info.value.lease is lease
+                last = [_pttl(raw, name) for raw in raws]   # -2: the late release already deleted it there
+                started = time.monotonic()
+                while time.monotonic() - started < WATCH:
+                    time.sleep(0.05)
+                    now = [_pttl(raw, name) for raw in raws]
+                    assert all(b <= a for a, b in zip(last, now, strict=True)), (last, now)
+                    last = now
+                info.value.lease.release()
+                assert not any(raw.exists(redis_keys(name).lock) for raw in raws)
+        finally:
+            for proxy in proxies:
+                proxy.close()

@@ -192,3 +192,17 @@ def test_an_interactive_command_still_reads_the_terminal(standalone: RedisServer
         os.close(master)
     assert status == 0, out
     assert got.read_text().strip() == "yes"
+
+
+# -- the rule for leftovers, on a fake clock -------------------------------------------------------------------
+
+def test_leftovers_get_sigterm_then_sigkill_after_the_grace_then_are_given_up_on() -> None:
+    from fencelock._logic.exits import KILL_WAIT, Step, after_exit
+
+    assert after_exit(None, None, 100.0, 2.0) == Step(signal.SIGTERM, 102.0)
+    assert after_exit(100.0, None, 101.9, 2.0) == Step(None, 102.0)          # within the grace: wait
+    assert after_exit(100.0, None, 102.0, 2.0) == Step(signal.SIGKILL, 102.0 + KILL_WAIT)
+    assert after_exit(100.0, 102.0, 103.0, 2.0) == Step(None, 102.0 + KILL_WAIT)
+    assert after_exit(100.0, 102.0, 102.0 + KILL_WAIT, 2.0) == Step(None, None)  # give up, release anyway
+    # a loss that already sent SIGTERM counts its grace from then, not from the main process's end
+    assert after_exit(90.0, None, 100.0, 2.0) == Step(signal.SIGKILL, 100.0 + KILL_WAIT)

@@ -23,7 +23,9 @@ import pytest
 import fencelock
 import fencelock.aio
 from fencelock._cli.commands import run_cli
-from fencelock._logic.urls import redact
+from fencelock._logic.etcd import parse_etcd_url
+from fencelock._logic.urls import parse_redis_url, redact
+from fencelock._logic.zookeeper import parse_zookeeper_url
 from fencelock.testing.servers import RedisServer, free_port
 
 from .conftest import _require_server_binary
@@ -104,6 +106,11 @@ def every_log_record(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 @pytest.mark.parametrize("url", URLS)
 def test_no_password_in_any_message_or_repr_sync(url: str) -> None:
     _clean(redact(url), "redact()")
+    for parse in (parse_redis_url, parse_etcd_url, parse_zookeeper_url):
+        try:
+            _clean(repr(parse(url)), f"repr({parse.__name__}())")
+        except (ValueError, TypeError) as exc:
+            _clean_error(exc, f"{parse.__name__}()")
     try:
         locks = fencelock.connect(url)
     except (ValueError, TypeError, fencelock.LockError, ImportError) as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,7 +12,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from .._errors import BackendError
-from .._logic.args import check_ttl
+from .._logic.args import check_flag, check_text, check_ttl
 from .._logic.etcd import is_etcd_url, parse_etcd_url
 from .._logic.fences import DEFAULT_FENCE_RETENTION, check_fence_retention
 from .._logic.keys import PREFIX
@@ -48,7 +50,7 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     is not closed by `close()`; a client made from a URL has no command retries (fencelock retries only what is
     safe to retry) and a socket timeout of 2 s unless the URL says otherwise.
     """
-    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+    if "{" in check_text(prefix, "prefix") or "}" in prefix:
         raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
     retention = DEFAULT_FENCE_RETENTION if fence_retention is None else check_fence_retention(fence_retention)
     if fence_retention is not None:
@@ -151,14 +153,13 @@ def _client_options(overrides: dict[str, float]) -> dict[str, Any]:
 def _redlock(targets: list[str | Redis], *, prefix: str, node_timeout: float | None, repair: bool,
              repair_delay: float) -> AsyncLocks:
     check_node_count(len(targets))
-    if not isinstance(repair, bool):
-        raise TypeError(f"repair must be True or False, got {repair!r}")
+    check_flag(repair, "repair")
     if node_timeout is not None:
         check_ttl(node_timeout, None, "node_timeout")
     check_ttl(repair_delay, None, "repair_delay")
     clients: list[Redis] = []
     shown: list[str] = []
-    places: set[str] = set()
+    places: dict[str, str] = {}
     given = [isinstance(target, Redis) for target in targets]
     if any(given) and not all(given):
         raise TypeError("url: give Redlock nodes all as URLs or all as redis-py clients, not mixed")
@@ -171,20 +172,28 @@ def _redlock(targets: list[str | Redis], *, prefix: str, node_timeout: float | N
             if parsed.cluster:
                 raise ValueError(f"url {parsed.shown!r}: Redlock nodes are independent masters, not a Redis Cluster")
             client, where = Redis.from_url(parsed.url, **_client_options(parsed.options)), parsed.shown
-        place = _place(client)
-        if place in places:
-            raise ValueError(f"url: {where} is listed twice; Redlock needs independent nodes")
-        places.add(place)
+        for place in _places(client):
+            if place in places:
+                raise ValueError(f"url: {where} and {places[place]} are one server ({place}), listed twice; "
+                                 "Redlock needs independent nodes")
+            places[place] = where
         clients.append(client)
         shown.append(where)
     return AsyncLocks(AsyncRedlockBackend(clients, owns_clients=not all(given), shown=shown, prefix=prefix,
                                           node_timeout=node_timeout, repair=repair, repair_delay=repair_delay))
 
 
-def _place(client: Redis) -> str:
-    """Where a node really is (host, port, db), to catch the same node listed twice."""
+def _places(client: Redis) -> set[str]:
+    """Where a node really is: its socket file, or every address its host resolves to with its port. Two nodes
+    sharing one are one server (another database number on it is not another node)."""
     kwargs = client.connection_pool.connection_kwargs
-    host = str(kwargs.get("path") or kwargs.get("host", "localhost")).lower()
-    if host in ("localhost", "::1"):
-        host = "127.0.0.1"
-    return f"{host}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+    if kwargs.get("path"):
+        return {os.path.realpath(str(kwargs["path"]))}
+    host, port = str(kwargs.get("host", "localhost")), int(kwargs.get("port", 6379))
+    try:  # numeric hosts and /etc/hosts answer at once; a name the resolver does not know stays as written
+        found = {f"{info[4][0]}:{port}" for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    except (OSError, UnicodeError):
+        found = set()
+    if host.lower() == "localhost" or any(address.startswith(("127.", "::1:")) for address in found):
+        found |= {f"loopback:{port}"}  # 127.0.0.1, ::1 and localhost: one loopback server on one port
+    return found or {f"{host.lower()}:{port}"}

@@ -12,8 +12,8 @@ from typing import Any
 from redis.asyncio import Redis, RedisCluster
 
 from .._errors import BackendError, StaleFence
-from .._logic.args import check_name
-from .._logic.fencing import check_fence
+from .._logic.args import check_name, check_text
+from .._logic.fencing import check_fence, check_value
 from .._logic.keys import PREFIX, tag
 from .._scripts import GUARD_SET
 from .redis import CLIENT_ERRORS, run_script
@@ -28,7 +28,8 @@ class AsyncRedisGuard:
 
     def key(self, name: str, suffix: str) -> str:
         """A data key in the same hash slot as `name`'s guard key: use it for guarded data on Redis Cluster."""
-        return f"{tag(check_name(name), self._prefix)}:data:{suffix}"
+        name = check_name(name)
+        return f"{tag(name, self._prefix)}:data:{check_text(suffix, 'suffix', name)}"
 
     def _guard_key(self, name: str) -> str:
         return f"{tag(name, self._prefix)}:guard"
@@ -37,8 +38,8 @@ class AsyncRedisGuard:
         """SET `key` to `value` if `fence` is at least the highest fence accepted for `name`; else `StaleFence`."""
         name = check_name(name)
         fence = check_fence(fence, name)
-        if not isinstance(key, str) or not key:
-            raise TypeError(f"key must be a non-empty str, got {key!r} (lock {name!r})")
+        key = check_text(key, "key", name)
+        value = check_value(value, name)
         accepted, highest = await run_script(self._client, GUARD_SET, [self._guard_key(name), key],
                                              [str(fence), value], name=name, where="the guarded Redis")
         if accepted != 1:

@@ -22,6 +22,7 @@ import fencelock
 
 from .._errors import BackendError, LockError, LockLost, MissingExtra
 from .._logic import exits
+from .._logic.args import MAX_SECONDS
 from .._logic.exits import DEFAULT_GRACE, OnLost
 from .._logic.urls import redact
 from .show import as_json, describe, error, status_line, table
@@ -124,8 +125,9 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, non
     """Run COMMAND while holding the lock NAME, then release it.
 
     COMMAND runs only once NAME is acquired, with FENCELOCK_NAME, FENCELOCK_FENCE (the fencing token: pass it
-    to your storage) and FENCELOCK_TOKEN (the lease's secret; never log it) in its environment. SIGINT, SIGTERM
-    and SIGHUP are passed on to COMMAND, and the lock is released after it exits.
+    to your storage) and FENCELOCK_TOKEN (the lease's secret; never log it) in its environment. COMMAND runs in
+    a process group of its own: SIGINT, SIGTERM and SIGHUP are passed on to the whole group, a lost lock stops
+    the whole group, and what COMMAND leaves running is stopped before the lock is released after it exits.
 
     \b
     Exit status:
@@ -143,8 +145,9 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, non
     """
     from .supervise import run as supervise
 
-    if grace < 0:
-        raise click.BadParameter("must be at least 0", param_hint="--grace")
+    if not 0 <= grace <= MAX_SECONDS:  # (NaN fails this too)
+        raise click.BadParameter(f"must be a number of seconds from 0 to {MAX_SECONDS:.0f}, got {grace!r}",
+                                 param_hint="--grace")
     with _connect(urls) as locks:
         return supervise(locks, name, command, ttl=ttl, wait=0.0 if nonblock else wait, busy_status=busy_status,
                          on_lost=OnLost(on_lost), grace=grace, quiet=quiet)

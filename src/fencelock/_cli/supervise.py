@@ -28,7 +28,7 @@ from typing import Any
 
 from .._errors import BackendError, LockLost, NotAcquired
 from .._logic import exits
-from .._logic.exits import OnLost, after_loss, shell_status
+from .._logic.exits import KILL_WAIT, OnLost, after_exit, after_loss, shell_status
 from .._sync.client import Lease, Locks
 from .show import describe, error, note
 
@@ -171,34 +171,28 @@ def _watch(child: subprocess.Popen[bytes], group: int, name: str, received: list
             next_at = step.next_at
 
 
-KILL_WAIT = 5.0
-"""Seconds to wait for a process group to vanish after SIGKILL (a process in uninterruptible sleep lingers)."""
-
-
 def _stop_leftovers(group: int, name: str, received: list[int], termed_at: float | None, grace: float) -> None:
     """The main process has ended: what it left running in its group would go on without the lock, so it is
-    stopped before the release, SIGTERM then SIGKILL after `grace` (counted from `termed_at` if the loss already
-    sent SIGTERM)."""
+    stopped before the release, as `after_exit` says (`termed_at`: the loss already sent SIGTERM then)."""
     if not _group_alive(group):
         return
-    now = time.monotonic()
-    if termed_at is None:
-        note(f"the command left processes running in its process group {group}; sent them SIGTERM, SIGKILL in "
-             f"{grace:g} s if they have not exited")
-        _send(group, signal.SIGTERM)
-        termed_at = now
-    kill_at, killed_at = termed_at + grace, None
+    killed_at: float | None = None
     while _group_alive(group):
         while received:
             _send(group, received.pop(0))
         now = time.monotonic()
-        if killed_at is None and now >= kill_at:
+        step = after_exit(termed_at, killed_at, now, grace)
+        if step.signal == signal.SIGTERM:
+            note(f"the command left processes running in its process group {group}; sent them SIGTERM, SIGKILL "
+                 f"in {grace:g} s if they have not exited")
+            termed_at = now
+        elif step.signal == signal.SIGKILL:
             note(f"processes of group {group} did not exit within {grace:g} s of SIGTERM; sent SIGKILL")
-            _send(group, signal.SIGKILL)
             killed_at = now
-        elif killed_at is not None and now >= killed_at + KILL_WAIT:
+        elif step.next_at is None:
             error(f"processes of group {group} outlived SIGKILL for {KILL_WAIT:g} s; releasing lock {name!r} anyway")
             return
+        _send(group, step.signal)
         time.sleep(POLL)
 
 

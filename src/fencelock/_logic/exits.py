@@ -61,3 +61,22 @@ def after_loss(policy: OnLost, lost_at: float, now: float, grace: float, termed:
     if now >= lost_at + grace:
         return Step(signal.SIGKILL, None)
     return Step(None, lost_at + grace)
+
+
+KILL_WAIT = 5.0
+"""Seconds to wait for a process group to vanish after SIGKILL (a process in uninterruptible sleep lingers)."""
+
+
+def after_exit(termed_at: float | None, killed_at: float | None, now: float, grace: float) -> Step:
+    """The next step for what a command left running in its process group once its main process ended (it would
+    run on without the lock): SIGTERM, SIGKILL `grace` seconds after it, then give up `KILL_WAIT` seconds later
+    (`next_at` None). `termed_at` / `killed_at`: when those were sent (None: not yet)."""
+    if termed_at is None:
+        return Step(signal.SIGTERM, now + grace)
+    if killed_at is None:
+        if now >= termed_at + grace:
+            return Step(signal.SIGKILL, now + KILL_WAIT)
+        return Step(None, termed_at + grace)
+    if now >= killed_at + KILL_WAIT:
+        return Step(None, None)
+    return Step(None, killed_at + KILL_WAIT)

@@ -27,3 +27,19 @@ def check_fence(fence: object, name: object = None) -> int:
     if fence > FENCE_LIMIT:
         raise ValueError(f"fence must be at most 2**63 - 1 (a 64-bit integer), got {fence!r} (lock {name!r})")
     return fence
+
+
+def check_value(value: object, name: object = None) -> str | bytes | int | float:
+    """A value a guard can store: str (UTF-8 encodable), bytes, int or finite float; never a bool or None."""
+    if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
+        raise TypeError(f"value must be str, bytes, int or float, got {type(value).__name__} {value!r} "
+                        f"(lock {name!r})")
+    if isinstance(value, float) and value != value:
+        raise ValueError(f"value must not be NaN (lock {name!r})")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"value must be encodable as UTF-8 (it holds a lone surrogate) (lock {name!r})") \
+                from None
+    return value

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from .args import MAX_SECONDS
+
 DEFAULT_SOCKET_TIMEOUT = 2.0
 """Seconds. A stopped server gives a `BackendError` within this, instead of redis-py's 5 s and ten retries."""
 
@@ -28,7 +30,7 @@ _PASSED_OPTIONS = {"db", "password", "username", "ssl_cert_reqs", "ssl_ca_certs"
 
 @dataclass(frozen=True)
 class RedisTarget:
-    url: str                      # what redis-py's from_url gets (scheme without "+cluster", our options removed)
+    url: str = field(repr=False)  # what redis-py's from_url gets (scheme without "+cluster", our options removed)
     cluster: bool
     options: dict[str, float] = field(default_factory=dict)
     shown: str = ""               # the URL with the password masked, for messages
@@ -152,6 +154,6 @@ def seconds_option(key: str, value: str, bad: Callable[[str], ValueError]) -> fl
         number = float(value)
     except ValueError:
         raise bad(f"{key} must be a number of seconds, got {value!r}") from None
-    if not math.isfinite(number) or number <= 0:
-        raise bad(f"{key} must be a positive number of seconds, got {value!r}")
+    if not math.isfinite(number) or not 0 < number <= MAX_SECONDS:
+        raise bad(f"{key} must be a positive number of seconds up to {MAX_SECONDS:.0f} (ten years), got {value!r}")
     return number

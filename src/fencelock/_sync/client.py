@@ -23,11 +23,11 @@ from .._events import backend_kind, emit
 from .._logic.args import (
     DEFAULT_TTL,
     DEFAULT_WAIT,
+    check_acquire,
+    check_flag,
     check_name,
     check_pattern,
-    check_renew,
     check_ttl,
-    check_wait,
     ttl_ms,
 )
 from .._logic.outcomes import Attempt, Released, State, after_release
@@ -311,22 +311,13 @@ class Locks:
         `wait` > 0) if the lock stayed busy, `BackendError` if the server failed. Never returns a lease that the
         server did not grant.
         """
-        name = check_name(name)
-        ttl = check_ttl(ttl, name)
-        wait_s = check_wait(wait, name)
-        renew_every = check_renew(renew, ttl, name)
-        if on_lost is not None and not callable(on_lost):
-            raise TypeError(f"on_lost must be callable, got {on_lost!r} (lock {name!r})")
-        if not isinstance(fair, bool):
-            raise TypeError(f"fair must be True or False, got {fair!r} (lock {name!r})")
-        if fair and not self._backend.supports_fair:
-            raise ValueError(f"fair=True needs a single Redis or a Redis Cluster, not {self._backend.shown} "
-                             f"(lock {name!r})")
+        args = check_acquire(name, ttl, wait, renew, on_lost, fair, supports_fair=self._backend.supports_fair,
+                             where=self._backend.shown)
         # This client's waiters on one name share its connections (`waiting`); etcd's and ZooKeeper's own queues
         # already make each waiter watch one key over the client's one connection.
-        seat = None if self._backend.always_queues else self._rooms.seat(name, fair)
+        seat = None if self._backend.always_queues else self._rooms.seat(args.name, args.fair)
         try:
-            return self._acquire(name, ttl, wait_s, renew_every, on_lost, fair, seat)
+            return self._acquire(args.name, args.ttl, args.wait, args.renew_every, on_lost, args.fair, seat)
         finally:
             if seat is not None:
                 seat.leave()
@@ -459,12 +450,10 @@ class Locks:
         (`cancel_on_lost=False` to let the body run on). A thread cannot be interrupted safely: call
         `lease.ensure()` before each critical write.
         """
-        # Checked now, so that a bad argument fails at the `lock()` call, before anything is sent.
-        check_renew(renew, check_ttl(ttl, check_name(name)), name)
-        check_wait(wait, name)
-        if fair and not self._backend.supports_fair:
-            raise ValueError(f"fair=True needs a single Redis or a Redis Cluster, not {self._backend.shown} "
-                             f"(lock {name!r})")
+        # Checked now, by the rule acquire() applies, so that a bad argument fails at the `lock()` call.
+        check_acquire(name, ttl, wait, renew, on_lost, fair, supports_fair=self._backend.supports_fair,
+                      where=self._backend.shown)
+        check_flag(cancel_on_lost, "cancel_on_lost", name)
         return LockContext(self, name, ttl, wait, renew, on_lost, cancel_on_lost, fair)
 
     # -- operators ----------------------------------------------------------------------------------------------
