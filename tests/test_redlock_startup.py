@@ -208,15 +208,21 @@ def test_a_wait_shorter_than_the_quarantine_ends_with_quorum_unavailable_never_a
     nodes = fresh.nodes
     locks = fencelock.connect(_urls(nodes), repair_delay=4.0)
     nodes[4].pause()
+    told: list[fencelock.LockEvent] = []
+    unsubscribe = fencelock.subscribe(told.append)
     try:
         started = time.monotonic()
         with pytest.raises(fencelock.QuorumUnavailable, match="repairable in"):
             locks.acquire(name, ttl=1.0, wait=1.0)
         assert time.monotonic() - started >= 1.0
+        out = [e for e in told if e.kind == "node_out" and e.name == name]  # operators hear of it (WARNING)
+        assert out
+        assert all(e.backend == "redlock" and e.error for e in out)
         lease = locks.acquire(name, ttl=1.0, wait=8.0)
         assert lease.fence > FLOOR
         lease.release()
     finally:
+        unsubscribe()
         nodes[4].resume()
     locks.close()
 

@@ -18,6 +18,7 @@ from typing import Any
 from redis import Redis
 
 from .._errors import BackendError, QuorumUnavailable
+from .._events import emit
 from .._logic.args import DEFAULT_TTL
 from .._logic.keys import PREFIX, RedisKeys, fair_keys, redis_keys
 from .._logic.outcomes import Attempt, Released
@@ -343,6 +344,9 @@ class RedlockBackend:
                     states[i] = NodeState(self._shown[i], False, False, "unreachable", None, None, False)
         found = verdict(states, self._n)
         parts = "; ".join(state.describe() for state in states)
+        for state in states:
+            if not state.ready:
+                emit("node_out", name, "redlock", "acquire", error=state.describe())
         return QuorumUnavailable(f"{why}: {parts}. {found.text}", name=name, nodes=tuple(states),
                                  retry_in=found.eta)
 
