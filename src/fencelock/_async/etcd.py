@@ -72,9 +72,8 @@ keep-alive (the leader answers it without a disk write) where a new one needs a 
 """
 
 KEEPALIVE_BATCH = 32
-"""Leases refreshed by one keep-alive request (one JSON object per lease in its body). The gateway may end its
-answer before it has answered every lease of a longer request (measured on 3.4: after 42 of 50 or 170 of 200);
-the leases it did not answer are sent again."""
+"""Leases refreshed by one keep-alive request. The gateway may answer only the first part of a longer request
+(docs/design/etcd.md); the leases it did not answer are sent again."""
 
 CLOSE_TIMEOUT = 0.5
 """Seconds `close()` spends at most revoking the spare leases (keyless leases kept for reuse). A stalled or

@@ -66,11 +66,9 @@ def check_node_count(n: int) -> None:
 
 
 def default_node_timeout(ttl: float) -> float:
-    """How long one node may take to answer one attempt: 50 ms plus 1 % of the TTL.
+    """How long one node may take to answer one attempt: 50 ms plus 1 % of the TTL (why: docs/decisions/0005).
 
-    Safety never depends on it, only how soon a slow node stops counting, and an attempt ends as soon as a
-    quorum has answered. Shorter values made healthy nodes miss it on this 2-core machine: at 5 ms on cold
-    connections (connect, then redis-py's handshake), and at 20 ms on cold connections under a full test suite.
+    Safety never depends on it, only how soon a slow node stops counting; an attempt ends once a quorum answered.
     """
     return 0.05 + ttl * 0.01
 
