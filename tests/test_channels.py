@@ -322,3 +322,50 @@ def test_the_order_rule_waits_for_the_latest_request_that_was_sent_and_only_an_a
     assert channel.in_flight("slow") == (slow, 0.5)  # waited for as long as the socket timeout, not 0.1 s
     channel.track("slower", slow, 2.0)
     assert channel.in_flight("slower") == (slow, 2.0)  # or its own per-server timeout, if that is longer
+
+
+_SET_SOURCE = "redis.call('SET', KEYS[1], ARGV[1]) return 1"
+SET = Lua("set", _SET_SOURCE, hashlib.sha1(_SET_SOURCE.encode()).hexdigest())
+
+
+def test_asyncio_a_request_waiting_for_its_predecessor_is_never_sent_once_its_caller_is_cancelled(
+        own_server: RedisServer) -> None:
+    """A cancelled caller's request that had not yet been sent (it waited for the reply of the caller's previous
+    request there) is dropped, not sent once that reply comes: a cancelled extend must not land later."""
+    key = f"cancelled:{os.getpid()}"
+
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}")
+        channel = async_compat.Channel(client)
+        warm, _ = await async_compat.run_scripts([async_compat.ScriptRequest(channel, ECHO, [], ["warm"])], 2.0,
+                                                 _one)
+        assert warm == {0: b"warm"}
+        handles: list[Any] = []
+
+        async def caller() -> None:
+            done, sent = await async_compat.run_scripts(
+                [async_compat.ScriptRequest(channel, ECHO, [], ["late"])], 0.02, _one)
+            assert done == {}  # in flight: this task's next request there waits for its reply
+            handles.extend(sent)
+            await async_compat.run_scripts([async_compat.ScriptRequest(channel, SET, [key], ["sent"])], 2.0, _one)
+
+        own_server.pause()
+        try:
+            task = asyncio.ensure_future(caller())
+            await asyncio.sleep(0.1)  # the second request waits behind "late"
+            assert handles
+            assert not task.done()
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        finally:
+            own_server.resume()
+        assert await asyncio.wait_for(handles[0], 2.0) == b"late"  # the predecessor was answered ...
+        await asyncio.sleep(0.2)
+        assert await client.get(key) is None  # ... and the cancelled caller's request was never sent
+        await channel.aclose()
+        await client.aclose()
+
+    asyncio.run(main())

@@ -440,6 +440,7 @@ async def _story(rig: Rig, request: str, body: Any, cancel_after: int | None) ->
     locks = rig.connect("async")
     rival = rig.shared_rival()
     story = Story(rig, front, locks, rival, watcher, history, name)
+    rules: list[Rule] = []
     try:
         lease = await _prepare(story, cell)
         fired = threading.Event()
@@ -465,7 +466,7 @@ async def _story(rig: Rig, request: str, body: Any, cancel_after: int | None) ->
                 hit.set()
                 fired.set()  # the wait's holder lets go too
 
-            rig.arm(lambda _: Rule(LATE, kth, delay=0.05, on_hit=cancel_now))
+            rules = rig.arm(lambda _: Rule(LATE, kth, delay=0.05, on_hit=cancel_now))
             task = asyncio.ensure_future(_request(story, cell, lease, fired))
             task.add_done_callback(lambda _: hit.set())  # done before its k-th request: nothing to cancel
             await _wait_for(hit, FIRE_TIMEOUT)
@@ -476,6 +477,10 @@ async def _story(rig: Rig, request: str, body: Any, cancel_after: int | None) ->
                 pass
         await story.observe(OBSERVE / 2)
         rig.clear()
+        for rule in rules:  # the k-th reply was held back: what waited for it reached the server when it came
+            if rule.hit.is_set():
+                await _wait_for(rule.done, FIRE_TIMEOUT)
+                history.fault_ends.append(rule.ended_at or time.monotonic())
         for timer in story.timers:
             await asyncio.to_thread(timer.join)
         await story.release_all()

@@ -258,12 +258,16 @@ async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
     caller = _caller()
     packed: Packed = {}  # requests sharing their key and argument lists (and wait): packed once
     tasks: list[asyncio.Future[Any]] = []
+    abandoned = asyncio.get_running_loop().create_future()  # set if the caller is cancelled
     for request in requests:
         channel = request.channel
         before = channel.in_flight(caller)  # our previous request there: this one must not overtake it
-        tasks.append(asyncio.ensure_future(_call_script(request, packed, channel.generation, before)))
+        tasks.append(asyncio.ensure_future(_call_script(request, packed, channel.generation, before, abandoned)))
     try:
         return await _gather(tasks, timeout, enough)
+    except asyncio.CancelledError:
+        abandoned.set_result(None)  # a request still waiting for its predecessor is not sent after all
+        raise
     finally:
         for request, task in zip(requests, tasks, strict=True):
             if not task.done():  # in flight: the caller's next request to that server waits for it
@@ -295,9 +299,11 @@ async def drop_closed(client: Any, key: str) -> None:
 
 
 async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
-                       before: tuple[asyncio.Future[Any], float] | None, fresh: bool = False) -> Any:
+                       before: tuple[asyncio.Future[Any], float] | None,
+                       abandoned: asyncio.Future[None] | None = None, fresh: bool = False) -> Any:
     """One request on its server's channel (after `before`, the caller's previous one there); a request that
-    `may_resend` goes again once, on a new connection (`fresh`: it is that second sending)."""
+    `may_resend` goes again once, on a new connection (`fresh`: it is that second sending). One still waiting
+    for `before` when `abandoned` is set (its caller was cancelled) is never sent."""
     channel = request.channel
     if before is not None:
         before = last_sent(before)
@@ -306,8 +312,9 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
         while not before[0].done():
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining > 0:
-                await asyncio.wait([before[0]], timeout=remaining)
-            if not before[0].done():
+                await asyncio.wait([before[0]] if abandoned is None else [before[0], abandoned], timeout=remaining,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            if not before[0].done() or (abandoned is not None and abandoned.done()):
                 return channel.not_sent(before)
             before = last_sent(before)
         if not answered(before):
