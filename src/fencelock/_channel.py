@@ -5,7 +5,10 @@ The rule: a request waits for the caller's latest request to that server that is
 request's own bound (the socket timeout, or its per-server timeout if longer: `track`), and is then sent. If
 that earlier request got no answer (none in time, or a network error), the later one is not sent at all
 (`NotSent`), so that nothing queued behind a request that failed reaches a stalled server late. A request that
-was not sent is never waited for; the one it waited for is.
+was not sent is never waited for; the one it waited for is. One exception: when that earlier request's
+connection was dropped without its reply and the server's id of that connection is known (`CLIENT ID`, asked at
+connect), the later request goes on a new connection after `CLIENT KILL ID` of the old one: once the kill is
+answered the old request has run or never will (docs/decisions/2026-12-01-order-after-a-lost-reply.md).
 
 A connection taken idle may have been closed by the server meanwhile (its idle timeout, a load balancer's, a
 restart): that is not a failure. One found closed before the write (`closed_by_peer`) is dropped, and the request
@@ -154,6 +157,51 @@ def answered(request: tuple[Finished, float]) -> bool:
     return not isinstance(result, Exception) or isinstance(result, ResponseError)
 
 
+def orphan_of(request: tuple[Finished, float]) -> int | None:
+    """The server's id of the connection a finished request was dropped with, unanswered (see `orphaned`), or
+    None: not known, or the request was answered."""
+    future = request[0]
+    if future.cancelled():
+        return None
+    outcome = future.exception() or future.result()
+    found = getattr(outcome, "orphan", None)
+    if getattr(outcome, "ended", False) or answered(request):
+        return None
+    return found if isinstance(found, int) else None
+
+
+def ended(request: tuple[Finished, float]) -> bool:
+    """A finished request without an answer whose connection the server has since ended (`end`): it has run
+    or never will, so a later request may go."""
+    future = request[0]
+    return not future.cancelled() and getattr(future.exception() or future.result(), "ended", False) is True
+
+
+def end(request: tuple[Finished, float]) -> None:
+    """The server answered `CLIENT KILL ID` of the connection `request` was dropped with (`orphan_of`)."""
+    future = request[0]
+    outcome = future.exception() or future.result()
+    setattr(outcome, "ended", True)  # noqa: B010 (an exception of any class)
+
+
+def orphaned(error: BaseException, conn: Any) -> BaseException:
+    """`error` ended a request sent on `conn` with no reply read: it carries the server's id of `conn` (None if
+    unknown), so a later request knows what to end first (`orphan_of`)."""
+    if getattr(error, "orphan", None) is None:
+        error.orphan = getattr(conn, "fencelock_id", None)  # type: ignore[attr-defined]
+    return error
+
+
+def kill_command(orphan: int) -> tuple[str, ...]:
+    """The command that ends the server's connection `orphan` (and with it any request of it not yet run)."""
+    return "CLIENT", "KILL", "ID", str(orphan)
+
+
+def killed(reply: Any) -> bool:
+    """`CLIENT KILL ID`'s reply says the connection is gone (0 or 1 killed), not an error (ACL, unknown command)."""
+    return isinstance(reply, int) and not isinstance(reply, bool)
+
+
 class ChannelBase:
     """One server's dedicated connections, the part both twins share: how to make one (the client's own
     connection class and settings: address, TLS, credentials, timeouts) and each caller's latest request in
@@ -175,12 +223,12 @@ class ChannelBase:
 
     def in_flight(self, caller: Any) -> tuple[Any, float] | None:
         """The caller's latest request here while its reply is still to come (or the one that request waited for
-        in vain), with how long to wait for it."""
+        in vain), or dropped unanswered and not yet ended on the server (`orphan_of`), with how long to wait."""
         latest = self._latest.get(caller)
         if latest is None:
             return None
         latest = last_sent(latest)
-        return latest if not latest[0].done() else None
+        return latest if not latest[0].done() or orphan_of(latest) is not None else None
 
     def track(self, caller: Any, request: Finished, timeout: float) -> None:
         """`request` is the caller's latest here, still in flight; a later one waits for it, at most the socket

@@ -21,8 +21,14 @@ from .._channel import (
     answered,
     closed_by_peer,
     encode,
+    end,
+    ended,
+    kill_command,
+    killed,
     last_sent,
     may_resend,
+    orphan_of,
+    orphaned,
 )
 
 T = TypeVar("T")
@@ -200,6 +206,7 @@ class Channel(ChannelBase):
             await conn.connect()
             if generation != self.generation:  # closed while this connected: aclose did not see it connected
                 raise RedisConnectionError("the client was closed")
+            conn.fencelock_id = await _client_id(conn)
         except BaseException:
             self._open.discard(conn)
             await conn.disconnect(nowait=True)
@@ -317,14 +324,32 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
             if not before[0].done() or (abandoned is not None and abandoned.done()):
                 return channel.not_sent(before)
             before = last_sent(before)
-        if not answered(before):
+    orphan = None
+    if before is not None and before[0].done() and not answered(before) and not ended(before):
+        orphan = orphan_of(before)
+        if orphan is None:
             return channel.not_sent(before)
+        fresh = True  # (once the old connection is ended, no resend follows: `fresh` sends once)
     conn = None if fresh else channel.take(generation)
     if conn is None:
         try:
             conn = await channel.connect(generation)
         except Exception as exc:
             return exc
+    if orphan is not None and before is not None:
+        try:
+            gone = await _kill(conn, orphan)
+        except BaseException as exc:  # the kill itself unanswered: the old request may still run
+            await conn.disconnect(nowait=True)
+            await channel.give_back(conn)
+            if not isinstance(exc, Exception):
+                raise
+            return orphaned(exc, _Orphan(orphan))
+        if gone:
+            end(before)
+        else:
+            await channel.give_back(conn)
+            return channel.not_sent(before)
     same = request.lua.sha, id(request.keys), id(request.args), request.wake
     command = packed.get(same)
     if command is None:
@@ -349,6 +374,7 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
     except BaseException as exc:
         # A network error (redis-py has closed the connection), or the task was cancelled half-way, which
         # leaves a reply unread: either way this connection must not carry another request.
+        orphaned(exc, conn)
         await conn.disconnect(nowait=True)
         await channel.give_back(conn)  # (dropped: it is not connected)
         if not isinstance(exc, Exception):
@@ -358,6 +384,31 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
         return exc
     await channel.give_back(conn)
     return reply
+
+
+class _Orphan(NamedTuple):
+    """A connection known only by the server's id for it (one a request was dropped with)."""
+
+    fencelock_id: int
+
+
+async def _client_id(conn: Any) -> int | None:
+    """The server's id of a new connection (`CLIENT ID`), None if it has none to give (an error answered)."""
+    await conn.send_command("CLIENT", "ID", check_health=False)
+    try:
+        reply = await conn.read_response()
+    except ResponseError:
+        return None
+    return reply if isinstance(reply, int) else None
+
+
+async def _kill(conn: Any, orphan: int) -> bool:
+    """End the server's connection `orphan` from `conn`: True once the server says it is gone."""
+    await conn.send_command(*kill_command(orphan), check_health=False)
+    try:
+        return killed(await conn.read_response())
+    except ResponseError:
+        return False
 
 
 async def _read(conn: Any, after_wait: bool) -> Any:

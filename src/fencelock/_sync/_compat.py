@@ -24,8 +24,14 @@ from .._channel import (
     answered,
     closed_by_peer,
     encode,
+    end,
+    ended,
+    kill_command,
+    killed,
     last_sent,
     may_resend,
+    orphan_of,
+    orphaned,
     readable,
 )
 from .._logic import resp
@@ -213,6 +219,7 @@ class Channel(ChannelBase):
             conn.connect()
             if generation != self.generation:  # closed while this connected: close did not see it connected
                 raise RedisConnectionError("the client was closed")
+            conn.fencelock_id = _client_id(conn)
         except BaseException:
             self._open.discard(conn)
             conn.disconnect()
@@ -275,6 +282,12 @@ class ScriptRequest(NamedTuple):
     keys: list[str]
     args: list[Any]
     wake: tuple[str, float] | None = None
+
+
+class _Orphan(NamedTuple):
+    """A connection known only by the server's id for it (one a request was dropped with)."""
+
+    fencelock_id: int
 
 
 class _InFlight(NamedTuple):
@@ -366,8 +379,13 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                     sent = last_sent(before)
                     if not sent[0].done():
                         deferred[i] = request, generation, sent
-                    elif answered(sent):
+                    elif answered(sent) or ended(sent):
                         send(i, request, generation)
+                    elif orphan_of(sent) is not None:  # its connection is gone: ended first, from a thread
+                        future = request.channel.submit(_in_thread, request, generation, sent,
+                                                        overflow=partial(_busy, request.channel))
+                        threads[future] = i
+                        handles[i] = future
                     else:
                         done(i, request.channel.not_sent(sent))
             if waiting:
@@ -411,6 +429,25 @@ _GRACE = 0.002  # seconds
 _DONE: Future[Any] = Future()
 """The handle of a request that has nothing left to run."""
 _DONE.set_result(None)
+
+
+def _client_id(conn: Any) -> int | None:
+    """The server's id of a new connection (`CLIENT ID`), None if it has none to give (an error answered)."""
+    conn.send_command("CLIENT", "ID", check_health=False)
+    try:
+        reply = conn.read_response()
+    except ResponseError:
+        return None
+    return reply if isinstance(reply, int) else None
+
+
+def _kill(conn: Any, orphan: int) -> bool:
+    """End the server's connection `orphan` from `conn`: True once the server says it is gone."""
+    conn.send_command(*kill_command(orphan), check_health=False)
+    try:
+        return killed(conn.read_response())
+    except ResponseError:
+        return False
 
 
 def _send(flight: _InFlight, command: Any) -> Exception | None:
@@ -459,6 +496,7 @@ def _receive(flight: _InFlight) -> tuple[Any, _InFlight | None]:
     try:
         reply = _read_reply(flight.conn, skip=0 if flight.request.wake is None or flight.reloaded else 1)
     except Exception as exc:
+        orphaned(exc, flight.conn)
         _drop(flight)
         return exc, None
     if isinstance(reply, NoScriptError) and not flight.reloaded:
@@ -541,14 +579,30 @@ def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any
             if not before[0].done():
                 return channel.not_sent(before)
             before = last_sent(before)
-        if not answered(before):
+    orphan = None
+    if before is not None and not answered(before) and not ended(before):
+        orphan = orphan_of(before)
+        if orphan is None:
             return channel.not_sent(before)
+        fresh = True  # (once the old connection is ended, no resend follows: `fresh` sends once)
     conn = None if fresh else channel.take(generation)
     if conn is None:
         try:
             conn = channel.connect(generation)
         except Exception as exc:
             return exc
+    if orphan is not None and before is not None:
+        try:
+            gone = _kill(conn, orphan)
+        except Exception as exc:  # the kill itself unanswered: the old request may still run
+            conn.disconnect()
+            channel.give_back(conn)
+            return orphaned(exc, _Orphan(orphan))
+        if gone:
+            end(before)
+        else:
+            channel.give_back(conn)
+            return channel.not_sent(before)
     flight = _InFlight(0, request, conn, generation)
     failed = _send(flight, encode(conn, request, reload=False))
     if failed is not None:
