@@ -389,6 +389,12 @@ async def run_cell(rig: Rig, cell: Cell) -> list[str]:
                             f"{[(op.what, repr(op.error)) for op in history.ops if op.error is not None]}")
         for timer in story.timers:
             await asyncio.to_thread(timer.join)
+        if cell.fault == "lose" and rig.kind == "redlock":
+            # A reply lost on an open connection ends for the client when it gives that connection up, one socket
+            # timeout after the send; until then the per-node order rule counts that node as not answering for
+            # this caller, and a Redlock node answers within its node timeout, which is shorter
+            # (docs/decisions/2026-12-01-order-after-a-lost-reply.md).
+            await asyncio.sleep(SOCKET_TIMEOUT)
         await story.release_all()
         await story.liveness()
         if any(record.renewing for record in history.leases):
@@ -483,6 +489,12 @@ async def _story(rig: Rig, request: str, body: Any, cancel_after: int | None) ->
                 history.fault_ends.append(rule.ended_at or time.monotonic())
         for timer in story.timers:
             await asyncio.to_thread(timer.join)
+        if cell.fault == "lose" and rig.kind == "redlock":
+            # A reply lost on an open connection ends for the client when it gives that connection up, one socket
+            # timeout after the send; until then the per-node order rule counts that node as not answering for
+            # this caller, and a Redlock node answers within its node timeout, which is shorter
+            # (docs/decisions/2026-12-01-order-after-a-lost-reply.md).
+            await asyncio.sleep(SOCKET_TIMEOUT)
         await story.release_all()
         await story.liveness()
         if any(record.renewing for record in history.leases):
