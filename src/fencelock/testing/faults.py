@@ -28,7 +28,7 @@ import fnmatch
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +124,18 @@ class Rule:
 
 _AGGREGATES = {ord("*"): 1, ord("~"): 1, ord(">"): 1, ord("%"): 2, ord("|"): 2}
 _BULK = {ord("$"), ord("!"), ord("=")}
+
+
+async def _frames(reader: asyncio.StreamReader) -> AsyncGenerator[tuple[bytes, Any], None]:
+    """Each whole RESP frame that arrives on `reader`: its bytes and its parsed value, until the end of file."""
+    buf = bytearray()
+    while data := await reader.read(65536):
+        buf += data
+        while (found := parse_frame(buf)) is not None:
+            end, value = found
+            raw = bytes(buf[:end])
+            del buf[:end]
+            yield raw, value
 
 
 def parse_frame(buf: bytes | bytearray, pos: int = 0) -> tuple[int, Any] | None:
@@ -371,19 +383,8 @@ class FaultProxy(Harness):
             self._end(link, reset=True)
 
     async def _read_requests(self, link: _Link, reader: asyncio.StreamReader) -> None:
-        buf = bytearray()
-        while True:
-            data = await reader.read(65536)
-            if not data:
-                return
-            buf += data
-            while True:
-                found = parse_frame(buf)
-                if found is None:
-                    break
-                end, value = found
-                raw = bytes(buf[:end])
-                del buf[:end]
+        async with contextlib.aclosing(_frames(reader)) as frames:
+            async for raw, value in frames:
                 args = [bytes(a) for a in value] if isinstance(value, list) else [bytes(value or b"")]
                 request = Request(link.number, request_name(args), tuple(args), time.monotonic())
                 rule = self._choose(request)
@@ -439,19 +440,8 @@ class FaultProxy(Harness):
         return due
 
     async def _read_replies(self, link: _Link, reader: asyncio.StreamReader) -> None:
-        buf = bytearray()
-        while True:
-            data = await reader.read(65536)
-            if not data:
-                return
-            buf += data
-            while True:
-                found = parse_frame(buf)
-                if found is None:
-                    break
-                end = found[0]
-                raw = bytes(buf[:end])
-                del buf[:end]
+        async with contextlib.aclosing(_frames(reader)) as frames:
+            async for raw, _ in frames:
                 if raw.startswith((b"-MOVED ", b"-ASK ")):
                     raw = self._redirect(raw)
                 rule = link.pending.popleft().rule if link.pending else None
