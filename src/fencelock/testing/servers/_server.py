@@ -53,7 +53,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 from redis.retry import Retry
 
-from ._harness import Harness
+from .._harness import Harness
 
 __all__ = [
     "RedisClusterServers",
@@ -878,7 +878,7 @@ class RedisPrimaryReplica(_ServerGroup):
     """
 
     def __init__(self, binary: str | None = None) -> None:
-        from .proxy import Proxy
+        from ..proxy import Proxy
 
         # No 5 s wait before a full sync (the default for diskless sync), so the replica is up at once.
         self.primary = RedisServer(binary, name="primary", extra_args=["--repl-diskless-sync-delay", "0"])
