@@ -82,7 +82,7 @@ class AsyncLocker:
 
 @dataclass(frozen=True)
 class Reference:
-    """The figures `/work/shared/anchors.md` gives for this contender (another run, redis-py 5.3), for comparison."""
+    """The figures anchors.md gives for this contender (another run, redis-py 5.3), for comparison."""
 
     uncontended_us: float | None = None
     per_s: float | None = None

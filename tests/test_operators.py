@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 import fencelock
-from fencelock._logic.exits import OnLost, Step, after_loss, shell_status
+from fencelock._cli.exits import OnLost, Step, after_loss, shell_status
 from fencelock._logic.keys import name_of_lock_key, redis_keys, scan_match
 from fencelock._logic.status import LockStatus, NodeView, majority_status, single_status
 from fencelock.testing import Deployment

@@ -197,7 +197,7 @@ def test_an_interactive_command_still_reads_the_terminal(standalone: RedisServer
 # -- the rule for leftovers, on a fake clock -------------------------------------------------------------------
 
 def test_leftovers_get_sigterm_then_sigkill_after_the_grace_then_are_given_up_on() -> None:
-    from fencelock._logic.exits import KILL_WAIT, Step, after_exit
+    from fencelock._cli.exits import KILL_WAIT, Step, after_exit
 
     assert after_exit(None, None, 100.0, 2.0) == Step(signal.SIGTERM, 102.0)
     assert after_exit(100.0, None, 101.9, 2.0) == Step(None, 102.0)          # within the grace: wait

@@ -12,8 +12,8 @@ A backend whose optional extra is missing raises `MissingExtra`, an `ImportError
 `pip install` to run. Bad arguments are not in this tree: they raise the builtin `TypeError` or `ValueError`,
 with a message that names the argument and the lock, before anything is sent to a server.
 
-Errors of the underlying client libraries (redis-py, ...) are turned into `BackendError` at one boundary,
-`_async/_redis.py`, with `raise ... from exc`; no bare redis-py error reaches the caller.
+Errors of the underlying client libraries (redis-py, httpx, kazoo) are turned into `BackendError` at one boundary
+per backend, its module in `_async/`, with `raise ... from exc`; no bare client-library error reaches the caller.
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ import click
 import fencelock
 
 from .._errors import BackendError, LockError, LockLost, MissingExtra
-from .._logic import exits
 from .._logic.args import MAX_SECONDS
-from .._logic.exits import DEFAULT_GRACE, OnLost
 from .._logic.urls import redact
+from . import exits
+from .exits import DEFAULT_GRACE, OnLost
 from .show import as_json, describe, error, status_line, table
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from .._logic import exits
 from .._logic.redlock import NodesReport
+from . import exits
 from .commands import _connect, cli, json_option, url_option
 from .show import paint, seconds
 

@@ -2,7 +2,7 @@
 
 The lock is renewed by the client's watchdog (a daemon thread) while the child runs. This module only watches
 the child, the watchdog's loss signal and the signals sent to us; what to do about each is decided in
-`fencelock._logic.exits`.
+`fencelock._cli.exits`.
 
 The command runs as the leader of a process group of its own, and every signal fencelock sends goes to that
 whole group: a `sh -c '...'` that does not exec, and whatever else the command starts, is stopped with it
@@ -27,9 +27,9 @@ from types import FrameType
 from typing import Any
 
 from .._errors import BackendError, LockLost, NotAcquired
-from .._logic import exits
-from .._logic.exits import KILL_WAIT, OnLost, after_exit, after_loss, shell_status
 from .._sync.client import Lease, Locks
+from . import exits
+from .exits import KILL_WAIT, OnLost, after_exit, after_loss, shell_status
 from .show import describe, error, note
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

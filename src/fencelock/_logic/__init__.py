@@ -4,9 +4,22 @@ Everything here takes its inputs (including "now" from a clock) as arguments and
 tested with a fake clock and Hypothesis. The backends in `_async/` only carry bytes between these decisions and
 the servers.
 
-- `args`:     validation of every user argument (ttl, wait, name) before anything is sent;
-- `timing`:   the `wait` deadline, retry back-off, lease validity (ttl - elapsed - drift);
-- `fencing`:  the rule a resource applies to fencing tokens;
-- `fences`:   how one Redis hands out fences (counter and clock floor) and how long it keeps them;
-- `keys`:     how a lock name maps to Redis keys (one hash slot per name).
+Rules every backend shares:
+
+- `args`:      validation of every user argument (ttl, wait, name) before anything is sent;
+- `timing`:    the `wait` deadline, how long a waiter may block, back-off, lease validity (ttl - elapsed - drift);
+- `outcomes`:  what a server's answer means for a lease;
+- `waiting`:   one client's waiters on one name, and which of them may talk to the server;
+- `fencing`:   the rule a resource applies to fencing tokens;
+- `status`:    what an operator sees of one lock (`Locks.status()`, `list()`, `force_release()`);
+- `urls`:      parsing lock-service URLs (the Redis schemes, and the option and redaction rules etcd and
+               ZooKeeper URLs reuse);
+- `celery`:    the Celery integration's task options and lock names.
+
+One backend's rules:
+
+- `keys`, `fences`, `resp`: Redis: a name's keys (one hash slot), how one node hands out fences, the wire protocol;
+- `redlock`:   Redlock over N masters: quorum, validity, the fencing rule, heal and repair;
+- `etcd`:      etcd's URLs, key layout, TTL mapping and answers;
+- `zookeeper`: ZooKeeper's URL, node paths, queue order, sessions and states.
 """

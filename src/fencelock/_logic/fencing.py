@@ -3,7 +3,7 @@
 A resource keeps, per lock name, the highest fence it has accepted. It accepts a write whose fence is at least
 that high (the same holder may write many times), and rejects a lower one: the writer is a stale holder, a
 newer holder has already written. This function is the specification; the Redis guard (`_scripts/guard_set.lua`)
-and the SQL guard (`_guards.py`) implement the same rule inside the storage, and the tests hold both to it.
+and the SQL guard (`_guards_sql.py`) implement the same rule inside the storage, and the tests hold both to it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ gateway over ``urllib``), so the harness needs nothing that fencelock's etcd ext
         cluster.kill(leader)                           # the others elect a new leader
         cluster.restart(leader)
 
-Rules (see also /work/shared/servers.md): ports come from binding ``127.0.0.1:0``; each cluster gets its own
+Rules: ports come from binding ``127.0.0.1:0``; each cluster gets its own
 ``tempfile.mkdtemp`` directory; every wait has a deadline; only processes started here are signalled, by PID;
 teardown is SIGKILL (SIGTERM on a last leader waits about 7 s). Members still running when the interpreter exits
 are killed by an ``atexit`` hook.
