@@ -1,6 +1,6 @@
 """Shared fixtures: real servers on free loopback ports, started here and stopped afterwards. No fakes.
 
-`BACKENDS` is the registry of every backend the conformance suite (`tests/test_conformance.py`) runs on: a kind
+`BACKENDS` is the registry of every backend the conformance suite (`tests/suite/test_conformance.py`) runs on: a kind
 mapped to a function that starts a `fencelock.testing.Deployment` of it. Adding a backend is one line there. The
 first test that needs a kind starts its shared deployment, which lives for the session; tests that pause or kill
 servers get a deployment of their own (`own_deployment`), so a failure can never leave a shared server stopped.

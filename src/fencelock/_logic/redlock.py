@@ -31,7 +31,7 @@ Each data set has a random nonce (its incarnation), and the mark lands only on t
 at, after its quarantine: a node that loses its data again mid-repair is never marked with what it lost.
 
 `NodeModel` is the acceptor as plain Python: the specification `_scripts/redlock_acquire.lua` implements, and the
-model the Hypothesis state machine in `tests/test_redlock_model.py` runs against.
+model the Hypothesis state machine in `tests/logic/test_redlock_model.py` runs against.
 """
 
 from __future__ import annotations

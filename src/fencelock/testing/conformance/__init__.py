@@ -66,9 +66,9 @@ Adding a backend to fencelock's own suite
 -----------------------------------------
 `tests/conftest.py` keeps a registry, `BACKENDS`: a kind mapped to a function that starts a deployment (and calls
 `pytest.skip`, or `pytest.fail` in CI, when the server is not installed; see `redis_deployment` there). One more
-line, for instance `"etcd": etcd_deployment,`, runs every test of this suite on it (`tests/test_conformance.py`).
+line, for instance `"etcd": etcd_deployment,`, runs every test of this suite on it (`tests/suite/test_conformance.py`).
 Each function is called once for the session's shared deployment of its kind, and once for every test that asks
-for `own_deployment` (these are stopped after the test). `pytest tests/test_conformance.py -k etcd` runs the
+for `own_deployment` (these are stopped after the test). `pytest tests/suite/test_conformance.py -k etcd` runs the
 suite on that backend alone.
 """
 

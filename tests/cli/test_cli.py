@@ -1,0 +1,590 @@
+"""The `fencelock` command, driven as a user drives it: the real command in subprocesses, real servers.
+
+Every test runs `python -m fencelock` (the same tool as the `fencelock` console script) with its own `--url`, its
+output captured, stdin closed (no terminal: a test must not depend on how pytest was started).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fencelock
+from fencelock._logic.keys import redis_keys
+from fencelock.testing import Deployment
+from fencelock.testing.servers import RedisServer
+from tests.conftest import BACKENDS, SharedDeployments
+
+
+@pytest.fixture(params=list(BACKENDS))
+def any_deployment(request: pytest.FixtureRequest, shared_deployments: SharedDeployments) -> Deployment:
+    """Every backend in the registry (etcd and ZooKeeper too, once they are registered)."""
+    return shared_deployments.get(request.param)
+
+
+def urls_of(deployment: Deployment) -> str | list[str]:
+    """The deployment's target as --url values: one URL, or several (Redlock)."""
+    target = deployment.target
+    assert isinstance(target, str) or (isinstance(target, list) and all(isinstance(t, str) for t in target))
+    return target
+
+FENCELOCK = [sys.executable, "-m", "fencelock"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "FENCELOCK_URL"}
+    env.update(extra)
+    return env
+
+
+def fl(*args: str, url: str | list[str] | None = None, timeout: float = 60.0, stdin: str | None = None,
+       env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the command to its end; `url` becomes --url (several for Redlock)."""
+    urls = [] if url is None else ([url] if isinstance(url, str) else url)
+    head, sep, tail = _split(list(args))
+    argv = [*FENCELOCK, *head, *[f"--url={u}" for u in urls], *sep, *tail]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                          input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
+                          env=env if env is not None else _env())
+
+
+def start(*args: str, url: str) -> subprocess.Popen[str]:
+    """Start the command in the background (for signals and races)."""
+    head, sep, tail = _split(list(args))
+    return subprocess.Popen([*FENCELOCK, *head, f"--url={url}", *sep, *tail], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=_env())
+
+
+def _split(args: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """Options go before `--`: everything after it is the child's command."""
+    if "--" in args:
+        i = args.index("--")
+        return args[:i], ["--"], args[i + 1:]
+    return args, [], []
+
+
+def one_line(text: str) -> str:
+    """The error is exactly one line, and no traceback."""
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    return lines[0]
+
+
+def py(code: str) -> list[str]:
+    """A child command: a Python script."""
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def wait_for(path: Path, timeout: float = 20.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return path.read_text()
+        time.sleep(0.02)
+    raise AssertionError(f"{path} was never written")
+
+
+@pytest.fixture
+def held(standalone: RedisServer, name: str) -> Iterator[fencelock.Lease]:
+    """`name` held by another process's lease (the library, behind the command's back)."""
+    locks = fencelock.connect(standalone.url)
+    lease = locks.acquire(name, ttl=30.0)
+    yield lease
+    try:
+        lease.release()
+    except fencelock.LockLost:
+        pass
+    locks.close()
+
+
+def status_of(url: Any, name: str) -> fencelock.LockStatus:
+    with fencelock.connect(url) as locks:
+        return locks.status(name)
+
+
+# -- run ------------------------------------------------------------------------------------------------------
+
+
+def test_two_runs_on_one_name_run_the_child_one_at_a_time(standalone: RedisServer, name: str,
+                                                         tmp_path: Path) -> None:
+    # Each child records when it started and ended, and checks an OS file lock that a second child running at
+    # the same time would find taken.
+    child = py("""
+        import fcntl, os, sys, time
+        log, guard = sys.argv[1], sys.argv[2]
+        with open(guard, "a") as g:
+            try:
+                fcntl.flock(g, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                sys.exit(99)                     # another child holds it: the distributed lock failed
+            start = time.time()
+            time.sleep(0.4)
+            with open(log, "a") as f:
+                f.write(f"{start} {time.time()} {os.environ['FENCELOCK_FENCE']}\\n")
+    """)
+    log, guard = tmp_path / "log", tmp_path / "guard"
+    procs = [start("run", "--wait", "30", name, "--", *child, str(log), str(guard), url=standalone.url)
+             for _ in range(3)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    spans = sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines())
+    assert len(spans) == 3
+    for (_, end, _), (begin, _, _) in itertools.pairwise(spans):
+        assert end <= begin, spans              # no two children overlapped
+    fences = [int(f) for _, _, f in spans]
+    assert fences == sorted(fences)
+    assert len(set(fences)) == 3
+    assert not status_of(standalone.url, name).held
+
+
+def test_a_busy_lock_exits_75_without_running_the_command_and_E_changes_it(standalone: RedisServer, name: str,
+                                                                           held: fencelock.Lease,
+                                                                           tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    done = fl("run", "--wait", "0", name, "--", "touch", str(marker), url=standalone.url)
+    assert done.returncode == 75
+    line = one_line(done.stderr)
+    assert name in line
+    assert "held by another holder" in line
+    assert "did not run" in line
+    assert not marker.exists()
+
+    done = fl("run", "--wait", "0", "-E", "9", name, "--", "touch", str(marker), url=standalone.url)
+    assert done.returncode == 9
+    done = fl("run", "--wait", "0.3", "--conflict-exit-code", "0", name, "--", "touch", str(marker),
+              url=standalone.url)
+    assert done.returncode == 0
+    assert "stayed busy for the whole wait of 0.3 s" in one_line(done.stderr)
+    assert not marker.exists()
+    assert status_of(standalone.url, name).held   # the holder's lock was never touched
+
+
+def test_the_cron_line_runs_the_job_once_when_two_machines_start_it_together(standalone: RedisServer, name: str,
+                                                                             tmp_path: Path) -> None:
+    # `*/5 * * * * fencelock run --ttl 60 --wait 0 nightly-report -- /usr/local/bin/report` on two machines
+    runs = tmp_path / "runs"
+    job = ["sh", "-c", f"echo ran >> {runs}; sleep 3"]
+    procs = [start("run", "--ttl", "60", "--wait", "0", name, "--", *job, url=standalone.url) for _ in range(2)]
+    statuses = sorted(proc.wait(timeout=30) for proc in procs)
+    for proc in procs:
+        proc.communicate()
+    assert statuses == [0, 75]
+    assert runs.read_text() == "ran\n"
+
+
+def test_the_childs_exit_status_and_environment_come_through(standalone: RedisServer, name: str) -> None:
+    done = fl("run", name, "--", "sh", "-c", "exit 7", url=standalone.url)
+    assert done.returncode == 7, done.stderr
+    done = fl("run", name, "--", "sh", "-c", "kill -TERM $$", url=standalone.url)
+    assert done.returncode == 128 + signal.SIGTERM       # as a shell reports a child ended by a signal
+
+    done = fl("run", name, "--", *py("""
+        import os
+        print(os.environ["FENCELOCK_NAME"], os.environ["FENCELOCK_FENCE"], len(os.environ["FENCELOCK_TOKEN"]))
+    """), url=standalone.url)
+    assert done.returncode == 0, done.stderr
+    shown_name, fence, token_length = done.stdout.split()
+    assert shown_name == name
+    assert int(fence) == status_of(standalone.url, name).fence  # the fence the child saw is the grant's
+    assert int(token_length) == 32
+    assert done.stderr == ""
+    assert not status_of(standalone.url, name).held              # released after the child ended
+
+
+def test_the_token_is_never_printed_by_the_command(standalone: RedisServer, name: str) -> None:
+    done = fl("run", name, "--", *py("import os; open(os.devnull, 'w').write(os.environ['FENCELOCK_TOKEN'])"),
+              url=standalone.url)
+    # the child printed nothing, so any hex token in the output would be fencelock's
+    assert done.returncode == 0
+    assert done.stdout == ""
+    assert done.stderr == ""
+
+
+def test_a_missing_command_exits_127_and_releases_the_lock(standalone: RedisServer, name: str) -> None:
+    done = fl("run", "--ttl", "0", name, "--", "true", url=standalone.url)
+    assert done.returncode == 2
+    assert "see 'fencelock run --help'" in one_line(done.stderr)
+    done = fl("run", name, "--", "/nonexistent/command", url=standalone.url)
+    assert done.returncode == 127
+    assert "command not found" in one_line(done.stderr)
+    assert not status_of(standalone.url, name).held
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_fencelock_reaches_the_child_and_the_lock_is_released_after_it(
+        standalone: RedisServer, name: str, tmp_path: Path, sig: signal.Signals) -> None:
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    child = py(f"""
+        import signal, sys, time
+        def handler(signum, frame):
+            time.sleep(0.3)                      # a clean shutdown that takes a while, still holding the lock
+            open({str(got)!r}, "w").write(str(signum))
+            sys.exit(3)
+        signal.signal({int(sig)}, handler)
+        open({str(ready)!r}, "w").write("ready")
+        time.sleep(30)
+    """)
+    proc = start("run", name, "--", *child, url=standalone.url)
+    wait_for(ready)
+    assert status_of(standalone.url, name).held
+    proc.send_signal(sig)
+    proc.communicate(timeout=20)
+    assert got.read_text() == str(int(sig))          # the child got the very signal
+    assert proc.returncode == 3                      # and its own status came through
+    assert not status_of(standalone.url, name).held  # released once it had exited
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_waiting_for_the_lock_ends_it_without_running_the_command(
+        standalone: RedisServer, name: str, held: fencelock.Lease, tmp_path: Path, sig: signal.Signals) -> None:
+    marker = tmp_path / "ran"
+    proc = start("run", "--wait", "30", name, "--", "touch", str(marker), url=standalone.url)
+    raw, deadline = standalone.client(), time.monotonic() + 20
+    while not raw.exists(redis_keys(name).waiters):  # its first attempt failed: it waits for the release
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.2)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 128 + sig
+    assert "while waiting for lock" in one_line(err)
+    assert not marker.exists()
+    assert status_of(standalone.url, name).fence == held.fence   # nothing was granted behind the holder
+
+
+def test_ctrl_c_on_a_terminal_reaches_the_child_once(standalone: RedisServer, name: str, tmp_path: Path) -> None:
+    # A terminal sends SIGINT to its whole foreground process group, the child included: fencelock must not send
+    # it a second time. The child counts the SIGINTs it gets.
+    ready, got = tmp_path / "ready", tmp_path / "got"
+    child = py(f"""
+        import signal, sys, time
+        count = 0
+        def handler(signum, frame):
+            global count
+            count += 1
+        signal.signal(signal.SIGINT, handler)
+        open({str(ready)!r}, "w").write("ready")
+        while not count:
+            time.sleep(0.01)
+        time.sleep(0.5)                          # time for a second, forwarded SIGINT to arrive
+        open({str(got)!r}, "w").write(str(count))
+        sys.exit(4)
+    """)
+    argv = [*FENCELOCK, "run", f"--url={standalone.url}", name, "--", *child]
+    pid, master = pty.fork()
+    if pid == 0:  # the child: a session leader whose controlling terminal is the pty
+        os.execve(sys.executable, argv, _env())
+    try:
+        wait_for(ready)
+        os.write(master, b"\x03")                # Ctrl-C, typed on the terminal
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            try:
+                os.read(master, 4096)            # keep the terminal's output flowing
+            except OSError:
+                pass
+            time.sleep(0.02)
+        else:
+            raise AssertionError("fencelock did not exit")
+    finally:
+        os.close(master)
+    assert got.read_text() == "1"
+    assert os.waitstatus_to_exitcode(status) == 4
+    assert not status_of(standalone.url, name).held
+
+
+def test_a_lock_deleted_behind_its_back_terminates_the_child_and_the_status_says_so(
+        standalone: RedisServer, name: str, tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    proc = start("run", "--ttl", "1", name, "--", *py(f"""
+        import time
+        open({str(ready)!r}, "w").write("ready")
+        time.sleep(30)
+    """), url=standalone.url)
+    wait_for(ready)
+    standalone.client().delete(redis_keys(name).lock)   # an operator, or a buggy client
+    deleted = time.monotonic()
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 70
+    assert time.monotonic() - deleted < 5.0          # noticed at the next renewal (every ttl/3)
+    assert "lost lock" in err
+    assert "sent SIGTERM" in err
+    assert "the command's own status was 143" in err
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period(standalone: RedisServer, name: str,
+                                                                       tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    proc = start("run", "--ttl", "1", "--grace", "0.5", name, "--", *py(f"""
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        open({str(ready)!r}, "w").write("ready")
+        time.sleep(30)
+    """), url=standalone.url)
+    wait_for(ready)
+    standalone.client().delete(redis_keys(name).lock)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 70
+    assert "sent SIGKILL" in err
+    assert "the command's own status was 137" in err
+
+
+def test_on_lost_ignore_lets_the_child_finish_but_the_status_still_says_lost(standalone: RedisServer,
+                                                                            name: str, tmp_path: Path) -> None:
+    ready, finished = tmp_path / "ready", tmp_path / "finished"
+    proc = start("run", "--ttl", "1", "--on-lost", "ignore", name, "--", *py(f"""
+        import time
+        open({str(ready)!r}, "w").write("ready")
+        time.sleep(1.5)
+        open({str(finished)!r}, "w").write("yes")
+    """), url=standalone.url)
+    wait_for(ready)
+    standalone.client().delete(redis_keys(name).lock)
+    _, err = proc.communicate(timeout=20)
+    assert finished.read_text() == "yes"
+    assert proc.returncode == 70
+    assert "it runs on (--on-lost ignore)" in err
+    assert "the command's own status was 0" in err
+
+
+def test_a_server_outage_longer_than_the_ttl_terminates_the_child(own_server: RedisServer, name: str,
+                                                                 tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    proc = start("run", "--ttl", "1", name, "--", *py(f"""
+        import time
+        open({str(ready)!r}, "w").write("ready")
+        time.sleep(30)
+    """), url=own_server.url)
+    wait_for(ready)
+    own_server.pause()
+    try:
+        paused = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 70
+        # validity (1 s, less the drift) ran out by the local clock, then a bounded release attempt
+        assert time.monotonic() - paused < 10.0
+        assert "sent SIGTERM" in err
+    finally:
+        own_server.resume()
+
+
+def test_options_after_the_command_belong_to_the_command(standalone: RedisServer, name: str) -> None:
+    done = fl("run", name, "--", "sh", "-c", "echo \"$@\"", "sh", "--ttl", "-E", url=standalone.url)
+    assert done.returncode == 0
+    assert done.stdout.strip() == "--ttl -E"
+    done = fl("run", name, "ls", "-l", url=standalone.url)   # forgot the --
+    assert done.returncode == 2
+    assert "put -- before COMMAND" in one_line(done.stderr)
+
+
+# -- status, list, release ------------------------------------------------------------------------------------
+
+
+def test_status_shows_a_held_and_a_free_lock_as_text_and_json(standalone: RedisServer, name: str,
+                                                              held: fencelock.Lease) -> None:
+    done = fl("status", name, url=standalone.url)
+    assert done.returncode == 0
+    assert done.stdout.startswith(f"{name}: held (fence {held.fence}, expires in ")
+    data = json.loads(fl("status", name, "--json", url=standalone.url).stdout)
+    assert data["name"] == name
+    assert data["held"] is True
+    assert data["fence"] == held.fence
+    assert 0 < data["remaining"] <= 30.0
+    assert data["queued"] == 0
+    assert set(data) == {"name", "held", "fence", "remaining", "queued"}   # no token
+
+    free = json.loads(fl("status", name + ":never", "--json", url=standalone.url).stdout)
+    assert free == {"name": name + ":never", "held": False, "fence": None, "remaining": None, "queued": 0}
+    assert "free (never locked)" in fl("status", name + ":never", url=standalone.url).stdout
+
+
+def test_list_finds_held_locks_by_pattern_with_scan_never_keys(standalone: RedisServer, name: str) -> None:
+    raw = standalone.client()
+    pipe = raw.pipeline(transaction=False)
+    for i in range(3000):  # enough unrelated keys that SCAN needs several calls
+        pipe.set(f"{name}:noise:{i}", "x", px=60_000)
+    pipe.execute()
+    with fencelock.connect(standalone.url) as locks:
+        leases = [locks.acquire(f"{name}:{suffix}", ttl=30.0) for suffix in ("b", "a", "c{1}")]
+        locks.acquire(f"{name}:free", ttl=30.0).release()
+        locks.acquire(f"other:{name}", ttl=30.0)
+        raw.config_resetstat()
+        done = fl("list", f"{name}:*", "--json", url=standalone.url)
+        assert done.returncode == 0, done.stderr
+        found = json.loads(done.stdout)
+        assert [item["name"] for item in found] == sorted(lease.name for lease in leases)
+        assert {item["fence"] for item in found} == {lease.fence for lease in leases}
+        stats = raw.info("commandstats")
+        assert "cmdstat_scan" in stats
+        assert "cmdstat_keys" not in stats
+
+        text = fl("list", f"{name}:[ab]", url=standalone.url).stdout.splitlines()
+        assert text[0].split() == ["NAME", "FENCE", "EXPIRES", "IN", "QUEUED"]
+        assert [line.split()[0] for line in text[1:]] == [f"{name}:a", f"{name}:b"]
+        assert "no held locks match" in fl("list", f"{name}:zzz*", url=standalone.url).stdout
+        assert json.loads(fl("list", f"{name}:zzz*", "--json", url=standalone.url).stdout) == []
+
+
+def test_release_force_asks_unless_yes_and_says_what_it_removed(standalone: RedisServer, name: str,
+                                                                held: fencelock.Lease) -> None:
+    done = fl("release", name, url=standalone.url)
+    assert done.returncode == 2
+    assert "--force" in one_line(done.stderr)
+
+    done = fl("release", name, "--force", url=standalone.url, stdin="n\n")
+    assert done.returncode == 1
+    assert "Remove lock" in done.stderr
+    assert "was not removed" in done.stderr
+    assert status_of(standalone.url, name).held
+    done = fl("release", name, "--force", url=standalone.url, stdin="")    # no answer at all: not removed
+    assert done.returncode == 1
+    assert status_of(standalone.url, name).held
+
+    done = fl("release", name, "--force", url=standalone.url, stdin="y\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(f"removed lock {name!r} (fence {held.fence}, expires in ")
+    assert not status_of(standalone.url, name).held
+    with pytest.raises(fencelock.LockLost):
+        held.release()
+
+    with fencelock.connect(standalone.url) as locks:
+        again = locks.acquire(name, ttl=30.0)
+        assert again.fence > held.fence         # the counter stayed: guards still reject the old holder
+        done = fl("release", name, "--force", "--yes", url=standalone.url)
+        assert done.returncode == 0
+        assert "Remove lock" not in done.stderr
+        assert f"removed lock {name!r}" in done.stdout
+    done = fl("release", name, "--force", "--yes", url=standalone.url)
+    assert done.returncode == 0
+    assert "is not held" in done.stdout
+
+
+@pytest.mark.parametrize("command", [["status", "x"], ["list"], ["release", "x", "--force", "--yes"],
+                                     ["run", "x", "--", "true"]])
+def test_a_bad_url_is_one_line_and_status_2(command: list[str]) -> None:
+    done = fl(*command, url="redis://:secret@127.0.0.1:notaport/0")
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert "not a valid lock-service URL" in line
+    assert "secret" not in line
+
+
+def test_a_server_that_is_down_or_stalled_gives_one_line_and_status_69_in_bounded_time(own_server: RedisServer,
+                                                                                        tmp_path: Path) -> None:
+    url = own_server.url
+    own_server.pause()  # connects succeed, nothing answers: the socket timeout (2 s) bounds it
+    try:
+        started = time.monotonic()
+        done = fl("status", "x", url=url)
+        assert time.monotonic() - started < 15.0
+        assert done.returncode == 69
+        assert "is the server running" in one_line(done.stderr)
+    finally:
+        own_server.resume()
+    own_server.stop()
+    marker = tmp_path / "ran"
+    for command in (["status", "x"], ["list"], ["run", "x", "--", "touch", str(marker)]):
+        started = time.monotonic()
+        done = fl(*command, url=url)
+        assert time.monotonic() - started < 15.0
+        assert done.returncode == 69, done.stderr
+        assert "Connection refused" in one_line(done.stderr)
+    assert not marker.exists()
+
+
+def test_the_url_comes_from_fencelock_url_when_not_given(standalone: RedisServer, name: str,
+                                                         held: fencelock.Lease) -> None:
+    done = fl("status", name, "--json", env=_env(FENCELOCK_URL=standalone.url))
+    assert json.loads(done.stdout)["held"] is True
+    done = fl("status", name, env=_env(FENCELOCK_URL="redis://:hunter2@127.0.0.1:1/0"))
+    assert done.returncode == 69
+    line = one_line(done.stderr)
+    assert "redis://:***@127.0.0.1:1/0" in line
+    assert "hunter2" not in line
+
+
+def test_debug_shows_the_traceback() -> None:
+    done = fl("--debug", "status", "x", url="redis://127.0.0.1:1/0")
+    assert done.returncode != 0
+    assert "Traceback" in done.stderr
+
+
+# -- every backend --------------------------------------------------------------------------------------------
+
+
+def test_status_list_and_release_on_every_deployment(any_deployment: Deployment, name: str) -> None:
+    deployment = any_deployment
+    urls = urls_of(deployment)
+    with deployment.connect() as locks:
+        lease = locks.acquire(f"{name}:a", ttl=30.0)
+        status = json.loads(fl("status", f"{name}:a", "--json", url=urls).stdout)
+        assert status["held"] is True
+        assert status["fence"] == lease.fence
+        pattern = name.replace("[", "[[]") + ":*"   # the test's name has brackets, which are glob syntax
+        found = json.loads(fl("list", pattern, "--json", url=urls).stdout)
+        assert [item["name"] for item in found] == [f"{name}:a"]
+        done = fl("release", f"{name}:a", "--force", "--yes", url=urls)
+        assert done.returncode == 0
+        assert f"fence {lease.fence}" in done.stdout
+        assert deployment.holder(f"{name}:a") is None
+        with pytest.raises(fencelock.LockLost):
+            lease.extend()
+
+
+def test_run_on_every_deployment(any_deployment: Deployment, name: str) -> None:
+    deployment = any_deployment
+    done = fl("run", name, "--", "sh", "-c", 'test -n "$FENCELOCK_FENCE" && exit 5', url=urls_of(deployment))
+    assert done.returncode == 5, done.stderr
+    assert deployment.holder(name) is None
+
+
+# -- help, packaging ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["status"], ["list"], ["release"], ["lab"], ["bench"]])
+def test_help_works_for_every_command(command: list[str]) -> None:
+    done = fl(*command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout.lower()
+    if command in ([], ["run"], ["status"], ["list"], ["release"]):
+        assert "Examples:" in done.stdout
+
+
+def test_the_top_help_shows_the_whole_tool() -> None:
+    shown = fl("--help").stdout
+    for command in ("run", "status", "list", "release", "lab", "bench"):
+        assert f"\n  {command} " in shown
+
+
+def test_without_click_the_command_says_what_to_install() -> None:
+    done = subprocess.run([sys.executable, "-c", "import sys; sys.modules['click'] = None\n"
+                           "from fencelock._cli import main; sys.exit(main(['--help']))"],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 1
+    assert "pip install 'fencelock[cli]'" in one_line(done.stderr)
+
+
+def test_the_console_script_is_the_same_tool() -> None:
+    script = Path(sys.executable).with_name("fencelock")
+    if not script.exists():
+        pytest.skip("no fencelock console script next to this Python (install the package with pip -e .)")
+    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0
+    assert done.stdout == fl("--help").stdout

@@ -1,0 +1,1 @@
+"""The Redis family on real servers: what only Redis shows (scripts, keys, channels, fair queues, TLS, faults)."""

@@ -1,0 +1,167 @@
+"""Faults injected into the Redis family (SIGSTOP, SIGKILL, script cache loss), bad input, and credentials. What
+every backend shares (a paused service, cancelled requests, bad input) is in the conformance suite."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+import pytest
+
+import fencelock
+from fencelock._logic.keys import redis_keys
+from fencelock.testing.servers import RedisServer, free_port
+from tests.conftest import RedisFamily, lock_value
+
+
+def test_a_dead_server_gives_a_backend_error_at_once(name: str) -> None:
+    locks = fencelock.connect(f"redis://127.0.0.1:{free_port()}/0")
+    started = time.monotonic()
+    for wait in (0, 1.0, None):
+        with pytest.raises(fencelock.BackendError, match="ConnectionError"):
+            locks.acquire(name, wait=wait)
+    assert time.monotonic() - started < 1.0
+
+
+def _release_while_stopped(server: RedisServer, name: str) -> tuple[fencelock.Locks, fencelock.Lease]:
+    """Acquire, then try to release while the server is stopped: the release times out without a reply."""
+    locks = fencelock.connect(server.url + "?socket_timeout=0.3")
+    lease = locks.acquire(name, ttl=10.0, wait=0)
+    server.pause()
+    try:
+        with pytest.raises(fencelock.BackendError):
+            lease.release()
+        with pytest.raises(fencelock.BackendError):
+            lease.extend()
+    finally:
+        server.resume()
+    return locks, lease
+
+
+def test_a_failed_release_keeps_the_token_and_can_be_retried(own_server: RedisServer, name: str) -> None:
+    """redis-py's sync Lock dropped the token before the server confirmed: the lock could never be released."""
+    locks, lease = _release_while_stopped(own_server, name)
+    assert lease.remaining() > 9.0
+    assert lock_value(own_server.client(), name) == lease.token
+    lease.extend()
+    lease.release()
+    assert lock_value(own_server.client(), name) is None
+    locks.close()
+
+
+def test_a_release_that_got_no_reply_is_not_reported_as_a_loss_if_the_key_went(own_server: RedisServer,
+                                                                              name: str) -> None:
+    """A release timed out; by the retry the key is gone and nobody took the lock: our release did its job
+    (or the key expired after it was sent in time); either way no other holder was ever granted."""
+    locks, lease = _release_while_stopped(own_server, name)
+    own_server.client().delete(redis_keys(name).lock)  # as if the timed-out release had run
+    lease.release()
+    lease.release()
+    locks.close()
+
+
+def test_a_release_that_got_no_reply_still_reports_a_new_holder(own_server: RedisServer, name: str) -> None:
+    locks, lease = _release_while_stopped(own_server, name)
+    own_server.client().delete(redis_keys(name).lock)
+    other = locks.acquire(name, ttl=10.0, wait=0)
+    with pytest.raises(fencelock.LockLost, match="taken"):
+        lease.release()
+    assert lock_value(own_server.client(), name) == other.token
+    other.release()
+    locks.close()
+
+
+def test_acquire_survives_a_server_restart_between_calls(own_server: RedisServer, name: str) -> None:
+    locks = fencelock.connect(own_server.url)
+    before = locks.acquire(name + ":before", ttl=5.0, wait=0)  # leaves a pooled connection
+    before.release()
+    own_server.kill()
+    own_server.restart()  # the pooled connection is now dead; one retry on a fresh one is safe
+    assert own_server.client().dbsize() == 0  # the server came back empty (no persistence)
+    lease = locks.acquire(name, ttl=5.0, wait=0)
+    assert lease.fence > before.fence  # the clock floor, not a counter started again at 1
+    lease.release()
+    locks.close()
+
+
+def test_scripts_are_loaded_again_after_the_server_forgets_them(locks: fencelock.Locks, name: str,
+                                                                deployment: RedisFamily) -> None:
+    first = locks.acquire(name, ttl=5.0, wait=0)
+    first.release()
+    for raw in deployment.raws():
+        raw.script_flush()
+    with locks.lock(name, ttl=5.0, wait=0) as lease:
+        assert lease.fence > first.fence
+
+
+# -- bad input: rejected before anything is sent (on a stalled service, too: see the conformance suite) -----------
+
+NOWHERE = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens: anything actually sent would be a BackendError
+
+
+@pytest.mark.parametrize(("kwargs", "error", "arg"), [
+    ({"ttl": 0}, ValueError, "ttl"), ({"ttl": -1.0}, ValueError, "ttl"), ({"ttl": math.nan}, ValueError, "ttl"),
+    ({"ttl": math.inf}, ValueError, "ttl"), ({"ttl": True}, TypeError, "ttl"), ({"ttl": "30"}, TypeError, "ttl"),
+    ({"ttl": None}, TypeError, "ttl"), ({"wait": -1}, ValueError, "wait"), ({"wait": math.nan}, ValueError, "wait"),
+    ({"wait": False}, TypeError, "wait"), ({"wait": "5"}, TypeError, "wait"),
+])
+def test_bad_arguments_are_rejected_before_anything_is_sent(kwargs: dict[str, Any], error: type[Exception],
+                                                            arg: str) -> None:
+    locks = fencelock.connect(NOWHERE)
+    with pytest.raises(error, match=rf"{arg} .*lock 'orders:42'"):
+        locks.acquire("orders:42", **kwargs)
+    with pytest.raises(error, match=rf"{arg} .*lock 'orders:42'"):
+        locks.lock("orders:42", **kwargs)
+
+    async def main() -> None:
+        with pytest.raises(error, match=rf"{arg} .*lock 'orders:42'"):
+            await fencelock.aio.connect(NOWHERE).acquire("orders:42", **kwargs)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("bad", "error"), [("", ValueError), (None, TypeError), (42, TypeError),
+                                            (b"orders", TypeError)])
+def test_bad_names_are_rejected_before_anything_is_sent(bad: Any, error: type[Exception]) -> None:
+    locks = fencelock.connect(NOWHERE)
+    with pytest.raises(error, match="name"):
+        locks.acquire(bad)
+    with pytest.raises(error, match="name"):
+        locks.lock(bad)
+
+
+@pytest.mark.parametrize("url", ["", "localhost:6379", "http://127.0.0.1", "redis://127.0.0.1:70000",
+                                 "redis://127.0.0.1/x", "redis://127.0.0.1?nonsense=1", 6379])
+def test_malformed_urls_fail_at_connect(url: Any) -> None:
+    with pytest.raises((ValueError, TypeError), match="url"):
+        fencelock.connect(url)
+    with pytest.raises((ValueError, TypeError), match="url"):
+        fencelock.aio.connect(url)
+
+
+def test_the_wrong_kind_of_redis_client_is_a_type_error(deployment: RedisFamily) -> None:
+    import redis.asyncio
+
+    with pytest.raises(TypeError, match=r"fencelock\.aio\.connect"):
+        fencelock.connect(redis.asyncio.Redis())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"fencelock\.connect"):
+        fencelock.aio.connect(deployment.redis_target())
+
+
+# -- credentials ----------------------------------------------------------------------------------------------
+
+def test_acl_user_and_password_come_in_through_the_url(own_server: RedisServer, name: str) -> None:
+    admin: Any = own_server.client()
+    admin.execute_command("ACL", "SETUSER", "app", "on", ">s3cret-pw", "~fencelock:*", "+@all")
+    locks = fencelock.connect(f"redis://app:s3cret-pw@127.0.0.1:{own_server.port}/0")
+    with locks.lock(name, ttl=5.0, wait=0) as lease:
+        assert lease.fence >= 1
+    locks.close()
+    wrong = fencelock.connect(f"redis://app:wrong-pw@127.0.0.1:{own_server.port}/0")
+    with pytest.raises(fencelock.BackendError) as info:
+        wrong.acquire(name, wait=0)
+    assert "wrong-pw" not in str(info.value)
+    assert "s3cret" not in str(info.value)
+    wrong.close()

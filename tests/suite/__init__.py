@@ -1,0 +1,2 @@
+"""The package as a whole, on every backend: the conformance suite, the README, inputs, secrets, operators, events,
+Celery."""

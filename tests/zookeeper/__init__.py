@@ -1,0 +1,1 @@
+"""The ZooKeeper backend on a real standalone server and a real three-member ensemble."""

@@ -1,0 +1,471 @@
+"""The ZooKeeper backend on a real standalone ZooKeeper: every test has its own chroot (the `zk` fixture), and
+tests that stop the server have a server of their own (`own_zk`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import fencelock
+from fencelock._logic.zookeeper import Session
+from fencelock.testing.zookeeper import ZooKeeperDeployment, four_letter_word
+from tests.conftest import until
+
+
+def _received(zk: ZooKeeperDeployment) -> int:
+    """Packets the server has received so far (the `srvr` four-letter word)."""
+    for line in four_letter_word(zk.server.host, zk.server.port, "srvr").splitlines():
+        if line.startswith("Received:"):
+            return int(line.split(":")[1])
+    raise AssertionError("srvr gave no Received: line")
+
+
+@pytest.fixture
+def locks(zk: ZooKeeperDeployment) -> Any:
+    client = zk.connect()
+    yield client
+    client.close()
+
+
+# -- the API --------------------------------------------------------------------------------------------------
+
+def test_acquire_release_and_fences_that_increase(locks: fencelock.Locks, zk: ZooKeeperDeployment,
+                                                  name: str) -> None:
+    fences = []
+    for _ in range(3):
+        lease = locks.acquire(name, ttl=5.0, wait=0)
+        assert zk.holder(name) == lease.token
+        assert len(zk.nodes(name)) == 1
+        assert 4.0 < lease.remaining() <= 5.0
+        assert lease.token not in repr(lease)
+        fences.append(lease.fence)
+        lease.release()
+        assert zk.nodes(name) == []
+    assert fences == sorted(fences)
+    assert len(set(fences)) == 3
+    with zk.client() as client:
+        assert client.get_children(zk._directory(name)) == []
+
+
+def test_a_held_lock_refuses_wait_zero_and_the_refused_node_is_gone(locks: fencelock.Locks,
+                                                                   zk: ZooKeeperDeployment, name: str) -> None:
+    with locks.lock(name, ttl=5.0) as lease:
+        with pytest.raises(fencelock.NotAcquired) as info:
+            locks.acquire(name, wait=0)
+        assert not isinstance(info.value, fencelock.AcquireTimeout)
+        assert info.value.name == name
+        assert zk.nodes(name) == [zk.nodes(name)[0]]
+        assert zk.holder(name) == lease.token
+
+
+def test_wait_is_one_deadline_and_a_waiter_that_gives_up_leaves_the_queue(locks: fencelock.Locks,
+                                                                         zk: ZooKeeperDeployment,
+                                                                         name: str) -> None:
+    with locks.lock(name, ttl=10.0) as lease:
+        started = time.monotonic()
+        with pytest.raises(fencelock.AcquireTimeout):
+            locks.acquire(name, ttl=5.0, wait=0.7)
+        took = time.monotonic() - started
+        assert 0.7 <= took < 1.2, took
+        assert zk.nodes(name) == [n for n in zk.nodes(name) if n.startswith(lease.token)]
+        assert len(zk.nodes(name)) == 1
+
+
+def test_waiters_are_served_first_come_first_served(zk: ZooKeeperDeployment, name: str) -> None:
+    holder_client = zk.connect()
+    holder = holder_client.acquire(name, ttl=10.0, wait=0)
+    order: list[int] = []
+    clients = [zk.connect() for _ in range(4)]
+
+    def wait_in_line(i: int) -> None:
+        with clients[i].lock(name, ttl=10.0, wait=20.0):
+            order.append(i)
+            time.sleep(0.02)
+
+    threads = []
+    for i in range(4):
+        thread = threading.Thread(target=wait_in_line, args=(i,))
+        thread.start()
+        threads.append(thread)
+        until(lambda i=i: len(zk.nodes(name)) == i + 2, 10.0, f"waiter {i} queued")
+    holder.release()
+    for thread in threads:
+        thread.join(30)
+    assert order == [0, 1, 2, 3]
+    for client in [holder_client, *clients]:
+        client.close()
+
+
+def test_a_waiter_is_woken_by_the_release_not_by_polling(locks: fencelock.Locks, zk: ZooKeeperDeployment,
+                                                         name: str) -> None:
+    holder = locks.acquire(name, ttl=10.0, wait=0)
+    other = zk.connect()
+    other.acquire(name + ":warm", ttl=5.0, wait=0).release()  # its session is up before we count
+    before = _received(zk)
+    timer = threading.Timer(0.6, holder.release)
+    started = time.monotonic()
+    timer.start()
+    waiter = other.acquire(name, ttl=5.0, wait=5.0)
+    woke = time.monotonic() - started
+    timer.join()
+    requests = _received(zk) - before
+    assert 0.6 <= woke < 0.75, woke
+    # create, list, watch; the release; list after the wake-up; a ping or two: polling would be dozens
+    assert requests <= 12, f"{requests} requests while one waiter waited 0.6 s"
+    waiter.release()
+    other.close()
+
+
+def test_a_crashed_holders_lock_is_free_after_its_ttl(locks: fencelock.Locks, zk: ZooKeeperDeployment,
+                                                      name: str) -> None:
+    """A lease neither extended nor released loses its node after its TTL, as a Redis key expires."""
+    old = locks.acquire(name, ttl=0.4, wait=0)
+    started = time.monotonic()
+    new = locks.acquire(name, ttl=5.0, wait=5.0)
+    took = time.monotonic() - started
+    assert 0.35 <= took < 0.6, took
+    assert new.fence > old.fence
+    with pytest.raises(fencelock.LockLost):
+        old.release()
+    assert zk.holder(name) == new.token
+    new.release()
+
+
+def test_an_expired_lease_nobody_took_reports_loss_and_its_node_is_gone(locks: fencelock.Locks,
+                                                                         zk: ZooKeeperDeployment,
+                                                                         name: str) -> None:
+    lease = locks.acquire(name, ttl=0.2, wait=0)
+    time.sleep(0.35)
+    assert zk.nodes(name) == []
+    with pytest.raises(fencelock.LockLost, match="expired"):
+        lease.release()
+
+
+def test_extend_keeps_the_node_past_its_first_ttl(locks: fencelock.Locks, zk: ZooKeeperDeployment,
+                                                  name: str) -> None:
+    lease = locks.acquire(name, ttl=0.5, wait=0)
+    time.sleep(0.3)
+    lease.extend(ttl=2.0)
+    time.sleep(0.5)
+    assert zk.holder(name) == lease.token
+    assert 1.0 < lease.remaining() < 2.0
+    lease.release()
+
+
+def test_a_retried_create_finds_its_own_node(locks: fencelock.Locks, zk: ZooKeeperDeployment, name: str) -> None:
+    """The answer to a create is lost: the retry (same token) must find that node, not queue a second one."""
+    holder = locks.acquire(name, ttl=10.0, wait=0)
+    backend: Any = locks.backend
+    token = "f" * 32
+    first = backend.try_acquire(name, token, 5000, 0.0, False)
+    assert not first.granted
+    backend._queued.clear()  # as if the create's answer never came: the node is not known, only that it was sent
+    backend._sent.add((name, token))
+    second = backend.try_acquire(name, token, 5000, 0.0, False)
+    assert not second.granted
+    assert [n for n in zk.nodes(name) if n.startswith(token)] == [zk.nodes(name)[1]]
+    backend.leave(name, token)
+    assert zk.nodes(name) == [zk.nodes(name)[0]]
+    holder.release()
+
+
+def test_a_node_deleted_behind_our_back_is_a_lost_lease(locks: fencelock.Locks, zk: ZooKeeperDeployment,
+                                                        name: str) -> None:
+    told: list[str] = []
+    with pytest.raises(fencelock.LockLost), locks.lock(name, ttl=1.5, wait=0,  # noqa: PT012
+                                                       on_lost=lambda lease: told.append(lease.name)) as lease:
+        time.sleep(0.1)
+        zk.steal(name)
+        stolen = time.monotonic()
+        while not lease.lost:
+            assert time.monotonic() - stolen < 1.0, "the loss was not noticed within one renewal interval"
+            time.sleep(0.01)
+        with pytest.raises(fencelock.LockLost):
+            lease.ensure()
+    assert told == [name]
+
+
+def test_operators_see_status_list_and_force_release(locks: fencelock.Locks, zk: ZooKeeperDeployment,
+                                                     name: str) -> None:
+    backend: Any = locks.backend
+    free = backend.status(name)
+    assert (free.held, free.fence, free.queued) == (False, None, 0)
+    lease = locks.acquire(name, ttl=10.0, wait=0)
+    other = locks.acquire(name + "/other", ttl=10.0, wait=0)
+    waiter = threading.Thread(target=lambda: _swallow(lambda: locks.acquire(name, ttl=5.0, wait=3.0)))
+    waiter.start()
+    until(lambda: len(zk.nodes(name)) == 2, 5.0, "the waiter queued")
+    status = backend.status(name)
+    assert (status.name, status.held, status.fence, status.queued) == (name, True, lease.fence, 1)
+    assert 8.0 < status.remaining <= 10.0  # the TTL from the node's write time (one machine: one wall clock)
+    assert [s.name for s in backend.scan("*")] == sorted([name, name + "/other"])
+    assert [s.name for s in backend.scan(name + "/*")] == [name + "/other"]
+    removed = backend.force_release(name)
+    assert removed.held
+    assert removed.fence == lease.fence
+    waiter.join(10)
+    with pytest.raises(fencelock.LockLost):
+        lease.release()
+    assert backend.force_release(name + ":never").held is False
+    other.release()
+    assert backend.status(name + "/other").fence == other.fence  # a free lock shows its last holder's fence
+
+
+def _swallow(work: Callable[[], Any]) -> None:
+    try:
+        lease = work()
+        lease.release()
+    except fencelock.LockError:
+        pass
+
+
+# -- asyncio --------------------------------------------------------------------------------------------------
+
+def test_asyncio_has_the_same_api_and_a_cancelled_waiter_leaves_no_node(zk: ZooKeeperDeployment,
+                                                                        name: str) -> None:
+    async def main() -> None:
+        locks = zk.aconnect()
+        try:
+            lease = await locks.acquire(name, ttl=5.0, wait=0)
+            assert zk.holder(name) == lease.token
+            waiter = asyncio.ensure_future(locks.acquire(name, ttl=5.0, wait=10.0))
+            deadline = time.monotonic() + 5
+            while len(zk.nodes(name)) < 2:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            deadline = time.monotonic() + 5
+            while len(zk.nodes(name)) > 1:
+                assert time.monotonic() < deadline, "the cancelled waiter's node stayed"
+                await asyncio.sleep(0.01)
+            with pytest.raises(fencelock.NotAcquired):
+                await locks.acquire(name, wait=0)
+            await lease.release()
+            async with locks.lock(name, ttl=5.0, wait=0) as second:
+                assert second.fence > lease.fence
+            assert zk.nodes(name) == []
+        finally:
+            await locks.aclose()
+
+    asyncio.run(main())
+
+
+def test_asyncio_body_is_cancelled_when_the_node_is_deleted(zk: ZooKeeperDeployment, name: str) -> None:
+    async def main() -> None:
+        locks = zk.aconnect()
+        try:
+            with pytest.raises(fencelock.LockLost):  # noqa: PT012
+                async with locks.lock(name, ttl=1.5, wait=0):
+                    await asyncio.sleep(0.1)
+                    zk.steal(name)
+                    await asyncio.sleep(5.0)  # cancelled long before this ends
+        finally:
+            await locks.aclose()
+
+    started = time.monotonic()
+    asyncio.run(main())
+    assert time.monotonic() - started < 2.0
+
+
+# -- URLs, TTLs and sessions ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("url", ["zookeeper://", "zookeeper:///chroot", "zookeeper://h:0", "zookeeper://h:99999",
+                                 "zookeeper://h:2181,h:2181", "zookeeper://u:secret@h:2181",
+                                 "zookeeper://h:2181/a//b", "zookeeper://h:2181/a/../b",
+                                 "zookeeper://h:2181/zookeeper", "zookeeper://h:2181?timeout=0",
+                                 "zookeeper://h:2181?timeout=x", "zookeeper://h:2181?nope=1", "zookeeper://h b"])
+def test_bad_urls_are_value_errors_naming_the_url(url: str) -> None:
+    with pytest.raises(ValueError, match=r"url .* not a valid ZooKeeper URL") as info:
+        fencelock.connect(url)
+    assert "secret" not in str(info.value)
+
+
+def test_a_ttl_longer_than_the_servers_longest_session_is_refused(locks: fencelock.Locks, name: str) -> None:
+    with pytest.raises(ValueError, match=r"ttl 10.*maxSessionTimeout.*lock") as info:
+        locks.acquire(name, ttl=100.0, wait=0)
+    assert "raise maxSessionTimeout in the server's zoo.cfg" in str(info.value)  # the setting to change
+
+
+def test_sessions_are_shared_by_ttl_and_honour_the_negotiated_timeout(locks: fencelock.Locks, name: str) -> None:
+    backend: Any = locks.backend
+    for ttl in (0.05, 0.1, 0.15):  # all below the server's minimum session timeout (0.2 s): one session
+        # (wait: a grant that took longer than a 50 ms TTL, connecting included, counts as refused)
+        locks.acquire(f"{name}:{ttl}", ttl=ttl, wait=2.0).release()
+    locks.acquire(name, ttl=30.0, wait=0).release()
+    locks.acquire(name, ttl=29.0, wait=0).release()
+    sessions = {id(s): s for s in backend._sessions.values()}.values()
+    timeouts = sorted(s.negotiated_ms for s in sessions)
+    assert timeouts[0] == 200  # learned: the server's minSessionTimeout
+    assert timeouts[1:] == [32768]  # 29 s and 30 s share the step above them
+    assert len(timeouts) <= 3  # 0.05 s asked for one step before the minimum was known
+
+
+# -- faults ---------------------------------------------------------------------------------------------------
+
+def test_no_server_is_a_backend_error_within_the_timeout(name: str) -> None:
+    with socket.socket() as probe:  # a port where nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    locks = fencelock.connect(f"zookeeper://127.0.0.1:{port}/x?timeout=0.5")
+    started = time.monotonic()
+    with pytest.raises(fencelock.BackendError) as info:
+        locks.acquire(name, wait=0)
+    assert time.monotonic() - started < 1.5
+    assert info.value.name == name
+    locks.close()
+
+
+def test_a_stopped_server_is_a_backend_error_within_the_timeout(own_zk: ZooKeeperDeployment, name: str) -> None:
+    locks = fencelock.connect(own_zk.target + "?timeout=0.5")
+    lease = locks.acquire(name, ttl=5.0, wait=0)
+    own_zk.pause()
+    started = time.monotonic()
+    with pytest.raises(fencelock.BackendError):
+        locks.acquire(name + ":2", ttl=5.0, wait=0)
+    with pytest.raises(fencelock.BackendError):
+        lease.release()
+    assert time.monotonic() - started < 3.0
+    own_zk.resume()
+    lease.release()  # it kept its token: released once the server answers
+    assert own_zk.nodes(name) == []
+    locks.close()
+
+
+def _session(locks: fencelock.Locks) -> Any:
+    backend: Any = locks.backend
+    return next(iter(backend._sessions.values()))
+
+
+def test_an_attempt_during_a_suspended_session_leaves_no_node(own_zk: ZooKeeperDeployment, name: str) -> None:
+    locks = fencelock.connect(own_zk.target + "?timeout=0.5")
+    locks.acquire(name + ":warm", ttl=1.0, wait=0).release()  # a session of 1.19 s: suspended after 0.8 s
+    session = _session(locks)
+    own_zk.pause()
+    until(lambda: session.state is Session.SUSPENDED, 5.0, "kazoo saw the connection drop")
+    with pytest.raises(fencelock.BackendError, match="suspended"):
+        locks.acquire(name, ttl=1.0, wait=0)
+    own_zk.resume()
+    until(lambda: session.connected, 10.0, "the session came back")
+    time.sleep(0.3)
+    assert own_zk.nodes(name) == []
+    locks.close()
+
+
+def test_an_attempt_whose_answer_never_came_leaves_no_node(own_zk: ZooKeeperDeployment, name: str) -> None:
+    """The server stalls with the create on the wire: the create lands after we gave up, and is then undone."""
+    locks = fencelock.connect(own_zk.target + "?timeout=0.3")
+    locks.acquire(name + ":warm", ttl=10.0, wait=0).release()  # a long session: it stays CONNECTED
+    own_zk.pause()
+    with pytest.raises(fencelock.BackendError):
+        locks.acquire(name, ttl=10.0, wait=0)
+    own_zk.resume()
+    until(lambda: own_zk.nodes(name) == [], 5.0, "the late node was deleted")
+    time.sleep(0.3)
+    assert own_zk.nodes(name) == []
+    lease = locks.acquire(name, ttl=10.0, wait=0)  # and the lock is free
+    lease.release()
+    locks.close()
+
+
+_HOLDER = textwrap.dedent("""
+    import sqlite3, sys
+    import fencelock
+    url, name, db = sys.argv[1:4]
+    locks = fencelock.connect(url)
+    lease = locks.acquire(name, ttl=1.0, wait=0, renew=True)
+    print(lease.fence, flush=True)
+    sys.stdin.readline()               # the parent stops us here, and wakes us much later
+    conn = sqlite3.connect(db, isolation_level=None)
+    guard = fencelock.SQLGuard(paramstyle="qmark")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        guard.check(conn.cursor(), name, lease.fence)
+        conn.execute("UPDATE account SET owner = 'old holder'")
+        conn.execute("COMMIT")
+        print("written", flush=True)
+    except fencelock.StaleFence as exc:
+        conn.execute("ROLLBACK")
+        print("stale", exc.fence, exc.highest, flush=True)
+""")
+
+
+def test_a_frozen_holder_process_loses_its_session_and_its_late_write_is_rejected(
+        zk: ZooKeeperDeployment, name: str, tmp_path: Any) -> None:
+    db = str(tmp_path / "store.db")
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("CREATE TABLE account (owner TEXT)")
+    conn.execute("INSERT INTO account VALUES ('nobody')")
+    guard = fencelock.SQLGuard(paramstyle="qmark")
+    guard.create_table(conn.cursor())
+    child = subprocess.Popen([sys.executable, "-c", _HOLDER, zk.target, name, db], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdin is not None
+        old_fence = int(child.stdout.readline())
+        os.kill(child.pid, signal.SIGSTOP)  # a GC pause, swap, a stalled VM: its session stops being renewed
+        locks = zk.connect()
+        started = time.monotonic()
+        lease = locks.acquire(name, ttl=5.0, wait=10.0)
+        took = time.monotonic() - started
+        assert took < 3.0, took  # the session timeout for ttl=1 s is 1.19 s, the TTL clock 1 s
+        assert lease.fence > old_fence
+        conn.execute("BEGIN IMMEDIATE")
+        guard.check(conn.cursor(), name, lease.fence)
+        conn.execute("UPDATE account SET owner = 'new holder'")
+        conn.execute("COMMIT")
+        os.kill(child.pid, signal.SIGCONT)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        answer = child.stdout.readline().split()
+        assert answer == ["stale", str(old_fence), str(lease.fence)]
+        assert conn.execute("SELECT owner FROM account").fetchone() == ("new holder",)
+        assert zk.holder(name) == lease.token
+        lease.release()
+        locks.close()
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.kill()
+        child.wait(10)
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_missing_kazoo_names_the_extra() -> None:
+    code = ("import sys; sys.modules['kazoo'] = None\n"
+            "import fencelock\n"
+            "try:\n    fencelock.connect('zookeeper://127.0.0.1:1')\n"
+            "except ImportError as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert "pip install 'fencelock[zookeeper]'" in out.stdout
+
+
+def test_a_lease_outlives_a_server_restart_within_its_session(own_zk: ZooKeeperDeployment, name: str) -> None:
+    """ZooKeeper keeps sessions in its transaction log: a server killed and restarted within the session timeout
+    gives the session back, and the lease's node with it."""
+    locks = fencelock.connect(own_zk.target)
+    lease = locks.acquire(name, ttl=10.0, wait=0, renew=True)
+    own_zk.server.kill()
+    own_zk.server.start()
+    until(lambda: _session(locks).connected, 10.0, "the session came back")
+    lease.extend()
+    assert own_zk.holder(name) == lease.token
+    assert not lease.lost
+    lease.release()
+    assert own_zk.nodes(name) == []
+    locks.close()
