@@ -10,7 +10,7 @@ import redis
 from redis.exceptions import ResponseError
 
 from ._groups import _ServerGroup
-from ._process import _port_is_free, find_server_binary, free_port, server_version
+from ._process import _close_clients, _port_is_free, find_server_binary, free_port, server_version
 from ._server import RedisServer
 
 #: Seconds :meth:`RedisClusterServers.start` waits for the cluster to converge.
@@ -185,12 +185,7 @@ class RedisClusterServers(_ServerGroup):
 
     def close(self) -> None:
         """Close clients and every node (each node's close is idempotent)."""
-        for c in self._clients:
-            try:
-                c.close()
-            except Exception:
-                pass
-        self._clients.clear()
+        _close_clients(self._clients)
         self._close_nodes()
 
 

@@ -188,6 +188,16 @@ def _server_pid(raw: _Raw) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _close_clients(clients: list[Any]) -> None:
+    """Close every redis-py client in `clients`, ignoring errors, and empty the list."""
+    for c in clients:
+        try:
+            c.close()
+        except Exception:
+            pass
+    clients.clear()
+
+
 def _command(r: redis.Redis, *args: Any) -> Any:
     """Send a raw command (redis-py leaves `execute_command` untyped)."""
     send: Callable[..., Any] = r.execute_command

@@ -16,7 +16,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .._harness import Harness
-from ._process import _file_size, _Raw, _server_pid, find_server_binary, free_port, server_version
+from ._process import _close_clients, _file_size, _Raw, _server_pid, find_server_binary, free_port, server_version
 
 #: Seconds :meth:`RedisServer.start` / :meth:`RedisServer.restart` wait for PING.
 START_TIMEOUT = 10.0
@@ -350,12 +350,7 @@ class RedisServer(Harness):
             self.stop()
         finally:
             self._closed = True
-            for c in self._clients:
-                try:
-                    c.close()
-                except Exception:
-                    pass
-            self._clients.clear()
+            _close_clients(self._clients)
             shutil.rmtree(self.dir, ignore_errors=True)
             self._gone()
 
