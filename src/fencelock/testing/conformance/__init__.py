@@ -85,6 +85,8 @@ import fencelock
 from ..deployment import Deployment
 from ._api import ApiTests
 from ._exclusion import ExclusionTests
+from ._helpers import BAD_ARGUMENTS as BAD_ARGUMENTS
+from ._helpers import BAD_NAMES as BAD_NAMES
 from ._liveness import LivenessTests
 
 __all__ = ["ConformanceSuite"]
