@@ -130,7 +130,7 @@ class Services:
             if need.nodes != 1:
                 raise Unavailable(f"{need}: only a standalone ZooKeeper is started here")
             try:
-                self._zookeeper = self._stack.enter_context(ZooKeeperServer(name="bench-zk"))
+                self._zookeeper = self._stack.enter_context(ZooKeeperServer(name="bench-zk", durable=True))
             except RuntimeError as exc:  # no server, or it did not start
                 raise Unavailable(str(exc)) from exc
             return Target("zookeeper", (self._zookeeper.url("/bench"),))
@@ -174,7 +174,7 @@ class Services:
         if self._zookeeper is not None:
             version = four_letter_word(self._zookeeper.host, self._zookeeper.port, "srvr").splitlines()[:1]
             out["zookeeper"] = (version[0].removeprefix("Zookeeper version: ").split("-")[0] if version else "?") + \
-                " standalone, tickTime 100 ms, no fsync (zookeeper.forceSync=no)"
+                " standalone, tickTime 100 ms, fsync on (zookeeper.forceSync=yes, as etcd fsyncs)"
         return out
 
     def _all(self) -> list[RedisServer]:

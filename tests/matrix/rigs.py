@@ -37,6 +37,8 @@ class Rig:
     kind: str
     quorum = 1
     fair = True
+    straggle = 0.0
+    """How much longer than its TTL a minority of nodes may keep a key (see `invariants.check`)."""
 
     def __init__(self, proxies: list[FaultProxy], servers: list[RedisServer]) -> None:
         self.proxies = proxies
@@ -114,6 +116,9 @@ class RedlockRig(Rig):
         super().__init__(proxies, servers)
         self.quorum = len(servers) // 2 + 1
         self.faulted = proxies[:self.quorum]
+        # A call returns once a quorum answered; a node whose connection still waits for an earlier reply (held
+        # back, at most one socket timeout) gets the request after that, and keeps the key that much longer.
+        self.straggle = SOCKET_TIMEOUT
 
     def connect(self, front: str) -> Any:
         # Each node's answer within 0.15 s (the default, 50 ms + 1 % of the TTL, is too tight for a fresh

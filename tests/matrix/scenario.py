@@ -404,7 +404,7 @@ async def run_cell(rig: Rig, cell: Cell) -> list[str]:
         rig.clear()
         watcher.stop()
         await front.close(locks)
-    return problems + check(history, watcher.samples, quorum=rig.quorum)
+    return problems + check(history, watcher.samples, quorum=rig.quorum, straggle=rig.straggle)
 
 
 async def run_cancel_cell(rig: Rig, request: str) -> list[str]:
@@ -504,7 +504,7 @@ async def _story(rig: Rig, request: str, body: Any, cancel_after: int | None) ->
         rig.clear()
         watcher.stop()
         await front.close(locks)
-    return check(history, watcher.samples, quorum=rig.quorum)
+    return check(history, watcher.samples, quorum=rig.quorum, straggle=rig.straggle)
 
 
 def random_cell(rng: random.Random, kinds: list[str]) -> tuple[str, Cell]:
