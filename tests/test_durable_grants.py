@@ -70,6 +70,31 @@ def test_a_grant_counts_once_a_replica_acknowledged_it(pair: RedisPrimaryReplica
         locks.close()
 
 
+def test_after_a_script_flush_the_grant_and_its_confirmation_are_sent_again(pair: RedisPrimaryReplica,
+                                                                            name: str) -> None:
+    """NOSCRIPT: the script goes again as EVAL, followed by its WAIT again, on the same connection."""
+    async def main() -> None:
+        locks = fencelock.aio.connect(pair.primary.url, durability="replica")
+        try:
+            await (await locks.acquire(name, ttl=10.0, wait=0)).release()  # scripts loaded, connection made
+            pair.primary.client().script_flush()
+            async with locks.lock(name, ttl=10.0, wait=0) as lease:
+                assert pair.replica.client().get(redis_keys(name).lock) == lease.token.encode()
+        finally:
+            await locks.aclose()
+
+    asyncio.run(main())
+    locks = fencelock.connect(pair.primary.url, durability="replica")
+    try:
+        locks.acquire(name, ttl=10.0, wait=0).release()
+        pair.primary.client().script_flush()
+        with locks.lock(name, ttl=10.0, wait=0) as lease:
+            assert pair.replica.client().get(redis_keys(name).lock) == lease.token.encode()
+            lease.extend(10.0)
+    finally:
+        locks.close()
+
+
 def test_a_grant_asks_for_as_many_replicas_as_given(pair: RedisPrimaryReplica, name: str) -> None:
     locks = fencelock.connect(pair.primary.url, durability=2, durability_timeout=SHORT)
     try:
