@@ -146,6 +146,29 @@ def test_asyncio_a_confirmed_grant_is_on_the_replica(pair: RedisPrimaryReplica, 
     asyncio.run(main())
 
 
+def test_asyncio_an_unconfirmed_extend_claims_no_new_validity(pair: RedisPrimaryReplica, name: str) -> None:
+    async def main() -> None:
+        locks = fencelock.aio.connect(pair.primary.url, durability="replica", durability_timeout=SHORT)
+        try:
+            lease = await locks.acquire(name, ttl=5.0, wait=0)
+            before = lease.remaining()
+            pair.pause_replication()
+            try:
+                with pytest.raises(fencelock.NotDurable, match=r"extend.*keeps the validity it had"):
+                    await lease.extend(60.0)
+                assert lease.held
+                assert lease.remaining() <= before
+            finally:
+                assert pair.link is not None
+                pair.link.heal()
+                pair.wait_in_sync()
+            await lease.release()
+        finally:
+            await locks.aclose()
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("fair", [False, True])
 def test_a_woken_waiter_gets_a_confirmed_grant(pair: RedisPrimaryReplica, name: str, fair: bool) -> None:
     """The wait, the attempt and the confirmation travel in one write (BLPOP, the script, WAIT)."""
