@@ -11,6 +11,7 @@ from dataclasses import asdict
 
 from . import report
 from .contenders import ONE_REDIS, REGISTRY, Contender, Target
+from .durability import DurabilityResult, durability_section, durability_table
 from .events import EventsResult, events_section
 from .placement import placements
 from .services import Services, Unavailable
@@ -27,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"comma-separated contenders, groups or sections to run (default: all). Groups: "
                         f"{', '.join(GROUPS)} (e.g. '--only redlock,fencelock' for the Redlock rows and the "
                         f"single-node fencelock their target compares with). Sections: {', '.join(SECTIONS)} "
-                        "(10,000 renewed leases in a process of their own: CPU, round trips, losses, exit). "
+                        "(watchdog: 10,000 renewed leases in a process of their own: CPU, round trips, losses, exit; "
+                        "durability: the cycle per durability mode, on servers of its own). "
                         f"Contenders: {', '.join(REGISTRY)}")
     p.add_argument("--rounds", type=int, help="uncontended rounds per placement (default 10; quick 4)")
     p.add_argument("--cycles", type=int, help="uncontended cycles per round (default 1000; quick 400)")
@@ -56,7 +58,7 @@ def _progress(message: str) -> None:
 GROUPS = ("single", "redlock", "etcd", "zookeeper")
 """What `--only` accepts besides contender keys: every row of one group (`Contender.group`)."""
 
-SECTIONS = ("watchdog", "events")
+SECTIONS = ("watchdog", "events", "durability")
 """What `--only` also accepts: a section that is not a row of the contender tables (run only when named, or when
 `--only` is not given)."""
 
@@ -134,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         server_pid=services.pid(watchdog_target.url), quick=quick,
                                         progress=_progress)
         events: EventsResult | None = events_section() if "events" in sections else None
+        durable: DurabilityResult | None = (durability_section(quick, _progress) if "durability" in sections
+                                            else None)
         machine = report.machine(services.describe())
         delays = services.proxy_stats() if args.latency > 0 else []
     wall = time.monotonic() - began
@@ -165,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
     if events is not None:
         print(report.events_table(events))
+        print()
+    if durable is not None:
+        print(durability_table(durable))
         print()
     print(report.checks_table(items))
     for key, why in skipped.items():

@@ -20,6 +20,7 @@ from ._errors import (
     LockError,
     LockLost,
     NotAcquired,
+    NotDurable,
     QuorumUnavailable,
     StaleFence,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "LockStatus",
     "Locks",
     "NotAcquired",
+    "NotDurable",
     "QuorumUnavailable",
     "RedisGuard",
     "SQLGuard",

@@ -26,7 +26,7 @@ from __future__ import annotations
 import select
 import ssl
 import threading
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
@@ -255,15 +255,27 @@ class Request(Protocol):
     def args(self) -> list[Any]: ...
     @property
     def wake(self) -> tuple[str, float] | None: ...
+    @property
+    def confirm(self) -> tuple[Any, ...] | None: ...
 
 
-Packed = dict[tuple[str, int, int, tuple[str, float] | None], Any]
+class Confirmed(NamedTuple):
+    """The reply of a script call sent with `confirm`: the script's reply, and the answer of the command that
+    followed it on the same connection (WAIT / WAITAOF: `fencelock._logic.durability`)."""
+
+    reply: Any
+    confirmation: Any
+
+
+Packed = dict[tuple[str, int, int, tuple[str, float] | None, tuple[Any, ...] | None], Any]
 """Commands already encoded, by (script, id of keys, id of args, wake): requests that share their key and
 argument lists (the same objects) carry the same command, encoded once."""
 
 
 def encode(conn: Any, request: Request, *, reload: bool) -> bytes:
-    """The request as bytes (`resp.script_call`), encoded as the connection's own commands are."""
+    """The request as bytes (`resp.script_call`), encoded as the connection's own commands are; with `confirm`,
+    that command follows the script in the same write (on a reload too)."""
     lua = request.lua
-    return resp.script_call(conn.encoder, lua.sha, lua.source, request.keys, request.args, reload=reload,
+    call = resp.script_call(conn.encoder, lua.sha, lua.source, request.keys, request.args, reload=reload,
                             wake=request.wake)
+    return call if request.confirm is None else call + resp.command(conn.encoder, request.confirm)

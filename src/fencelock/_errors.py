@@ -6,7 +6,8 @@
     ├── LockLost                the lease is no longer ours: it expired, or another holder has the lock
     ├── StaleFence              a fencing guard refused a write: a newer holder already wrote
     └── BackendError            the lock service failed or could not be reached (the cause is chained)
-        └── QuorumUnavailable   Redlock: no majority of nodes could be reached, or is ready to count
+        ├── QuorumUnavailable   Redlock: no majority of nodes could be reached, or is ready to count
+        └── NotDurable          `durability=...`: the write was not confirmed in time (a grant was given back)
 
 A backend whose optional extra is missing raises `MissingExtra`, an `ImportError` whose message is the
 `pip install` to run. Bad arguments are not in this tree: they raise the builtin `TypeError` or `ValueError`,
@@ -27,6 +28,7 @@ __all__ = [
     "LockLost",
     "MissingExtra",
     "NotAcquired",
+    "NotDurable",
     "QuorumUnavailable",
     "StaleFence",
 ]
@@ -85,6 +87,19 @@ class QuorumUnavailable(BackendError):
         super().__init__(message, name=name)
         self.nodes = nodes
         self.retry_in = retry_in
+
+
+class NotDurable(BackendError):
+    """`connect(..., durability=...)`: the server did not confirm a grant or extend within `durability_timeout`.
+
+    A grant is given back before this is raised (never a lease that is not durable); an extend claims no new
+    validity. `wanted` says what was asked for, `got` what the server confirmed.
+    """
+
+    def __init__(self, message: str, *, name: str | None = None, wanted: str = "", got: str = "") -> None:
+        super().__init__(message, name=name)
+        self.wanted = wanted
+        self.got = got
 
 
 class MissingExtra(ImportError):

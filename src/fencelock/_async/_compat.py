@@ -16,6 +16,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from .._channel import (
     ChannelBase,
     Closed,
+    Confirmed,
     Packed,
     Unwritten,
     answered,
@@ -239,19 +240,47 @@ def cluster_from_url(url: str, **options: Any) -> RedisCluster:
     return RedisCluster.from_url(url, **options)
 
 
+class _NodePool(NamedTuple):
+    connection_class: Any
+    connection_kwargs: dict[str, Any]
+
+
+class _NodeSource(NamedTuple):
+    """What `Channel` makes connections from: a cluster node's own connection class and settings."""
+
+    connection_pool: _NodePool
+
+
+async def cluster_node(client: Any, key: str) -> tuple[str, Any]:
+    """The primary that serves `key`'s slot on a Redis Cluster: its name, and what a `Channel` to it is made
+    from (the node's own connection settings). (The synchronous twin hands out the node's redis-py client.)"""
+    await client.initialize()
+    node = client.get_node_from_key(key)
+    return node.name, _NodeSource(_NodePool(node.connection_class, node.connection_kwargs))
+
+
+async def cluster_refresh(client: Any) -> None:
+    """Read the cluster's layout again (after MOVED: the slot has another primary now)."""
+    await client.nodes_manager.initialize()
+
+
 class ScriptRequest(NamedTuple):
     """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
     (the same objects) carry the same command: it is encoded once.
 
     `wake`: (list key, seconds): the script follows a BLPOP on that list, in the same write, so the server runs
     it the moment the BLPOP returns (a release's push, or the timeout). The BLPOP's own answer is not the
-    request's reply: it is read and dropped."""
+    request's reply: it is read and dropped.
+
+    `confirm`: a command (WAIT, WAITAOF) written right after the script on the same connection; the reply is then
+    a `Confirmed` (the script's reply and that command's answer)."""
 
     channel: Channel
     lua: Any  # fencelock._scripts.Lua
     keys: list[str]
     args: list[Any]
     wake: tuple[str, float] | None = None
+    confirm: tuple[Any, ...] | None = None
 
 
 async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
@@ -350,7 +379,7 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
         else:
             await channel.give_back(conn)
             return channel.not_sent(before)
-    same = request.lua.sha, id(request.keys), id(request.args), request.wake
+    same = request.lua.sha, id(request.keys), id(request.args), request.wake, request.confirm
     command = packed.get(same)
     if command is None:
         command = packed[same] = encode(conn, request, reload=False)
@@ -361,14 +390,14 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
             except (OSError, RedisConnectionError) as exc:
                 raise Unwritten(f"Error while writing to {channel.where}: {exc}") from exc
             try:
-                reply = await _read(conn, request.wake is not None)
+                reply = await _read(conn, request.wake is not None, request.confirm is not None)
             except RedisConnectionError as exc:
                 if isinstance(exc, Closed):
                     raise
                 raise Closed(str(exc)) from exc
         except NoScriptError:
             await _write(conn, encode(conn, request, reload=True))
-            reply = await conn.read_response()
+            reply = await _read(conn, False, request.confirm is not None)
     except ResponseError as exc:  # the server's answer: the connection is still good
         reply = exc
     except BaseException as exc:
@@ -411,14 +440,28 @@ async def _kill(conn: Any, orphan: int) -> bool:
         return False
 
 
-async def _read(conn: Any, after_wait: bool) -> Any:
-    """The request's reply; `after_wait`: first the BLPOP's answer, which is dropped (see ScriptRequest.wake)."""
+async def _read(conn: Any, after_wait: bool, confirmed: bool = False) -> Any:
+    """The request's reply; `after_wait`: first the BLPOP's answer, which is dropped (see ScriptRequest.wake);
+    `confirmed`: then the answer of the command that followed the script, and the reply is a `Confirmed` (a
+    script's error is raised once both were read)."""
     if after_wait:
         try:
             await conn.read_response()
         except ResponseError:
             pass
-    return await conn.read_response()
+    if not confirmed:
+        return await conn.read_response()
+    try:
+        reply = await conn.read_response()
+    except ResponseError as exc:
+        reply = exc
+    try:
+        confirmation = await conn.read_response()
+    except ResponseError as exc:
+        confirmation = exc
+    if isinstance(reply, ResponseError):
+        raise reply
+    return Confirmed(reply, confirmation)
 
 
 async def _write(conn: Any, command: bytes) -> None:
@@ -606,12 +649,14 @@ async def blocking(work: Callable[[], object], timeout: float) -> bool:
 
 
 async def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any],
-                      wake: tuple[str, float] | None = None, generation: int | None = None) -> Any:
+                      wake: tuple[str, float] | None = None, generation: int | None = None,
+                      confirm: tuple[Any, ...] | None = None) -> Any:
     """One script call on one server's dedicated connection: the single-node backend's requests and Redlock's
     give-backs, without redis-py's per-command work; with `wake`, after a BLPOP (see `ScriptRequest`). Returns
     the reply, or the exception the server or the network gave (as `run_scripts` does); a cancelled call drops
     its connection (its reply is never read). `generation`: the channel's, as the caller read it earlier (a
-    request begun before `aclose` is refused a connection after it); by default, now."""
+    request begun before `aclose` is refused a connection after it); by default, now. `confirm`: see
+    `ScriptRequest`."""
     # (One call at a time per task here, each awaited to its end: nothing of the caller's is in flight before it.)
-    return await _call_script(ScriptRequest(channel, lua, keys, args, wake), {},
+    return await _call_script(ScriptRequest(channel, lua, keys, args, wake, confirm), {},
                               channel.generation if generation is None else generation, None)

@@ -17,6 +17,7 @@ from .configs import CONFIGS, Config
 from .history import Counts, Judgement, Verdict, combine, judge
 from .report import write_report
 from .scenarios import SCENARIOS, Cell, Lab, Scenario, Skip, fenced_only
+from .scenarios_durable import SCENARIOS_DURABLE
 from .table import table
 
 __all__ = ["build_report", "main", "parse", "rerun_command", "run", "run_cell", "table", "write_results"]
@@ -151,7 +152,7 @@ def _describe(cell: dict[str, Any]) -> str:
 def run(args: argparse.Namespace, progress: TextIO) -> dict[str, Any]:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     configs = _pick(CONFIGS, args.configs, "configuration")
-    scenarios = _pick(SCENARIOS, args.scenarios, "scenario")
+    scenarios = _pick([*SCENARIOS, *SCENARIOS_DURABLE], args.scenarios, "scenario")
     started_wall = datetime.datetime.now(datetime.timezone.utc)
     started = time.monotonic()
     results: dict[str, Any] = {

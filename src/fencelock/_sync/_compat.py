@@ -19,6 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .._channel import (
     ChannelBase,
     Closed,
+    Confirmed,
     Packed,
     Unwritten,
     answered,
@@ -269,19 +270,35 @@ def cluster_from_url(url: str, **options: Any) -> RedisCluster:
     return _ClosingRedisCluster.from_url(url, **options)
 
 
+def cluster_node(client: Any, key: str) -> tuple[str, Any]:
+    """The primary that serves `key`'s slot on a Redis Cluster: its name, and what a `Channel` to it is made
+    from (the node's redis-py client, whose pool has the node's connection settings)."""
+    node = client.get_node_from_key(key)
+    return node.name, client.get_redis_connection(node)
+
+
+def cluster_refresh(client: Any) -> None:
+    """Read the cluster's layout again (after MOVED: the slot has another primary now)."""
+    client.nodes_manager.initialize()
+
+
 class ScriptRequest(NamedTuple):
     """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
     (the same objects) carry the same command: it is encoded once.
 
     `wake`: (list key, seconds): the script follows a BLPOP on that list, in the same write, so the server runs
     it the moment the BLPOP returns (a release's push, or the timeout). The BLPOP's own answer is not the
-    request's reply: it is read and dropped."""
+    request's reply: it is read and dropped.
+
+    `confirm`: a command (WAIT, WAITAOF) written right after the script on the same connection; the reply is then
+    a `Confirmed` (the script's reply and that command's answer)."""
 
     channel: Channel
     lua: Any  # fencelock._scripts.Lua
     keys: list[str]
     args: list[Any]
     wake: tuple[str, float] | None = None
+    confirm: tuple[Any, ...] | None = None
 
 
 class _Orphan(NamedTuple):
@@ -338,7 +355,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         if conn is None:
             in_thread(i, request, generation, fresh=False)
             return
-        same = request.lua.sha, id(request.keys), id(request.args), request.wake
+        same = request.lua.sha, id(request.keys), id(request.args), request.wake, request.confirm
         command = packed.get(same)
         if command is None:
             command = packed[same] = encode(conn, request, reload=False)
@@ -493,12 +510,16 @@ def _receive(flight: _InFlight) -> tuple[Any, _InFlight | None]:
 
     The connection goes back to its channel once a reply was read; after a network error it is dropped.
     """
+    confirm = flight.request.confirm is not None
     try:
-        reply = _read_reply(flight.conn, skip=0 if flight.request.wake is None or flight.reloaded else 1)
+        reply = _read_reply(flight.conn, skip=0 if flight.request.wake is None or flight.reloaded else 1,
+                            count=2 if confirm else 1)
     except Exception as exc:
         orphaned(exc, flight.conn)
         _drop(flight)
         return exc, None
+    if confirm:  # the script's reply, then the answer of the command that followed it
+        reply = reply[0] if isinstance(reply[0], Exception) else Confirmed(reply[0], reply[1])
     if isinstance(reply, NoScriptError) and not flight.reloaded:
         again = flight._replace(reloaded=True)
         failed = _send(again, encode(flight.conn, flight.request, reload=True))
@@ -507,9 +528,10 @@ def _receive(flight: _InFlight) -> tuple[Any, _InFlight | None]:
     return reply, None
 
 
-def _read_reply(conn: Any, skip: int = 0) -> Any:
+def _read_reply(conn: Any, skip: int = 0, count: int = 1) -> Any:
     """One reply, read from the connection's socket (blocking for the rest of it, at most the socket timeout),
-    after `skip` replies that come before it (a BLPOP's, see `ScriptRequest.wake`), which are dropped.
+    after `skip` replies that come before it (a BLPOP's, see `ScriptRequest.wake`), which are dropped; with
+    `count` > 1, a list of that many replies in a row (a script's and its `confirm`'s).
 
     A server's error is returned as redis-py's exception (NoScriptError, ResponseError), not raised: the
     connection is still good. A network fault raises redis-py's ConnectionError or TimeoutError.
@@ -517,6 +539,7 @@ def _read_reply(conn: Any, skip: int = 0) -> Any:
     sock = conn._sock
     data = b""
     start = 0  # where the next reply begins in `data`
+    replies: list[Any] = []
     while True:
         try:
             more = sock.recv(65536)
@@ -535,11 +558,14 @@ def _read_reply(conn: Any, skip: int = 0) -> Any:
             if skip:
                 skip -= 1
                 continue
+            if isinstance(reply, resp.ServerError):
+                reply = NoScriptError(reply) if reply.startswith("NOSCRIPT") else ResponseError(reply)
+            replies.append(reply)
+            if len(replies) < count:
+                continue
             if start != len(data):  # the requests' last reply: anything more means we lost track
                 raise RedisConnectionError(f"unexpected data after a reply from {_where(conn)}")
-            if isinstance(reply, resp.ServerError):
-                return NoScriptError(reply) if reply.startswith("NOSCRIPT") else ResponseError(reply)
-            return reply
+            return replies[0] if count == 1 else replies
 
 
 def _where(conn: Any) -> str:
@@ -733,13 +759,14 @@ def blocking(work: Callable[[], object], timeout: float) -> bool:
 
 
 def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any],
-                wake: tuple[str, float] | None = None, generation: int | None = None) -> Any:
+                wake: tuple[str, float] | None = None, generation: int | None = None,
+                confirm: tuple[Any, ...] | None = None) -> Any:
     """One script call on one server's dedicated connection, from this thread: the single-node backend's
     requests and Redlock's give-backs, without redis-py's per-command work; with `wake`, after a BLPOP (see
     `ScriptRequest`). Returns the reply, or the exception the server or the network gave (as `run_scripts`
     does); blocks at most the client's connect and socket timeouts (and the BLPOP). `generation`: the
     channel's, as the caller read it earlier (a request begun before `close` is refused a connection after
-    it); by default, now."""
+    it); by default, now. `confirm`: see `ScriptRequest`."""
     # (One call at a time per thread here, each to its end: nothing of the caller's is in flight before it.)
-    return _in_thread(ScriptRequest(channel, lua, keys, args, wake),
+    return _in_thread(ScriptRequest(channel, lua, keys, args, wake, confirm),
                       channel.generation if generation is None else generation, None)

@@ -14,6 +14,7 @@ from redis.backoff import NoBackoff
 
 from .._errors import BackendError
 from .._logic.args import check_flag, check_text, check_ttl
+from .._logic.durability import check_against_socket, check_durability
 from .._logic.etcd import is_etcd_url, parse_etcd_url
 from .._logic.fences import DEFAULT_FENCE_RETENTION, check_fence_retention
 from .._logic.keys import PREFIX
@@ -22,13 +23,14 @@ from .._logic.urls import DEFAULT_SOCKET_TIMEOUT, parse_redis_url
 from .._logic.zookeeper import parse_zookeeper_url
 from ._compat import cluster_from_url
 from .client import Locks
-from .redis import CLIENT_ERRORS, RedisBackend
+from .redis import CLIENT_ERRORS, RedisBackend, socket_timeout
 from .redlock import RedlockBackend
 
 
 def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefix: str = PREFIX,
             node_timeout: float | None = None, repair: bool | None = None,
-            repair_delay: float | None = None, fence_retention: float | None = None) -> Locks:
+            repair_delay: float | None = None, fence_retention: float | None = None,
+            durability: str | int | None = None, durability_timeout: float | None = None) -> Locks:
     """A lock client for `target`: a URL (see the README) or a redis-py client you configured yourself.
 
     `etcd://[user:password@]host:port[,host:port...]` (or `etcds://` for TLS) keeps the locks in etcd.
@@ -46,6 +48,11 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     outlives its last grant or extension: memory is bounded by the names used within it, and fences still
     increase after it expired (see `fencelock._logic.fences`). Given for another target, it raises `ValueError`.
 
+    `durability` (single Redis and Redis Cluster only; default None, off): "replica" (or a number of replicas)
+    makes a grant or extend count only once WAIT confirmed it, "aof" once WAITAOF confirmed the primary's fsync,
+    within `durability_timeout` seconds (default 1 s, at most half the socket timeout). An unconfirmed grant is
+    given back and raises `NotDurable` (see `fencelock._logic.durability`). For another target: `ValueError`.
+
     No connection is made until the first request (except that the synchronous Redis Cluster client asks for
     the cluster's layout at once). A client you pass in keeps its own timeouts and retries, and
     is not closed by `close()`; a client made from a URL has no command retries (fencelock retries only what is
@@ -56,6 +63,9 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     retention = DEFAULT_FENCE_RETENTION if fence_retention is None else check_fence_retention(fence_retention)
     if fence_retention is not None:
         _fence_retention_refused(target)
+    durable = check_durability(durability, durability_timeout)
+    if durable is not None:
+        _durability_refused(target)
     given = [option for option, value in (("node_timeout", node_timeout), ("repair", repair),
                                           ("repair_delay", repair_delay)) if value is not None]
     if is_etcd_url(target):
@@ -65,8 +75,10 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
         raise ValueError("url: give an etcd cluster's endpoints in one URL, etcd://h1:2379,h2:2379, not as a list")
     if isinstance(target, (Redis, RedisCluster)):
         _redlock_only(given, "a redis-py client (one Redis or a Redis Cluster)")
+        if durable is not None:
+            check_against_socket(durable, socket_timeout(target))
         return Locks(RedisBackend(target, owns_client=False, prefix=prefix, shown=_describe(target),
-                                            fence_retention=retention))
+                                            fence_retention=retention, durability=durable))
     if isinstance(target, str) and target.partition("://")[0].lower() == "zookeeper":
         _redlock_only(given, "ZooKeeper")
         zookeeper = parse_zookeeper_url(target)   # a bad URL fails here, before kazoo is even imported
@@ -80,6 +92,8 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     parsed = parse_redis_url(target)
     _redlock_only(given, "a Redis Cluster" if parsed.cluster else "a single Redis")
     options = _client_options(parsed.options)
+    if durable is not None:
+        check_against_socket(durable, options["socket_timeout"])
     client: Redis | RedisCluster
     if parsed.cluster:
         try:  # the synchronous cluster client asks for the cluster's layout at once
@@ -89,7 +103,7 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     else:
         client = Redis.from_url(parsed.url, **options)
     return Locks(RedisBackend(client, owns_client=True, prefix=prefix, shown=parsed.shown,
-                                        fence_retention=retention))
+                                        fence_retention=retention, durability=durable))
 
 
 def _etcd(url: str, prefix: str) -> Locks:
@@ -111,6 +125,20 @@ def _fence_retention_refused(target: object) -> None:
     else:
         return
     raise ValueError(f"fence_retention applies to a single Redis or a Redis Cluster only, not to {where}")
+
+
+def _durability_refused(target: object) -> None:
+    """Refuse `durability` where WAIT / WAITAOF would not run (before anything is sent)."""
+    if is_etcd_url(target) or (isinstance(target, (list, tuple)) and any(is_etcd_url(item) for item in target)):
+        where = "etcd, which answers a write only once a majority of its members have it on disk"
+    elif isinstance(target, str) and target.partition("://")[0].lower() == "zookeeper":
+        where = "ZooKeeper, which answers a write only once a quorum of its servers have logged it"
+    elif isinstance(target, (list, tuple)):
+        where = ("Redlock, whose safety rests on a majority of independent nodes, not on each node's replicas "
+                 "(docs/design/durability.md)")
+    else:
+        return
+    raise ValueError(f"durability applies to a single Redis or a Redis Cluster only, not to {where}")
 
 
 def _redlock_only(given: list[str], target: str) -> None:

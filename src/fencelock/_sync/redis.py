@@ -13,16 +13,17 @@ from typing import Any
 from redis import Redis, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
-from .._channel import RESENDABLE
-from .._errors import BackendError
+from .._channel import RESENDABLE, Confirmed
+from .._errors import BackendError, NotDurable
+from .._logic.durability import Durability, Unsupported
 from .._logic.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
 from .._logic.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
 from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, FAIR_ACQUIRE, FAIR_LEAVE, FORCE_RELEASE, RELEASE, STATUS, Lua
-from ._compat import Channel, call_script, drop_closed, sleep
+from ._compat import Channel, call_script, cluster_node, cluster_refresh, drop_closed, sleep
 
 AnyRedis = Redis | RedisCluster
 
@@ -49,8 +50,13 @@ class RedisBackend:
     """Locks kept in one Redis (or one Redis Cluster), with the scripts in `fencelock/_scripts/`."""
 
     def __init__(self, client: AnyRedis, *, owns_client: bool, prefix: str = PREFIX, shown: str = "",
-                 fence_retention: float = DEFAULT_FENCE_RETENTION) -> None:
+                 fence_retention: float = DEFAULT_FENCE_RETENTION, durability: Durability | None = None) -> None:
         self._client = client
+        # Grants and extends confirmed by WAIT / WAITAOF, sent right after the script on its connection (on a
+        # Cluster, over dedicated connections to the slot's primary: redis-py's own may differ per command).
+        self._durability = durability
+        self._probed = durability is None or durability.probe() is None
+        self._node_channels: dict[str, Channel] = {}
         self._fence_retention = fence_retention  # seconds a name's fence key outlives its last grant or extend
         self._owns_client = owns_client
         self._prefix = prefix
@@ -73,8 +79,11 @@ class RedisBackend:
         return self._client
 
     def _run(self, lua: Lua, name: str, keys: list[str], args: list[Any],
-                   wake: tuple[str, float] | None = None) -> Any:
-        """The script's reply; with `wake` (one Redis only), it first waits on that list (`ScriptRequest.wake`)."""
+                   wake: tuple[str, float] | None = None, confirm: bool = False) -> Any:
+        """The script's reply; with `wake` (one Redis only), it first waits on that list (`ScriptRequest.wake`).
+        `confirm` (a grant or an extend): with durability on, the reply is a `Confirmed`."""
+        if confirm and self._durability is not None:
+            return self._run_confirmed(self._durability, lua, name, keys, args, wake)
         if self._channel is None:
             drop_closed(self._client, keys[0])
             try:
@@ -87,6 +96,80 @@ class RedisBackend:
         if isinstance(reply, Exception):
             raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
         return reply
+
+    def _run_confirmed(self, durability: Durability, lua: Lua, name: str, keys: list[str], args: list[Any],
+                             wake: tuple[str, float] | None) -> Confirmed:
+        """The script, then WAIT / WAITAOF in the same write on the same connection: no extra round trip."""
+        self._probe(durability, name)
+        for attempt in range(2):
+            if self._cluster:
+                node, source = cluster_node(self._client, keys[0])
+                channel = self._node_channels.get(node)
+                if channel is None:
+                    channel = self._node_channels[node] = Channel(source)
+            else:
+                assert self._channel is not None
+                channel = self._channel
+            reply = call_script(channel, lua, keys, args, wake, confirm=durability.command)
+            if not self._cluster or not isinstance(reply, Exception) or attempt:
+                break
+            # The slot moved (MOVED, ASK) or its primary is gone: read the layout again, then once more (the
+            # scripts sent with a confirmation are all safe to run twice: `RESENDABLE`).
+            if isinstance(reply, RedisConnectionError) or (
+                    isinstance(reply, ResponseError) and str(reply).startswith(("MOVED", "ASK", "CLUSTERDOWN"))):
+                try:
+                    cluster_refresh(self._client)
+                except CLIENT_ERRORS:
+                    break
+                wake = None
+            else:
+                break
+        if isinstance(reply, Exception):
+            raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
+        assert isinstance(reply, Confirmed)
+        return reply
+
+    def _probe(self, durability: Durability, name: str) -> None:
+        """Once per client: ask whether the server can confirm as asked (WAITAOF needs Redis >= 7.2 and an
+        append-only file), before the first grant, so that a server that cannot is refused without a lock held."""
+        probe = durability.probe()
+        if self._probed or probe is None:
+            return
+        client: Any = self._client
+        try:
+            if self._cluster:
+                client.execute_command(*probe, target_nodes=RedisCluster.PRIMARIES)
+            else:
+                client.execute_command(*probe)
+        except ResponseError as exc:
+            raise BackendError(f"{durability.shown} cannot be confirmed by {self.shown}: it needs WAITAOF "
+                               f"(Redis >= 7.2) with appendonly yes, and the server answered: {exc}",
+                               name=name) from exc
+        except CLIENT_ERRORS as exc:
+            raise _backend_error(exc, f"checking {durability.shown} failed on {self.shown}", name) from exc
+        self._probed = True
+
+    def _durable_grant(self, durability: Durability, name: str, token: str, fence: int,
+                             confirmation: Any) -> None:
+        """A grant counts only once confirmed: otherwise it is given back (compare-and-delete), then refused."""
+        try:
+            if durability.confirmed(confirmation):
+                return
+        except Unsupported as exc:
+            given = self._give_back(name, token, fence)
+            raise BackendError(f"{exc}; the grant on {self.shown} was {given}", name=name) from None
+        given = self._give_back(name, token, fence)
+        got = durability.got(confirmation)
+        raise NotDurable(f"the grant on {self.shown} was not confirmed within {durability.timeout} s "
+                         f"({durability.shown}: {durability.wanted()} wanted, {got}); it was {given}",
+                         name=name, wanted=durability.wanted(), got=got)
+
+    def _give_back(self, name: str, token: str, fence: int) -> str:
+        try:
+            self.release(name, token, fence)
+        except BackendError as exc:
+            return f"not given back ({exc}): it expires with its TTL"
+        return "given back"
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
         """A refused or reset connection may succeed at once on a fresh one, once; a timeout is not retried."""
@@ -115,16 +198,21 @@ class RedisBackend:
         if server_wait >= MIN_BLOCK and self._cluster:
             # redis-py refuses scripts in cluster pipelines: wait, then attempt, in two round trips.
             wait_for_wake(self._client, wake, wait)
-            reply = self._run(lua, name, script_keys, args)
+            reply = self._run(lua, name, script_keys, args, confirm=True)
         elif server_wait >= MIN_BLOCK:
-            reply = self._run(lua, name, script_keys, args, wake=(wake, server_wait))
+            reply = self._run(lua, name, script_keys, args, wake=(wake, server_wait), confirm=True)
         else:
             if wait > 0.0:
                 # Too short for the server's timer to end a BLPOP on time: sleep through it here.
                 sleep(wait)
-            reply = self._run(lua, name, script_keys, args)
+            reply = self._run(lua, name, script_keys, args, confirm=True)
+        confirmation = None
+        if isinstance(reply, Confirmed):
+            reply, confirmation = reply
         granted, value = reply[0], reply[1]
         if granted == 1:
+            if self._durability is not None:
+                self._durable_grant(self._durability, name, token, int(value), confirmation)
             return Attempt(True, int(value), None)
         return Attempt(False, 0, value / 1000.0 if value >= 0 else None)
 
@@ -142,9 +230,30 @@ class RedisBackend:
         self._run(FAIR_LEAVE, name, [keys.lock, keys.queue, deadlines, wake_prefix], [token, self._entry_ttl_ms])
 
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
+        """True: extended; False: not ours. With durability on, an extend not confirmed raises `NotDurable` (or
+        `BackendError`), as an unanswered one does: the lease then claims no validity beyond what it had."""
         keys = redis_keys(name, self._prefix)
         keep = fence_keep_ms(self._fence_retention, ttl_ms)
-        return int(self._run(EXTEND, name, [keys.lock, keys.fence], [token, ttl_ms, keep])) == 1
+        reply = self._run(EXTEND, name, [keys.lock, keys.fence], [token, ttl_ms, keep], confirm=True)
+        if not isinstance(reply, Confirmed):
+            return int(reply) == 1
+        if int(reply.reply) != 1:
+            return False
+        self._durable_extend(name, reply.confirmation)
+        return True
+
+    def _durable_extend(self, name: str, confirmation: Any) -> None:
+        durability = self._durability
+        assert durability is not None
+        try:
+            if durability.confirmed(confirmation):
+                return
+        except Unsupported as exc:
+            raise BackendError(f"{exc}; the extend on {self.shown} is not counted", name=name) from None
+        got = durability.got(confirmation)
+        raise NotDurable(f"the extend on {self.shown} was not confirmed within {durability.timeout} s "
+                         f"({durability.shown}: {durability.wanted()} wanted, {got}); the lease keeps the validity "
+                         "it had", name=name, wanted=durability.wanted(), got=got)
 
     def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
         """The watchdog's batch: (name, token, fence, ttl_ms) each; True extended, False not ours, None no answer.
@@ -170,11 +279,15 @@ class RedisBackend:
             for members in calls:
                 keys, args = self._extend_args(leases, members)
                 pipe.evalsha(EXTEND_MANY.sha, len(keys), *keys, *args)
+            if self._durability is not None:  # the whole batch's writes, confirmed at once
+                pipe.execute_command(*self._durability.command)
             self.renewal_requests += len(calls)
             try:
                 replies = pipe.execute(raise_on_error=False)
             except CLIENT_ERRORS:
                 return results
+            if self._durability is not None and not self._batch_confirmed(replies.pop()):
+                return results  # not confirmed: no answer counted (the leases keep the validity they had)
             missing = []
             for members, reply in zip(calls, replies, strict=True):
                 if isinstance(reply, NoScriptError):
@@ -192,6 +305,13 @@ class RedisBackend:
             calls = missing
         return results
 
+    def _batch_confirmed(self, confirmation: Any) -> bool:
+        assert self._durability is not None
+        try:
+            return self._durability.confirmed(confirmation)
+        except Unsupported:
+            return False
+
     def _extend_args(self, leases: list[tuple[str, str, int, int]], members: list[int]) -> tuple[list[str], list[Any]]:
         keys: list[str] = []
         args: list[Any] = []
@@ -206,9 +326,12 @@ class RedisBackend:
         keys, args = self._extend_args(leases, members)
         self.renewal_requests += 1
         try:
-            return self._run(EXTEND_MANY, leases[members[0]][0], keys, args)
+            reply = self._run(EXTEND_MANY, leases[members[0]][0], keys, args, confirm=True)
         except BackendError as exc:
             return exc
+        if isinstance(reply, Confirmed):
+            return reply.reply if self._batch_confirmed(reply.confirmation) else NotDurable("not confirmed")
+        return reply
 
     # -- operators (fencelock status / list / release --force) --------------------------------------------------
 
@@ -241,6 +364,8 @@ class RedisBackend:
     def close(self) -> None:
         if self._channel is not None:
             self._channel.close()
+        for channel in self._node_channels.values():
+            channel.close()
         if self._owns_client:
             client: Any = self._client
             client.close()
