@@ -24,7 +24,6 @@ from fencelock._logic.durability import Unsupported, check_durability
 from fencelock._logic.keys import redis_keys
 from fencelock.testing.faults import LATE, FaultProxy, Rule
 from fencelock.testing.servers import RedisClusterServers, RedisPrimaryReplica, RedisServer, free_port
-
 from tests.conftest import IN_CI, _require_server_binary, until
 
 SHORT = 0.3  # seconds the server waits for a confirmation that will not come (generous next to a healthy ack)
