@@ -224,6 +224,24 @@ def test_with_repair_the_restarted_node_refuses_the_stale_proposal() -> None:
     assert next_proposal(1, later) == 6
 
 
+def test_without_repair_the_plain_mark_s_clock_floor_keeps_the_next_fence_above_the_lost_ones() -> None:
+    """repair=False marks a restarted node at once (no quarantine), with a floor from its clock: the node refuses
+    a proposal below the floor, the client learns it, and the next grant is above every fence the node lost."""
+    nodes = [NodeModel() for _ in range(3)]
+    assert decide([nodes[i].acquire(NAME, "a", 5, TTL, 0.0) for i in (0, 1)], 3) is Outcome.GRANTED
+    nodes[1].lose_data()
+    clock = 1_800_000_000_000_000                                       # the node's clock, in µs since 1970
+    assert nodes[1].mark("", "plain", 0, True, {}, 20.0, clock) == 1
+    # B cannot reach node 0, and proposes 1 from what node 2 knows
+    first = [Answer(Reply.FAILED), *(nodes[i].acquire(NAME, "b", 1, TTL, 20.0) for i in (1, 2))]
+    assert decide(first, 3) is Outcome.REFUSED
+    t = next_proposal(1, first)
+    assert t == clock + 1
+    second = [Answer(Reply.FAILED), *(nodes[i].acquire(NAME, "b", t, TTL, 20.0) for i in (1, 2))]
+    assert decide(second, 3) is Outcome.GRANTED
+    assert t > 5
+
+
 @pytest.mark.parametrize(("raw", "expected"), [
     ([1, 7], Answer(Reply.GRANTED, 7)), ([-1, 0, 0], Answer(Reply.UNREADY)),
     ([0, 4, 1500], Answer(Reply.HELD, 4, 1.5)), ([0, 4, -1], Answer(Reply.STALE, 4)),
