@@ -207,12 +207,11 @@ def _clock_floor(where: str) -> Any:
 
 
 def _clock_behind(config: Config) -> str | None:
-    return (f"the edge of the fences' stated assumption ({FENCES}): after a loss, order rests on the new server's "
-            "clock reading later than the old server's did at the last grant. This replica's clock is "
-            f"{BEHIND:g} s behind, far more than the failover took, so B's fence is not above A's and the guard "
-            "accepts A's access after B's (and then refuses B's). It is not a bug: a server that lost the "
-            "counter has only its clock to order fences by. Keep server clocks synchronised (NTP), or use etcd or "
-            "ZooKeeper, whose revisions a failover does not lose") \
+    return (f"fencelock's fences assume ({FENCES}) that after a loss the new server's clock reads later than the "
+            f"old server's did at the last grant. This replica's clock is {BEHIND:g} s behind, far more than the "
+            "failover took, so B's fence is below A's and the guard accepts A's access after B's (and then refuses "
+            "B's). Not a bug: a server that lost the counter has only its clock to order fences by. Keep server "
+            "clocks synchronised (NTP), or use etcd or ZooKeeper, whose revisions a failover does not lose") \
         if config.fenced else None
 
 
