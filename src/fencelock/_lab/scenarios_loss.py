@@ -29,9 +29,10 @@ from .scenarios import (
     always,
 )
 
-REDLOCK_ONLY = "a Redlock node that loses its data; a single server that does loses every lock it had"
-SINGLE_ONLY = ("Redlock's nodes are independent masters with no replica to promote (5a-5c restart them), and etcd "
-               "and ZooKeeper commit a lock to a quorum before they grant it")
+REDLOCK_ONLY = "a Redlock node that loses its data (a single Redis restarted empty is scenario 4b)"
+QUORUM = "etcd and ZooKeeper commit a lock to a quorum before they grant it"
+REPLICA_ONLY = f"Redlock's nodes are independent masters with no replica to promote; {QUORUM}"
+RESTART_ONLY = f"a Redlock node restarted empty is scenarios 5a-5c; {QUORUM}"
 FENCES = "docs/design/fences.md"
 
 #: Seconds the promoted replica's clock is behind in 4c: far more than the failover takes (well under a second).
@@ -219,17 +220,17 @@ SCENARIOS: list[Scenario] = [
     Scenario("4", 4, "the primary fails before the lock reaches its replica",
              "replication stalled, primary SIGKILLed, replica promoted (REPLICAOF NO ONE); a second client acquires",
              f"{REDLOCK} (why failover is not enough); {KLEPPMANN}", failover, always("UNSAFE"),
-             beyond=_clock_floor("the promoted replica"), kinds=("redis",), not_applicable=SINGLE_ONLY),
+             beyond=_clock_floor("the promoted replica"), kinds=("redis",), not_applicable=REPLICA_ONLY),
     Scenario("4b", 4, "the server restarts without persistence",
              "SIGKILL of the only server while A holds the lock, restarted at once with no AOF and no RDB; a second "
              "client acquires", f"{REDLOCK} (crash recovery and fsync); {KLEPPMANN}", restart_empty,
              always("UNSAFE"), beyond=_clock_floor("the restarted server"), kinds=("redis",),
-             not_applicable=SINGLE_ONLY),
+             not_applicable=RESTART_ONLY),
     Scenario("4c", 4, "the promoted replica's clock is behind by more than the failover took",
              f"scenario 4 with the replica's clock {BEHIND:g} s behind (libfaketime); A's first access comes after "
              "B's", f"{KLEPPMANN}; fencelock's fence assumption ({FENCES})", failover_clock_behind,
              always("UNSAFE"), _no_faketime, boundary=_clock_behind, kinds=("redis",),
-             not_applicable=SINGLE_ONLY + "; libfaketime works on the Valkey binary only"),
+             not_applicable=REPLICA_ONLY),
     Scenario("5a", 5, "a Redlock node restarts without fsync, at once",
              "SIGKILL of a node that holds the lock, restarted empty at once (repair=False)",
              f"{REDLOCK} (crash recovery and fsync); {KLEPPMANN}", restart_at_once, always("UNSAFE"),
