@@ -172,7 +172,7 @@ def _lab(*argv: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def single_redis() -> dict[str, Any]:
     """Every fault type that applies to a single Redis, without and with the guard (one lab run)."""
-    return _lab("--scenarios", "1,3,4,6,7,8a,8b,9", "--configs", "redis,redis+guard")
+    return _lab("--scenarios", "1,3,4,4b,4c,6,7,8a,8b,9", "--configs", "redis,redis+guard")
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,7 @@ def _cell(results: dict[str, Any], scenario: str, config: str) -> dict[str, Any]
 
 
 def _assert_as_expected(cell: dict[str, Any]) -> None:
-    if cell["verdict"] == "SKIPPED" and cell["scenario"] == "6" and not IN_CI and faketime_missing():
+    if cell["verdict"] == "SKIPPED" and cell["scenario"] in ("4c", "6") and not IN_CI and faketime_missing():
         pytest.skip(cell["note"])
     wanted = "SAFE" if cell.get("beyond") else cell["expected"]  # fencelock may do better than predicted
     assert cell["verdict"] == wanted, f"{cell['scenario']} x {cell['config']}: {cell['note']}"
@@ -210,7 +210,7 @@ def test_scenario_1_unfenced_single_redis_is_unsafe_and_the_guard_makes_it_safe(
     assert {"acquire", "write", "release", "fault"} <= set(kinds)
 
 
-@pytest.mark.parametrize("scenario", ["3", "4", "6", "7", "8a", "8b", "9"])
+@pytest.mark.parametrize("scenario", ["3", "4", "4b", "4c", "6", "7", "8a", "8b", "9"])
 @pytest.mark.parametrize("config", ["redis", "redis+guard"])
 def test_each_fault_type_on_a_single_redis_gives_the_expected_verdict(single_redis: dict[str, Any], scenario: str,
                                                                       config: str) -> None:
@@ -228,6 +228,34 @@ def test_a_failover_loses_the_lock_but_not_the_fence_order_so_the_guard_helps(si
     assert _cell(single_redis, "4", "redis")["verdict"] == "UNSAFE"  # the lock itself is still lost
 
 
+def test_a_restart_without_persistence_loses_the_lock_but_not_the_fence_order(single_redis: dict[str, Any]) -> None:
+    """Issue 16, 4b: the restarted server's first fence comes from its clock, above the old holder's."""
+    cell = _cell(single_redis, "4b", "redis+guard")
+    fences = {e["worker"]: e["fence"] for e in cell["events"] if e["kind"] == "acquire" and e["ok"]}
+    assert fences["B"] > fences["A"]
+    assert cell["verdict"] == "SAFE"
+    assert cell["counts"]["stale_rejected"] >= 1
+    assert cell["expected"] == "UNSAFE"
+    assert "clock" in cell["beyond"]
+    assert _cell(single_redis, "4b", "redis")["verdict"] == "UNSAFE"
+
+
+def test_a_promoted_replica_with_a_clock_far_behind_is_where_the_fence_order_ends(single_redis: dict[str, Any]) -> None:
+    """Issue 16, 4c: the boundary of the stated assumption. The replica's clock is behind by more than the
+    failover took, so B's fence is below A's and the guard accepts A after B: UNSAFE, and the cell says why."""
+    cell = _cell(single_redis, "4c", "redis+guard")
+    if cell["verdict"] == "SKIPPED" and not IN_CI and faketime_missing():
+        pytest.skip(cell["note"])
+    fences = {e["worker"]: e["fence"] for e in cell["events"] if e["kind"] == "acquire" and e["ok"]}
+    assert fences["B"] < fences["A"]
+    assert cell["verdict"] == "UNSAFE"
+    assert cell["matches_expectation"]
+    assert "beyond" not in cell
+    assert "fences assume" in cell["boundary"]
+    assert "not a bug" in cell["boundary"].lower()
+    assert "assumption" in table(single_redis, width=120)
+
+
 @pytest.mark.parametrize("scenario", ["5a", "5b", "5c", "6"])
 @pytest.mark.parametrize("config", ["redlock", "redlock+guard"])
 def test_redlock_node_restarts_and_clock_jumps_give_the_expected_verdicts(redlock: dict[str, Any], scenario: str,
@@ -235,10 +263,17 @@ def test_redlock_node_restarts_and_clock_jumps_give_the_expected_verdicts(redloc
     _assert_as_expected(_cell(redlock, scenario, config))
 
 
-def test_without_repair_the_restarted_node_lets_the_fence_go_backwards(redlock: dict[str, Any]) -> None:
+def test_without_repair_the_restarted_node_loses_the_lock_but_not_the_fence_order(redlock: dict[str, Any]) -> None:
+    """Issue 16: plain Redlock counts the empty node at once (the leases overlap), with a fence floor from its
+    clock, so B's fence is above A's and the guard rejects A; with repair the leases do not even overlap."""
     cell = _cell(redlock, "5a", "redlock+guard")
-    fences = {e["worker"]: e["fence"] for e in cell["events"] if e["kind"] == "acquire"}
-    assert fences["B"] < fences["A"]
+    fences = {e["worker"]: e["fence"] for e in cell["events"] if e["kind"] == "acquire" and e["ok"]}
+    assert fences["B"] > fences["A"]
+    assert cell["counts"]["overlaps"] >= 1
+    assert cell["verdict"] == "SAFE"
+    assert cell["expected"] == "UNSAFE"
+    assert "floor" in cell["beyond"]
+    assert _cell(redlock, "5a", "redlock")["verdict"] == "UNSAFE"  # the lock itself is still lost
     repaired = _cell(redlock, "5c", "redlock+guard")
     fences = {e["worker"]: e["fence"] for e in repaired["events"] if e["kind"] == "acquire" and e["ok"]}
     assert fences["B"] > fences["A"]

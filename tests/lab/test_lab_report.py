@@ -528,3 +528,67 @@ def test_on_a_real_quick_run_the_pictures_mark_exactly_the_writes_the_lab_checke
 def test_scenario_variants_keep_their_letter(real_tree: ET.Element) -> None:
     heads = [_text(h) for h in real_tree.findall(".//section[@class='scenario']/h3")]
     assert [h.split(".")[0] for h in heads] == ["1", "2", "3", "4", "5a", "5b", "5c", "6", "7", "8a", "8b", "9"]
+
+
+# --- where fencelock does better than the literature, and where one of its assumptions ends ------------------
+
+
+def _explained_results() -> dict[str, Any]:
+    """The sample with three explained cells: fencelock better than predicted (SAFE, predicted UNSAFE), the same
+    claim not met (UNSAFE), and a cell UNSAFE as predicted because a stated assumption did not hold."""
+    results = sample_results()
+    cells = {(c["scenario"], c["config"]): c for c in results["cells"]}
+    better = cells[("failover", "redis-guard")]
+    safe = cells[("pause-past-ttl", "redis-guard")]
+    better.update(verdict="SAFE", expected="UNSAFE", matches_expectation=True, counts=dict(safe["counts"]),
+                  events=list(safe["events"]), beyond="the promoted replica's fence follows its clock <above A's>")
+    missed = cells[("restart-no-fsync", "redlock-guard")]
+    missed.update(verdict="UNSAFE", expected="UNSAFE", matches_expectation=False,
+                  beyond="the restarted node takes a fence floor from its clock")
+    edge = cells[("clock-jump", "redis-guard")]
+    unsafe = cells[("pause-past-ttl", "redis")]
+    edge.update(verdict="UNSAFE", expected="UNSAFE", matches_expectation=True, counts=dict(unsafe["counts"]),
+                events=list(unsafe["events"]), boundary="the new server's clock is 30 s behind the old one's")
+    return results
+
+
+def test_the_report_explains_where_fencelock_does_better_than_predicted_instead_of_flagging_it(
+        tmp_path: Path) -> None:
+    """Issue 16: a cell SAFE where the literature predicts UNSAFE says why, is not counted as agreeing with the
+    literature nor as differing; a cell at the edge of an assumption says which; a claim not met is flagged."""
+    tree = ET.parse(write_report(_explained_results(), tmp_path)).getroot()
+    summary = _text(_by_id(tree, "verdicts").find("p"))      # type: ignore[arg-type]
+    assert "Of the 42 with a verdict, 39 agree with the literature, 1 do better than it predicts" in summary
+    assert "and 2 differ" in summary
+
+    assert _text(_by_id(tree, "better")) == "Where fencelock does better than the literature predicts"
+    (item,) = [li for li in tree.iter("li") if "Scenario 4 on single Redis + guard" in _text(li)]
+    text = _text(item)
+    assert "SAFE, where Redis docs, Distributed Locks with Redis (replication) predicts UNSAFE" in text
+    assert "Why: the promoted replica's fence follows its clock <above A's>." in text  # escaped, as text
+
+    (edge,) = [li for li in tree.iter("li") if "Scenario 6 on single Redis + guard" in _text(li)]
+    assert "UNSAFE, where Kleppmann 2016, How to do distributed locking; antirez 2016, Is Redlock safe? predicts " \
+           "UNSAFE. Why: the new server's clock is 30 s behind the old one's." in _text(edge)
+    assert "a stated assumption does not" in _text(_by_id(tree, "boundary"))
+
+    shown = " | ".join(_text(td) for td in tree.iter("td"))
+    assert "better than predicted (UNSAFE): the promoted replica's fence follows its clock <above A's>." in shown
+    assert "= as predicted (UNSAFE), at the edge of an assumption: the new server's clock is 30 s behind" in shown
+    assert "≠ predicted SAFE, where fencelock should do better than the UNSAFE the literature predicted" in shown
+    differences = _text(_by_id(tree, "differences"))
+    assert differences.startswith("Where this run differs from the prediction")
+    flagged = [li for li in tree.iter("li") if "Scenario 5 on Redlock + fencing guard" in _text(li)]
+    assert any("should be SAFE although" in _text(li) for li in flagged)
+
+
+def test_the_printed_table_marks_better_cells_with_a_plus_and_says_why() -> None:
+    from fencelock._lab.table import table
+
+    printed = table(_explained_results(), width=200)
+    assert "+: better than the literature predicts" in printed
+    assert "failover x redis-guard: predicted UNSAFE, SAFE: the promoted replica's fence follows its clock" in printed
+    assert "clock-jump x redis-guard: UNSAFE: the new server's clock is 30 s behind" in printed
+    assert "restart-no-fsync x redlock-guard: expected SAFE (the literature: UNSAFE; the restarted node" in printed
+    line = next(x for x in printed.splitlines() if x.startswith("failover  "))
+    assert "SAFE +" in line

@@ -224,6 +224,24 @@ def test_with_repair_the_restarted_node_refuses_the_stale_proposal() -> None:
     assert next_proposal(1, later) == 6
 
 
+def test_without_repair_the_plain_mark_s_clock_floor_keeps_the_next_fence_above_the_lost_ones() -> None:
+    """repair=False marks a restarted node at once (no quarantine), with a floor from its clock: the node refuses
+    a proposal below the floor, the client learns it, and the next grant is above every fence the node lost."""
+    nodes = [NodeModel() for _ in range(3)]
+    assert decide([nodes[i].acquire(NAME, "a", 5, TTL, 0.0) for i in (0, 1)], 3) is Outcome.GRANTED
+    nodes[1].lose_data()
+    clock = 1_800_000_000_000_000                                       # the node's clock, in µs since 1970
+    assert nodes[1].mark("", "plain", 0, True, {}, 20.0, clock) == 1
+    # B cannot reach node 0, and proposes 1 from what node 2 knows
+    first = [Answer(Reply.FAILED), *(nodes[i].acquire(NAME, "b", 1, TTL, 20.0) for i in (1, 2))]
+    assert decide(first, 3) is Outcome.REFUSED
+    t = next_proposal(1, first)
+    assert t == clock + 1
+    second = [Answer(Reply.FAILED), *(nodes[i].acquire(NAME, "b", t, TTL, 20.0) for i in (1, 2))]
+    assert decide(second, 3) is Outcome.GRANTED
+    assert t > 5
+
+
 @pytest.mark.parametrize(("raw", "expected"), [
     ([1, 7], Answer(Reply.GRANTED, 7)), ([-1, 0, 0], Answer(Reply.UNREADY)),
     ([0, 4, 1500], Answer(Reply.HELD, 4, 1.5)), ([0, 4, -1], Answer(Reply.STALE, 4)),
@@ -255,17 +273,20 @@ Flight = tuple[int, str, frozenset[int], tuple[int, int], bool, float, int]
 World = tuple[tuple[NodeModel, ...], float, int, Any, tuple[Flight, ...], frozenset[int], int]
 
 
-def _explore(quarantine: float, repair: bool, limit: int = 3_000_000) -> tuple[int, str | None]:
-    """Depth-first search over all interleavings; returns (states seen, first violation or None)."""
+def _explore(quarantine: float, repair: bool, limit: int = 3_000_000,
+             clock_floor: int = 0) -> tuple[int, str | None]:
+    """Depth-first search over all interleavings; returns (states seen, first violation or None). `clock_floor`: the
+    fence floor a node that lost its data takes from its clock when it counts again (0: none)."""
     n, q = 3, quorum(3)
     seen: set[object] = set()
 
     def key(state: World) -> object:
-        nodes = tuple((nd.ready, tuple(sorted(nd.hwm.items())), tuple(sorted(nd.locks.items()))) for nd in state[0])
+        nodes = tuple((nd.ready, tuple(sorted(nd.hwm.items())), tuple(sorted(nd.locks.items())), nd.floor)
+                      for nd in state[0])
         return (nodes, *state[1:])
 
     def copy_nodes(nodes: tuple[NodeModel, ...]) -> tuple[NodeModel, ...]:
-        return tuple(NodeModel(nd.ready, dict(nd.hwm), dict(nd.locks)) for nd in nodes)
+        return tuple(NodeModel(nd.ready, dict(nd.hwm), dict(nd.locks), nd.floor) for nd in nodes)
 
     # state: nodes, now, ticks, crash (None | (node, at) | "done"), attempts, granted fences, known
     # attempt: (t, token, in_flight, answers, done, started, floor)
@@ -325,6 +346,7 @@ def _explore(quarantine: float, repair: bool, limit: int = 3_000_000) -> tuple[i
                 new_nodes = copy_nodes(nodes)
                 merged = repaired_hwm([nodes[j].hwm for j in chosen], n) if repair else {}
                 new_nodes[i].hwm = dict(merged or {})
+                new_nodes[i].floor = clock_floor
                 new_nodes[i].ready = True
                 stack.append((new_nodes, now, ticks, "done", attempts, granted, known))
     return len(seen), None
@@ -339,6 +361,15 @@ def test_exhaustively_for_three_nodes_fences_never_repeat_or_go_backwards() -> N
 def test_exhaustively_without_repair_a_fence_repeats_or_goes_backwards() -> None:
     _, violation = _explore(quarantine=TTL, repair=False)
     assert violation is not None
+
+
+def test_exhaustively_without_repair_or_quarantine_a_clock_floor_keeps_fences_ordered() -> None:
+    """repair=False (docs/decisions/2026-12-01-redlock-plain-floor.md): the node counts again at once, with a
+    floor from its clock, above every fence of the scope (the clock assumption). Fences never repeat or go
+    backwards, although the lock itself may be granted twice at once (the search checks fences only)."""
+    states, violation = _explore(quarantine=0.0, repair=False, clock_floor=1_000)
+    assert violation is None, violation
+    assert states > 500_000  # the scope really was explored (818,367 states when this was written)
 
 
 def test_exhaustively_repairing_without_the_quarantine_lets_a_fence_repeat() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import os
 import random
 import shutil
@@ -354,17 +355,43 @@ def _restart_empty(node: RedisServer) -> None:
     node.restart()
 
 
-def test_without_repair_a_node_restarted_empty_lets_leases_overlap_and_a_fence_go_backwards(
+def test_redlock_node_restarted_empty_without_repair_the_next_fence_is_above_every_earlier_fence(
         five: RedisNodes, name: str) -> None:
+    """Plain Redlock (repair=False) counts the empty node at once, so leases overlap; but the node is counted again
+    with a fence floor from its own clock, so the newer holder's fence is above the older ones' and the guard
+    rejects the older writer (it used to hand out a fence below A's)."""
     nodes = five.nodes
-    a = _acquire_while_paused(fencelock.connect(_urls(nodes)), nodes, [3, 4], name, ttl=30.0, earlier=5)
+    locks = fencelock.connect(_urls(nodes))
+    earlier: list[int] = []
+    for i in (3, 4):
+        nodes[i].pause()
+    try:
+        for _ in range(5):  # only nodes 0-2 see these: their counters run ahead of nodes 3 and 4
+            lease = locks.acquire(name, ttl=30.0, wait=0)
+            earlier.append(lease.fence)
+            lease.release()
+    finally:
+        for i in (3, 4):
+            nodes[i].resume()
+    a = _acquire_while_paused(locks, nodes, [3, 4], name, ttl=30.0)
+    earlier.append(a.fence)
+    assert all(x < y for x, y in itertools.pairwise(earlier))
+    assert max(earlier) < 100  # counted fences: no floor yet
     _restart_empty(nodes[2])
     # B cannot reach A's other two nodes, and its client counts the empty node at once (plain Redlock).
     naive = fencelock.connect(_urls(nodes), repair=False)
     b = _acquire_while_paused(naive, nodes, [0, 1], name, ttl=30.0)
-    assert a.remaining() > 20.0  # overlap: both hold the lock
-    assert b.fence <= a.fence    # and the newer holder's fence is not above the older one's
+    assert a.remaining() > 20.0               # overlap: both hold the lock (no quarantine without repair) ...
+    assert b.fence > max(earlier)             # ... but the newer holder's fence is above every earlier one
+    marker: Any = nodes[2].client().get("fencelock:redlock:node")
+    floor = int(marker.decode()[len("floor:"):])
+    assert b.fence > floor > time.time() * 1_000_000 - 60_000_000  # from node 2's clock, in microseconds
+    store = fencelock.RedisGuard(nodes[3].client())
+    store.set(name, b.fence, store.key(name, "data"), "B")
+    with pytest.raises(fencelock.StaleFence):
+        store.set(name, a.fence, store.key(name, "data"), "A")
     naive.close()
+    locks.close()
 
 
 def test_with_repair_the_restarted_node_waits_then_learns_the_fences_it_lost(five: RedisNodes, name: str) -> None:

@@ -15,6 +15,7 @@ from .words import (
     alt_text,
     counts_line,
     describe,
+    expectation,
     other_counts,
     plural,
     scenario_label,
@@ -87,15 +88,8 @@ def _source(source: str) -> str:
 
 
 def _expectation(cell: Mapping[str, Any]) -> str:
-    verdict, expected = cell["verdict"], cell["expected"]
-    if verdict in ("SAFE", "UNSAFE"):
-        if cell["matches_expectation"] and cell.get("beyond"):
-            return (f'<span class="exp match">better than predicted ({_e(expected)}): '
-                    f'{_e(cell["beyond"])}</span>')
-        if cell["matches_expectation"]:
-            return f'<span class="exp match">= as predicted ({_e(expected)})</span>'
-        return f'<span class="exp differs">≠ predicted {_e(expected)}</span>'
-    return f'<span class="exp none">predicted: {_e(expected)}</span>'
+    kind, words = expectation(cell)
+    return f'<span class="exp {kind}">{_e(words)}</span>'
 
 
 CSS = """
@@ -134,6 +128,7 @@ td.cell a:hover .verdict, td.cell a:focus .verdict { text-decoration: underline;
 .verdict { font-weight: 700; font-size: 14px; letter-spacing: .02em; }
 .counts, .exp, .runs, .note { display: block; }
 .exp.differs { font-weight: 700; }
+.exp.better, .exp.boundary { font-style: italic; }
 .note { color: var(--ink); overflow-wrap: anywhere; }
 td.safe { background: var(--safe); color: var(--safe-ink); }
 td.unsafe { background: var(--unsafe); color: var(--unsafe-ink); }
@@ -293,16 +288,18 @@ def _header(results: Mapping[str, Any]) -> str:
 def _matrix(results: Mapping[str, Any], scenarios: Sequence[Mapping[str, Any]], configs: Mapping[str, Any],
             cells: Mapping[tuple[str, str], Mapping[str, Any]], anchors: Mapping[tuple[str, str], str]) -> str:
     tally = dict.fromkeys(VERDICTS, 0)
-    differs = []
+    kinds: dict[str, list[tuple[str, str]]] = {"differs": [], "better": [], "boundary": []}
     for key, each in cells.items():
         tally[each["verdict"]] += 1
-        if each["verdict"] in ("SAFE", "UNSAFE") and not each["matches_expectation"]:
-            differs.append(key)
+        kinds.get(expectation(each)[0], []).append(key)
+    differs, better = kinds["differs"], kinds["better"]
     judged = tally["SAFE"] + tally["UNSAFE"]
     out = ['<section id="verdicts"><h2>Verdicts</h2>']
     out.append(f'<p class="summary">{plural(len(cells), "cell")}: '
                + ", ".join(f"{n} {_e(v)}" for v, n in tally.items() if n)
-               + f". Of the {judged} with a verdict, {judged - len(differs)} agree with the literature"
+               + f". Of the {judged} with a verdict, {judged - len(differs) - len(better)} agree with the literature"
+               + (f", <strong>{len(better)} do better than it predicts</strong> "
+                  '(<a href="#better">why</a>)' if better else "")
                + (f" and <strong>{len(differs)} differ</strong> (dashed outline)." if differs else ".") + "</p>")
     out.append('<ul class="legend" aria-label="What the verdicts mean">'
                + "".join(f'<li><span class="chip {CLASS[v]}">{SYMBOL[v]} {_e(v)}</span> {_e(MEANING[v])}</li>'
@@ -350,16 +347,40 @@ def _matrix(results: Mapping[str, Any], scenarios: Sequence[Mapping[str, Any]], 
         out.append("</tr>")
     out.append("</tbody></table>")
     if differs:
-        out.append('<h3 id="differences">Where this run differs from the literature</h3><ul class="plain">')
+        out.append('<h3 id="differences">Where this run differs from the prediction</h3><ul class="plain">')
         names = {s["id"]: s for s in scenarios}
         for key in differs:
             each, s = cells[key], names[key[0]]
+            predicted = (f"where fencelock should be SAFE although {_e(s['source'])} predicts "
+                         f"{_e(each['expected'])} ({_e(sentence(str(each['beyond'])))})" if each.get("beyond")
+                         else f"where {_e(s['source'])} predicts {_e(each['expected'])}.")
             out.append(f'<li><a href="#{anchors[key]}">Scenario {_e(scenario_label(s))} on '
                        f'{_e(configs[key[1]]["title"])}'
-                       f'</a>: {_e(each["verdict"])}, where {_e(s["source"])} predicts {_e(each["expected"])}.'
+                       f'</a>: {_e(each["verdict"])}, {predicted}'
                        + (f" {_e(each['note'])}" if each["note"] else "") + "</li>")
         out.append("</ul>")
+    out.append(_explained(scenarios, configs, cells, anchors, better, "better",
+                          "Where fencelock does better than the literature predicts", "beyond"))
+    out.append(_explained(scenarios, configs, cells, anchors, kinds["boundary"], "boundary",
+                          "Where the literature's prediction holds because a stated assumption does not", "boundary"))
     out.append("</section>")
+    return "".join(out)
+
+
+def _explained(scenarios: Sequence[Mapping[str, Any]], configs: Mapping[str, Any],
+               cells: Mapping[tuple[str, str], Mapping[str, Any]], anchors: Mapping[tuple[str, str], str],
+               keys: Sequence[tuple[str, str]], anchor: str, title: str, field: str) -> str:
+    """A list of the cells whose verdict the results explain (`field`: "beyond" or "boundary"), with the reason."""
+    if not keys:
+        return ""
+    names = {s["id"]: s for s in scenarios}
+    out = [f'<h3 id="{anchor}">{_e(title)}</h3><ul class="plain">']
+    for key in keys:
+        each, s = cells[key], names[key[0]]
+        out.append(f'<li><a href="#{anchors[key]}">Scenario {_e(scenario_label(s))} on '
+                   f'{_e(configs[key[1]]["title"])}</a>: {_e(each["verdict"])}, where {_e(s["source"])} predicts '
+                   f'{_e(each["expected"])}. Why: {_e(sentence(str(each[field])))}</li>')
+    out.append("</ul>")
     return "".join(out)
 
 

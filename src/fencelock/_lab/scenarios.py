@@ -1,6 +1,8 @@
 """The scenarios: each injects one classic fault for real, against real servers and real worker processes.
 
 A scenario records `fault` events saying what it did and whether it took effect; `history.judge` decides.
+This module holds the cells' machinery and the scenarios without data loss; `scenarios_loss` holds those with
+(4, 5), and `catalog.SCENARIOS` lists them all.
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ from typing import Any, Literal
 
 import redis
 
-import fencelock
 from fencelock.testing.proxy import Proxy
-from fencelock.testing.servers import RedisPrimaryReplica, RedisServer
+from fencelock.testing.servers import RedisServer
 
 from .._logic.keys import redis_keys
-from .configs import Config, Service, faketime_missing, redis_url, start_redis, start_redlock
+from .configs import Config, Service, faketime_missing, start_redis, start_redlock
 from .history import Event, Evidence
 from .procs import WorkerPool, WorkerProc
 from .resource import Resource
@@ -139,6 +140,8 @@ class Scenario:
     kinds: tuple[str, ...] = field(default=("redis", "redlock", "etcd", "zookeeper"))
     not_applicable: str = ""   # why the other kinds of configuration do not have this fault
     beyond: Callable[[Config], str | None] = lambda c: None  # why fencelock is SAFE where the literature is not
+    # why a cell is UNSAFE although fencelock does better elsewhere: the edge of one of its stated assumptions
+    boundary: Callable[[Config], str | None] = lambda c: None
 
     def skip_reason(self, config: Config) -> str | None:
         if config.kind not in self.kinds:
@@ -262,105 +265,6 @@ def network_delay(cell: Cell) -> None:
     a.wait_reply(delay + 10)
     link.delay = 0.0
     _finish(a, b)
-
-
-# -- 4: failover ---------------------------------------------------------------------------------------------
-
-
-def failover(cell: Cell) -> None:
-    t = cell.ttl
-    pair = RedisPrimaryReplica().start()
-    cell.cleanup(pair.close)
-    primary = redis_url(pair.primary.host, pair.primary.port)
-    replica = redis_url(pair.replica.host, pair.replica.port)
-    first = fencelock.connect(primary)
-    try:
-        first.acquire(cell.name, ttl=1.0, wait=1.0).release()  # an earlier holder, replicated
-    finally:
-        first.close()
-    pair.wait_in_sync()
-    pair.pause_replication()
-    cell.fault("replication from the primary to its replica stalls (the replica lags)")
-    a = cell.worker("A", target=primary, options={})
-    _acquire(a, t * 8)
-    a.call("read")
-    unreplicated = _lock_key_on(pair.replica, cell.name) is None
-    pair.fail_over()
-    cell.fault("the primary is killed (SIGKILL) before A's lock reached the replica; the replica is promoted "
-               "(REPLICAOF NO ONE)", ok=unreplicated)
-    b = cell.worker("B", target=replica, options={})
-    _takes_over(b, t * 8, 1.0)
-    a.call("write")
-    _finish(a, b)
-
-
-# -- 5: a Redlock node restarts without its data ---------------------------------------------------------------
-
-
-def _node_restart(cell: Cell, *, after: float, repair: bool) -> None:
-    t = max(cell.ttl * 4, 2.0)
-    options: dict[str, Any] = {"repair": repair}
-    if repair:
-        options["repair_delay"] = t * 1.5
-    svc = start_redlock(options=options)
-    cell.cleanup(svc.close)
-    nodes: list[RedisServer] = svc.servers.nodes
-    setup = fencelock.connect(svc.target(), **options)
-    a, b = cell.worker("A", svc), cell.worker("B", svc)
-    try:
-        # Earlier holders that only nodes 0-2 saw: their fence counters run ahead of nodes 3 and 4.
-        def earlier_then_a() -> int:
-            for _ in range(3):
-                setup.acquire(cell.name, ttl=1.0, wait=1.0).release()
-            return _acquire(a, t, wait=1.0)
-        _stopped(cell, nodes, [3, 4], earlier_then_a, "earlier holders and then A reach only nodes 0, 1 and 2")
-    finally:
-        setup.close()
-    nodes[2].kill()
-    cell.fault("node 2 is killed (SIGKILL; no fsync, no AOF)", ok=True)
-    if after:
-        time.sleep(after)
-    nodes[2].restart()
-    empty = _lock_key_on(nodes[2], cell.name) is None
-    cell.fault(f"node 2 restarts {'at once' if not after else f'{after:.2f} s later (longer than the TTL)'}, "
-               f"without A's key" + (" (repair on: it refuses until repaired)" if repair else ""), ok=empty)
-    for i in (0, 1):
-        nodes[i].pause()
-    cell.fault("nodes 0 and 1 are stopped: B reaches only nodes 2, 3 and 4")
-    b.send("acquire", ttl=t, wait=t * 3)
-    time.sleep(QUEUED_DIE + 0.2)
-    early = b.poll_reply()
-    for i in (0, 1):
-        nodes[i].resume()
-    if repair:
-        cell.fault("while nodes 0 and 1 were stopped B got nothing: the restarted node refused during its "
-                   "quarantine" if early is None or not early.get("ok") else
-                   "B was granted the lock with the restarted node's vote", ok=early is None or not early.get("ok"))
-    if early is not None and early.get("ok"):
-        b.call("rmw")
-    # A, still within its validity, does its read-modify-write only now: the resource has served B (if B got the
-    # lock) and then serves A, whose grant came first. (Had A touched a guarded resource before B, its higher
-    # fence would have shut B out: safe, but B, the rightful holder by the lock service, refused.)
-    a.call("read")
-    a.call("write", only_if_valid=True)
-    a.call("release")
-    if early is None:
-        reply = b.wait_reply(t * 6)
-        if reply.get("ok"):
-            b.call("rmw")
-    b.call("release")
-
-
-def restart_at_once(cell: Cell) -> None:
-    _node_restart(cell, after=0.0, repair=False)
-
-
-def restart_delayed(cell: Cell) -> None:
-    _node_restart(cell, after=max(cell.ttl * 4, 2.0) * 1.2, repair=False)
-
-
-def restart_repaired(cell: Cell) -> None:
-    _node_restart(cell, after=0.0, repair=True)
 
 
 # -- 6: clock jump -----------------------------------------------------------------------------------------------
@@ -506,8 +410,8 @@ KLEPPMANN = "Kleppmann, How to do distributed locking (2016)"
 ANTIREZ = "antirez, Is Redlock safe? (2016)"
 REDLOCK = "redis.io, Distributed Locks with Redis (the Redlock page)"
 JEPSEN = "Jepsen, etcd 3.4.3 (2020)"
-REDLOCK_ONLY = "a Redlock node that loses its data; a single server that does loses every lock it had"
 
+#: The scenarios of this module (all of them, with the data-loss ones: `catalog.SCENARIOS`).
 SCENARIOS: list[Scenario] = [
     Scenario("1", 1, "holder paused past its TTL, then writes",
              "SIGSTOP of the holder's process for longer than its TTL", KLEPPMANN, pause_past_ttl, fenced_only),
@@ -517,26 +421,6 @@ SCENARIOS: list[Scenario] = [
     Scenario("3", 3, "the holder's write is delayed in the network past its TTL",
              "a TCP proxy in front of the resource delays every packet from the holder by 3 TTL", KLEPPMANN,
              network_delay, fenced_only),
-    Scenario("4", 4, "the primary fails before the lock reaches its replica",
-             "replication stalled, primary SIGKILLed, replica promoted (REPLICAOF NO ONE); a second client acquires",
-             f"{REDLOCK} (why failover is not enough); {KLEPPMANN}", failover, always("UNSAFE"),
-             beyond=lambda c: ("fencelock's fences follow the server's clock after a data loss "
-                               "(docs/design/fences.md): the promoted replica hands out a fence above the old "
-                               "holder's, so the guard rejects the old holder's writes") if c.fenced else None,
-             kinds=("redis",), not_applicable="Redlock's nodes are independent masters with no replica to promote, "
-             "and etcd and ZooKeeper commit a lock to a quorum before they grant it"),
-    Scenario("5a", 5, "a Redlock node restarts without fsync, at once",
-             "SIGKILL of a node that holds the lock, restarted empty at once (repair=False)",
-             f"{REDLOCK} (crash recovery and fsync); {KLEPPMANN}", restart_at_once, always("UNSAFE"),
-             kinds=("redlock",), not_applicable=REDLOCK_ONLY),
-    Scenario("5b", 5, "a Redlock node restarts without fsync, after more than the TTL",
-             "SIGKILL, restarted empty after 1.2 TTL (delayed restart, repair=False)",
-             f"{REDLOCK} (delayed restarts); {ANTIREZ}", restart_delayed, always("SAFE"), kinds=("redlock",),
-             evidence="fault", not_applicable=REDLOCK_ONLY),
-    Scenario("5c", 5, "a Redlock node restarts without fsync, with the data-loss repair",
-             "SIGKILL, restarted empty at once, repair=True (quarantine, then hwm from a quorum)",
-             "fencelock's Redlock repair (README, Redlock section)", restart_repaired, always("SAFE"),
-             kinds=("redlock",), evidence="fault", not_applicable=REDLOCK_ONLY),
     Scenario("6", 6, "a lock server's clock jumps forward",
              "libfaketime moves the server's clock 60 s ahead; the lock key expires early",
              f"{KLEPPMANN} (timing assumptions); {ANTIREZ}", clock_jump, fenced_only, _no_faketime,
@@ -557,11 +441,5 @@ SCENARIOS: list[Scenario] = [
 ]
 
 
-def by_id(scenario_id: str) -> Scenario:
-    for s in SCENARIOS:
-        if s.id == scenario_id:
-            return s
-    raise ValueError(f"unknown scenario {scenario_id!r}; known: {', '.join(s.id for s in SCENARIOS)}")
-
-
-__all__ = ["SCENARIOS", "Cell", "Lab", "Scenario", "Skip", "by_id"]
+__all__ = ["ANTIREZ", "JEPSEN", "KLEPPMANN", "QUEUED_DIE", "REDLOCK", "SCENARIOS", "Cell", "Lab", "Scenario",
+           "Skip", "always", "fenced_only"]

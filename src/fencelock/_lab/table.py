@@ -13,7 +13,7 @@ MIN_TITLE = 24          # the scenario column is never narrower than this; below
 MARKS = {"SAFE": "SAFE", "UNSAFE": "UNSAFE", "SKIPPED": "-", "ERROR": "ERROR", "FAULT-MISSED": "MISSED"}
 KEY = ("SAFE: no stale write accepted and no update lost, with the fault shown to have taken effect. UNSAFE n: n "
        "stale writes accepted. MISSED: the fault did not take effect. -: not applicable or not available here. "
-       "!: differs from what the literature expects.")
+       "!: differs from the prediction. +: better than the literature predicts (why below).")
 
 
 def cut(text: str, limit: int) -> str:
@@ -84,11 +84,20 @@ def table(results: Mapping[str, Any], width: int | None = None) -> str:
         for c in better:
             lines += textwrap.wrap(f"{c['scenario']} x {c['config']}: predicted {c['expected']}, SAFE: {c['beyond']}",
                                    width, initial_indent="  ", subsequent_indent="    ")
+    edge = [c for c in results["cells"] if c["verdict"] == c["expected"] and c.get("boundary")
+            and c["matches_expectation"]]
+    if edge:
+        lines.append("")
+        lines += textwrap.wrap("Where the literature's prediction holds because a stated assumption does not:", width)
+        for c in edge:
+            lines += textwrap.wrap(f"{c['scenario']} x {c['config']}: {c['verdict']}: {c['boundary']}", width,
+                                   initial_indent="  ", subsequent_indent="    ")
     differ = [c for c in results["cells"] if c["verdict"] != "SKIPPED" and not c["matches_expectation"]]
     if differ:
         lines.append("")
-        lines += textwrap.wrap("Where reality differs from the literature's expectation:", width)
+        lines += textwrap.wrap("Where reality differs from the prediction:", width)
         for c in differ:
-            lines += textwrap.wrap(f"{c['scenario']} x {c['config']}: expected {c['expected']}, got {c['verdict']}: "
+            wanted = f"SAFE (the literature: {c['expected']}; {c['beyond']})" if c.get("beyond") else c["expected"]
+            lines += textwrap.wrap(f"{c['scenario']} x {c['config']}: expected {wanted}, got {c['verdict']}: "
                                    f"{c['note']}", width, initial_indent="  ", subsequent_indent="    ")
     return "\n".join(lines)

@@ -75,6 +75,26 @@ def other_counts(counts: Mapping[str, int]) -> str:
 
 
 
+def expectation(cell: Mapping[str, Any]) -> tuple[str, str]:
+    """How a cell's verdict compares with its prediction: (kind, words). Kinds: "match"; "better" (fencelock did
+    better than the literature predicts, and why); "boundary" (the prediction held because one of fencelock's
+    stated assumptions did not, and which); "differs"; "none" (no verdict)."""
+    verdict, expected = cell["verdict"], cell["expected"]
+    beyond, boundary = cell.get("beyond"), cell.get("boundary")
+    if verdict not in ("SAFE", "UNSAFE"):
+        return "none", f"predicted: {expected}"
+    if cell["matches_expectation"]:
+        if beyond and verdict != expected:
+            return "better", f"better than predicted ({expected}): {sentence(beyond)}"
+        if boundary:
+            return "boundary", f"= as predicted ({expected}), at the edge of an assumption: {sentence(boundary)}"
+        return "match", f"= as predicted ({expected})"
+    if beyond:
+        return "differs", f"≠ predicted SAFE, where fencelock should do better than the {expected} the literature " \
+                          f"predicted: {sentence(beyond)}"
+    return "differs", f"≠ predicted {expected}"
+
+
 def alt_text(scenario: Mapping[str, Any], config: Mapping[str, Any], cell: Mapping[str, Any], tl: Timeline) -> str:
     o = tl.outcomes()
     parts = [f"Timeline of scenario {scenario_label(scenario)}, {scenario['title']}, on {config['title']}: "

@@ -216,7 +216,7 @@ class Repair:
 class HealPlan:
     fresh: tuple[int, ...] = ()         # a new deployment: mark these at once
     repairs: tuple[Repair, ...] = ()
-    plain: tuple[int, ...] = ()         # repair=False: plain Redlock marks every unmarked node at once, empty
+    plain: tuple[int, ...] = ()         # repair=False: mark every unmarked node at once, with a clock floor
 
     def __bool__(self) -> bool:
         return bool(self.fresh or self.repairs or self.plain)

@@ -404,11 +404,13 @@ class RedlockBackend:
 
     def _mark(self, i: int, view: GateView | None, mode: str, deployment: str = "0") -> bool:
         """Claim or mark node i (claim, fresh: a new deployment; plain: repair=False), if it is still the data
-        set we saw."""
+        set we saw. A plain mark gives the node a fence floor from its own clock, so that the fences it lost are
+        not handed out again (docs/decisions/2026-12-01-redlock-plain-floor.md)."""
         nonce = "" if view is None else view.nonce
         try:
             code = run_script(self._nodes[i], REDLOCK_MARK, self._gate_keys[:2],
-                                    [nonce, mode, deployment, 0], name="", where=self._shown[i])
+                                    [nonce, mode, deployment, 1 if mode == "plain" else 0], name="",
+                                    where=self._shown[i])
         except BackendError:
             return False
         return int(code) >= 0
