@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import math
 import os
 import secrets
 import time
@@ -17,8 +16,9 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Protocol
 
-from .._errors import AcquireTimeout, BackendError, LockError, LockLost, NotAcquired
+from .._errors import BackendError, LockError, LockLost
 from .._events import backend_kind, emit
+from .._logic.acquiring import Acquiring, Block, GiveBack, Grant, Sleep, Step, Try
 from .._logic.args import (
     DEFAULT_TTL,
     DEFAULT_WAIT,
@@ -32,7 +32,7 @@ from .._logic.args import (
 from .._logic.outcomes import Attempt, Released, State, after_release
 from .._logic.redlock import NodesReport
 from .._logic.status import LockStatus
-from .._logic.timing import Clock, Deadline, block_for, validity_end
+from .._logic.timing import Clock, validity_end
 from ._compat import (
     Signal,
     cancel,
@@ -323,88 +323,70 @@ class AsyncLocks:
 
     async def _acquire(self, name: str, ttl: float, wait_s: float | None, renew_every: float | None,
                        on_lost: OnLost | None, fair: bool, seat: AsyncSeat | None) -> AsyncLease:
-        """`acquire` with its arguments checked; `seat`: its place among this client's waiters on `name`."""
-        queued = fair or self._backend.always_queues  # a waiter that gives up must leave its queue
-        token = secrets.token_hex(TOKEN_BYTES)
-        ms = ttl_ms(ttl)
+        """`acquire` with its arguments checked; `seat`: its place among this client's waiters on `name`.
+
+        Every decision is `Acquiring`'s (`_logic.acquiring`); this loop only carries it out."""
         backend = self._backend
         clock = self._clock
-        started = clock()
+        token = secrets.token_hex(TOKEN_BYTES)
+        ms = ttl_ms(ttl)
         kind = backend_kind(backend)
+        plan = Acquiring(name, ttl, wait_s, fair=fair, always_queues=backend.always_queues,
+                         block_cap=backend.block_cap, retry_after=backend.retry_after,
+                         behind=lambda: seat is not None and not seat.is_head(), clock=clock)
+        forget_later = partial(self._forget_later, name, token, plan.queued)
         emit("acquire", name, kind, "acquire")
-        deadline = None  # made at the first refusal: most acquisitions never need it
-        block = 0.0      # how long the next attempt first waits for a release to wake it
-        failures = 0
-        waiting = False  # the "wait" event was told
+        step: Step = plan.start()
         while True:
-            sent_at = clock()  # before any wait: the lease's validity counts from here
-            try:
-                request = partial(undo_if_interrupted, partial(backend.try_acquire, name, token, ms, block, fair),
-                                  lambda: self._forget_later(name, token, queued))
-                if seat is None or block > 0.0:
-                    attempt = await request()
-                else:
-                    async with seat.gate():  # a short request: at most the room's slots at once
-                        attempt = await request()
-            except BackendError as exc:
-                failures += 1
-                delay = backend.retry_after(exc, failures)
-                # The first failure may be retried (the acquire is idempotent for one token: a retry finds its
-                # own grant); more only within a finite wait. Never for ever: a server that is down is an error.
-                if delay is not None and (failures == 1 or (wait_s is not None
-                                                            and clock() + delay < started + wait_s)):
-                    await sleep(delay)
-                    block = 0.0
-                    continue
-                # The script may have run. Delete our key if it did, but do not make the caller wait for a
-                # server that just failed to answer: the error is due now, and the TTL bounds the key anyway.
-                in_background(lambda: self._forget_later(name, token, queued))
-                if seat is not None:
-                    seat.fail(exc)  # the waiters behind this one would meet the same fault, one after another
-                emit("failed", name, kind, "acquire", waited=clock() - started, duration=clock() - started,
-                     error=str(exc))
-                raise
-            failures = 0
-            if attempt.granted:
-                valid_until = validity_end(ttl, sent_at)
-                if valid_until > clock():
-                    lease = AsyncLease(backend, clock, name, token, attempt.fence, ttl, valid_until,
-                                       renew_every=renew_every, on_lost=on_lost)
-                    if renew_every is not None or on_lost is not None:
-                        self._watchdog.watch(lease)
-                    waited = clock() - started
-                    emit("grant", name, kind, "acquire", fence=attempt.fence, waited=waited, duration=waited)
-                    return lease
-                # Granted too late to be of use (a slow network ate the TTL): give it back, count it as refused.
-                await shielded(self._forget(name, token, False))
-                attempt = Attempt(False, 0, None)
-            now = clock()
-            if deadline is None:
-                deadline = Deadline.after(wait_s, started)
-            if deadline.expired(now):
-                if queued:
-                    await shielded(self._leave(name, token))
-                waited = clock() - started
-                if wait_s == 0:
-                    emit("busy", name, kind, "acquire", waited=waited, duration=waited)
-                    raise NotAcquired("the lock is held by another holder", name=name)
-                emit("timeout", name, kind, "acquire", waited=waited, duration=waited)
-                raise AcquireTimeout(f"the lock stayed busy for the whole wait of {wait_s} s", name=name)
-            if not waiting:
-                waiting = True
-                emit("wait", name, kind, "acquire", waited=now - started)
-            block = block_for(deadline, now, attempt.holder_ttl, backend.block_cap, ttl)
-            if seat is not None and not seat.is_head():
-                # An earlier waiter of this client blocks on the server for this name: wait here until it is
-                # done, then try (a fair waiter tries at least once per blocking period, which keeps its entry).
-                limit = min(deadline.remaining(now), backend.block_cap) if fair else deadline.remaining(now)
+            if isinstance(step, (Try, Block)) and step.waited is not None:
+                emit("wait", name, kind, "acquire", waited=step.waited)
+            if isinstance(step, Try):
+                request = partial(undo_if_interrupted, partial(backend.try_acquire, name, token, ms, step.block,
+                                                               fair), forget_later)
                 try:
-                    await seat.wait_turn(None if limit == math.inf else limit)
-                except BaseException:  # cancelled here: a fair waiter's queue entry must not outlive it
-                    if queued:
-                        in_background(lambda: self._forget_later(name, token, queued))
+                    if seat is None or step.block > 0.0:
+                        attempt = await request()
+                    else:
+                        async with seat.gate():  # a short request: at most the room's slots at once
+                            attempt = await request()
+                except BackendError as exc:
+                    step = plan.failed(exc)
+                    continue
+                step = plan.answered(attempt)
+            elif isinstance(step, Grant):
+                lease = AsyncLease(backend, clock, name, token, step.fence, ttl, step.valid_until,
+                                   renew_every=renew_every, on_lost=on_lost)
+                if renew_every is not None or on_lost is not None:
+                    self._watchdog.watch(lease)
+                waited = clock() - plan.started
+                emit("grant", name, kind, "acquire", fence=step.fence, waited=waited, duration=waited)
+                return lease
+            elif isinstance(step, GiveBack):
+                await shielded(self._forget(name, token, False))
+                step = plan.given_back()
+            elif isinstance(step, Sleep):
+                await sleep(step.seconds)
+                step = plan.slept()
+            elif isinstance(step, Block):
+                assert seat is not None  # only a seated waiter is ever behind another
+                try:
+                    await seat.wait_turn(step.timeout)
+                except BaseException:
+                    if step.forget_if_interrupted:
+                        in_background(forget_later)
                     raise
-                block = 0.0
+                step = plan.turned()
+            else:
+                if step.leave:
+                    await shielded(self._leave(name, token))
+                if step.forget:
+                    in_background(forget_later)
+                    if seat is not None and isinstance(step.error, BackendError):
+                        seat.fail(step.error)  # the waiters behind this one would meet the same fault, in turn
+                waited = clock() - plan.started
+                emit(step.event, name, kind, "acquire", waited=waited, duration=waited,
+                     error=str(step.error) if step.forget else None)
+                raise step.error
 
     async def _forget(self, name: str, token: str, queued: bool) -> bool:
         """Best effort: delete a key this acquisition may have created (True if there was one), and leave the

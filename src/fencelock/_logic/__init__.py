@@ -5,6 +5,7 @@ tested with a fake clock and Hypothesis. The backends in `_async/` only carry by
 the servers.
 
 - `args`:     validation of every user argument (ttl, wait, name) before anything is sent;
+- `acquiring`: the acquire loop's decisions (try, grant, sleep, block, raise) from attempts, errors and the clock;
 - `timing`:   the `wait` deadline, retry back-off, lease validity (ttl - elapsed - drift);
 - `fencing`:  the rule a resource applies to fencing tokens;
 - `fences`:   how one Redis hands out fences (counter and clock floor) and how long it keeps them;
