@@ -30,10 +30,11 @@ from .._logic.args import (
     check_ttl,
     ttl_ms,
 )
-from .._logic.outcomes import Attempt, Released, State, after_release
+from .._logic.lease import LeaseState
+from .._logic.outcomes import Attempt, Released, State
 from .._logic.redlock import NodesReport
 from .._logic.status import LockStatus
-from .._logic.timing import Clock, validity_end
+from .._logic.timing import Clock
 from ._compat import (
     Signal,
     cancel,
@@ -117,23 +118,18 @@ class Backend(Protocol):
 class Lease:
     """One granted acquisition of a lock: its name, token and fence, and the right to extend or release it."""
 
-    __slots__ = ("_backend", "_clock", "_due", "_granted_at", "_in_flight", "_lost_reason", "_on_lost", "_pid",
-                 "_renew_every", "_state", "_task", "_uncertain_at", "_valid_until", "fence", "name", "token", "ttl")
+    __slots__ = ("_backend", "_clock", "_granted_at", "_life", "_on_lost", "_pid", "_task", "fence", "name",
+                 "token", "ttl")
 
     def __init__(self, backend: Backend, clock: Clock, name: str, token: str, fence: int, ttl: float,
                  valid_until: float, *, renew_every: float | None = None, on_lost: OnLost | None = None) -> None:
         self._backend = backend
         self._clock = clock
         self._pid = _pid
-        self._state = State.HELD
-        self._uncertain_at: float | None = None
-        self._valid_until = valid_until
-        self._renew_every = renew_every
+        # Its validity, next due time, renewal in flight (a Signal) and state, shared with the watchdog.
+        self._life: LeaseState[Signal] = LeaseState(ttl, valid_until, renew_every)
         self._on_lost = on_lost
-        self._lost_reason = ""
-        self._in_flight: Signal | None = None  # a renewal of this lease the watchdog has sent, not yet answered
-        self._task: Any = None                 # the task to cancel when the lease is lost (asyncio lock() only)
-        self._due = valid_until if renew_every is None else valid_until - ttl + renew_every
+        self._task: Any = None  # the task to cancel when the lease is lost (asyncio lock() only)
         self._granted_at = clock()
         self.name = name
         self.token = token
@@ -142,14 +138,20 @@ class Lease:
 
     def __repr__(self) -> str:
         # The token is a capability (it releases the lock): it is never printed.
-        return (f"<Lease {self.name!r} fence={self.fence} {self._state.value} "
+        return (f"<Lease {self.name!r} fence={self.fence} {self._life.state.value} "
                 f"remaining={self.remaining():.3f}s>")
+
+    @property
+    def _valid_until(self) -> float:
+        return self._life.valid_until
+
+    @property
+    def _in_flight(self) -> Signal | None:
+        return self._life.renewal
 
     def remaining(self) -> float:
         """Seconds of validity left, by the local monotonic clock (0 once released or lost)."""
-        if self._state is not State.HELD:
-            return 0.0
-        return max(0.0, self._valid_until - self._clock())
+        return self._life.remaining(self._clock())
 
     @property
     def held(self) -> bool:
@@ -162,21 +164,19 @@ class Lease:
 
         Read by the local monotonic clock: it turns true on time even when the network gives no answer.
         """
-        return self._state is State.LOST or (self._state is State.HELD and self._clock() >= self._valid_until)
+        return self._life.is_lost(self._clock())
 
     def ensure(self) -> None:
         """Raise `LockLost` if the lease is lost. Call it before each critical write, and send the fence along."""
         if self.lost:
-            raise LockLost(f"the lease was lost: {self._lost_reason or 'its validity ran out'}", name=self.name)
-        if self._state is State.RELEASED:
+            raise LockLost(f"the lease was lost: {self._life.lost_reason or 'its validity ran out'}", name=self.name)
+        if self._life.state is State.RELEASED:
             raise LockLost("the lease was released", name=self.name)
 
     def _lose(self, reason: str, op: str = "renew") -> None:
         """Mark the lease lost (once): tell the `on_lost` callback, and cancel the task holding it (asyncio)."""
-        if self._state is not State.HELD:
+        if not self._life.lose(reason):
             return
-        self._state = State.LOST
-        self._lost_reason = reason
         emit("lost", self.name, backend_kind(self._backend), op, fence=self.fence,
              held=self._clock() - self._granted_at, error=reason)
         if self._task is not None and self._task is not current_task():
@@ -196,8 +196,8 @@ class Lease:
         """Reset the lease to `ttl` seconds (default: its TTL) from now. Raises `LockLost` if no longer ours."""
         self._check_owner("extend")
         new_ttl = self.ttl if ttl is None else check_ttl(ttl, self.name)
-        if self._state is not State.HELD:
-            raise LockLost(f"cannot extend a lease that is {self._state.value}", name=self.name)
+        if self._life.state is not State.HELD:
+            raise LockLost(f"cannot extend a lease that is {self._life.state.value}", name=self.name)
         sent_at = self._clock()
         kind = backend_kind(self._backend)
         try:
@@ -205,7 +205,7 @@ class Lease:
         except BaseException as exc:
             # Unknown outcome (no reply, a reset, a cancellation): the server may have applied the new TTL. A
             # shorter one then bounds what the lease may claim; a longer one is not counted until confirmed.
-            self._valid_until = min(self._valid_until, validity_end(new_ttl, sent_at))
+            self._life.extend_unknown(new_ttl, sent_at)
             if isinstance(exc, BackendError):
                 emit("failed", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at,
                      error=str(exc))
@@ -215,7 +215,7 @@ class Lease:
             raise LockLost("the lock expired or was taken by another holder before it could be extended",
                            name=self.name)
         self.ttl = new_ttl
-        self._valid_until = validity_end(new_ttl, sent_at)
+        self._life.extended(new_ttl, sent_at)
         emit("extend", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at)
 
     def release(self) -> None:
@@ -225,11 +225,11 @@ class Lease:
         token and stays releasable until its validity ends: call it again (the error's `lease` is this lease).
         """
         self._check_owner("release")
-        if self._state is State.RELEASED:
+        if self._life.state is State.RELEASED:
             return
         # Whatever happens next, the holder wants out: renewal ends now, so a release that fails (or is cancelled)
         # leaves a key that its TTL frees, never one renewed for ever. Still held until then: release again.
-        self._renew_every = None
+        self._life.stop_renewing()
         try:
             self._release()
         except LockError as exc:
@@ -237,30 +237,28 @@ class Lease:
             raise
 
     def _release(self) -> None:
-        flight = self._in_flight
+        flight = self._life.renewal
         if flight is not None:
             flight.wait(None)  # a renewal on the wire must not land after our release
-        if self._state is State.LOST:
+        if self._life.state is State.LOST:
             # Lost by our clock, maybe not on the server (it was slow, not gone): delete our key if it is still
             # there, so it does not block others for a TTL. The loss is reported either way.
             try:
                 self._backend.release(self.name, self.token, self.fence)
             except BackendError:
                 pass
-            raise LockLost(f"the lease was lost: {self._lost_reason}", name=self.name)
+            raise LockLost(f"the lease was lost: {self._life.lost_reason}", name=self.name)
         sent_at = self._clock()
         try:
             answer = self._backend.release(self.name, self.token, self.fence)
         except BaseException as exc:
             # The server may or may not have deleted the key; only a confirmed answer changes the state.
-            if self._uncertain_at is None:
-                self._uncertain_at = sent_at
+            self._life.release_unknown(sent_at)
             if isinstance(exc, BackendError):
                 emit("failed", self.name, backend_kind(self._backend), "release", fence=self.fence,
                      duration=self._clock() - sent_at, error=str(exc))
             raise
-        if after_release(answer, self._uncertain_at, self._valid_until) is State.RELEASED:
-            self._state = State.RELEASED
+        if self._life.release_answered(answer):
             now = self._clock()
             emit("release", self.name, backend_kind(self._backend), "release", fence=self.fence,
                  held=now - self._granted_at, duration=now - sent_at)
@@ -517,7 +515,7 @@ class LockContext:
         if lease is None:
             return
         task, lease._task = lease._task, None
-        cancelled_for_loss = task is not None and lease._state is State.LOST and is_cancellation(exc)
+        cancelled_for_loss = task is not None and lease._life.state is State.LOST and is_cancellation(exc)
         try:
             lease.__exit__(exc_type, exc, tb)
         except LockLost as lost:
