@@ -22,8 +22,8 @@ from .._logic.acquiring import Acquiring, Block, GiveBack, Grant, Sleep, Step, T
 from .._logic.args import (
     DEFAULT_TTL,
     DEFAULT_WAIT,
+    AcquireArgs,
     check_acquire,
-    check_flag,
     check_name,
     check_pattern,
     check_ttl,
@@ -308,13 +308,22 @@ class AsyncLocks:
         `wait` > 0) if the lock stayed busy, `BackendError` if the server failed. Never returns a lease that the
         server did not grant.
         """
-        args = check_acquire(name, ttl, wait, renew, on_lost, fair, supports_fair=self._backend.supports_fair,
-                             where=self._backend.shown)
+        return await self._acquire_checked(self._check(name, ttl, wait, renew, on_lost, fair))
+
+    def _check(self, name: object, ttl: object, wait: object, renew: object, on_lost: object, fair: object,
+               cancel_on_lost: object = True) -> AcquireArgs:
+        """The one argument rule of `acquire()` and `lock()` (`_logic.args.check_acquire`), for this backend."""
+        return check_acquire(name, ttl, wait, renew, on_lost, fair, cancel_on_lost=cancel_on_lost,
+                             supports_fair=self._backend.supports_fair, where=self._backend.shown)
+
+    async def _acquire_checked(self, args: AcquireArgs) -> AsyncLease:
+        """`acquire` with its arguments checked: a seat among this client's waiters on the name, then the loop."""
         # This client's waiters on one name share its connections (`waiting`); etcd's and ZooKeeper's own queues
         # already make each waiter watch one key over the client's one connection.
         seat = None if self._backend.always_queues else self._rooms.seat(args.name, args.fair)
         try:
-            return await self._acquire(args.name, args.ttl, args.wait, args.renew_every, on_lost, args.fair, seat)
+            return await self._acquire(args.name, args.ttl, args.wait, args.renew_every, args.on_lost, args.fair,
+                                       seat)
         finally:
             if seat is not None:
                 seat.leave()
@@ -429,10 +438,7 @@ class AsyncLocks:
         (`cancel_on_lost=False` to let the body run on). A thread cannot be interrupted safely: call
         `lease.ensure()` before each critical write.
         """
-        # Checked now, by the rule acquire() applies, so that a bad argument fails at the `lock()` call.
-        check_acquire(name, ttl, wait, renew, on_lost, fair, supports_fair=self._backend.supports_fair,
-                      where=self._backend.shown)
-        check_flag(cancel_on_lost, "cancel_on_lost", name)
+        # The context checks its arguments now, by acquire()'s rule: a bad one fails at the `lock()` call.
         return AsyncLockContext(self, name, ttl, wait, renew, on_lost, cancel_on_lost, fair)
 
     # -- operators ----------------------------------------------------------------------------------------------
@@ -483,27 +489,20 @@ class AsyncLocks:
 class AsyncLockContext:
     """The `lock()` context: acquires on entry (or raises), releases on exit. Not re-entrant."""
 
-    __slots__ = ("_cancel_on_lost", "_fair", "_lease", "_locks", "_name", "_on_lost", "_renew", "_ttl", "_wait")
+    __slots__ = ("_args", "_lease", "_locks")
 
     def __init__(self, locks: AsyncLocks, name: str, ttl: float, wait: float | None, renew: bool | float,
                  on_lost: OnLost | None, cancel_on_lost: bool, fair: bool) -> None:
         self._locks = locks
-        self._name = name
-        self._ttl = ttl
-        self._wait = wait
-        self._renew = renew
-        self._on_lost = on_lost
-        self._cancel_on_lost = cancel_on_lost
-        self._fair = fair
+        self._args = locks._check(name, ttl, wait, renew, on_lost, fair, cancel_on_lost)
         self._lease: AsyncLease | None = None
 
     async def __aenter__(self) -> AsyncLease:
         if self._lease is not None:
             raise LockError("this lock() context is already entered; call lock() again for another lease",
-                            name=self._name)
-        lease = await self._locks.acquire(self._name, ttl=self._ttl, wait=self._wait, renew=self._renew,
-                                          on_lost=self._on_lost, fair=self._fair)
-        if self._cancel_on_lost:
+                            name=self._args.name)
+        lease = await self._locks._acquire_checked(self._args)
+        if self._args.cancel_on_lost:
             lease._task = current_task()  # asyncio: the body is cancelled the moment the lease is lost
         self._lease = lease
         return lease
