@@ -323,23 +323,21 @@ class Locks:
         # already make each waiter watch one key over the client's one connection.
         seat = None if self._backend.always_queues else self._rooms.seat(args.name, args.fair)
         try:
-            return self._acquire(args.name, args.ttl, args.wait, args.renew_every, args.on_lost, args.fair,
-                                       seat)
+            return self._acquire(args, seat)
         finally:
             if seat is not None:
                 seat.leave()
 
-    def _acquire(self, name: str, ttl: float, wait_s: float | None, renew_every: float | None,
-                       on_lost: OnLost | None, fair: bool, seat: Seat | None) -> Lease:
-        """`acquire` with its arguments checked; `seat`: its place among this client's waiters on `name`.
-
-        Every decision is `Acquiring`'s (`_logic.acquiring`); this loop only carries it out."""
+    def _acquire(self, args: AcquireArgs, seat: Seat | None) -> Lease:
+        """The acquire loop; `seat`: its place among this client's waiters on the name. Every decision is
+        `Acquiring`'s (`_logic.acquiring`); the loop only carries it out."""
+        name, ttl, fair, renew_every, on_lost = args.name, args.ttl, args.fair, args.renew_every, args.on_lost
         backend = self._backend
         clock = self._clock
         token = secrets.token_hex(TOKEN_BYTES)
         ms = ttl_ms(ttl)
         kind = backend_kind(backend)
-        plan = Acquiring(name, ttl, wait_s, fair=fair, always_queues=backend.always_queues,
+        plan = Acquiring(name, ttl, args.wait, fair=fair, always_queues=backend.always_queues,
                          block_cap=backend.block_cap, retry_after=backend.retry_after,
                          behind=lambda: seat is not None and not seat.is_head(), clock=clock)
         forget_later = partial(self._forget_later, name, token, plan.queued)
