@@ -527,7 +527,8 @@ def test_on_a_real_quick_run_the_pictures_mark_exactly_the_writes_the_lab_checke
 
 def test_scenario_variants_keep_their_letter(real_tree: ET.Element) -> None:
     heads = [_text(h) for h in real_tree.findall(".//section[@class='scenario']/h3")]
-    assert [h.split(".")[0] for h in heads] == ["1", "2", "3", "4", "4b", "4c", "4d", "5a", "5b", "5c", "6", "7", "8a", "8b", "9"]
+    assert [h.split(".")[0] for h in heads] == ["1", "2", "3", "4", "4b", "4c", "4d", "5a", "5b", "5c", "6", "7",
+                                                "8a", "8b", "9"]
 
 
 # --- where fencelock does better than the literature, and where one of its assumptions ends ------------------

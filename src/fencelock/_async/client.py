@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import math
 import os
 import secrets
 import time
@@ -17,22 +16,24 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Protocol
 
-from .._errors import AcquireTimeout, BackendError, LockError, LockLost, NotAcquired
+from .._errors import BackendError, LockError, LockLost
 from .._events import backend_kind, emit
+from .._logic.acquiring import Acquiring, Block, GiveBack, Grant, Sleep, Step, Try
 from .._logic.args import (
     DEFAULT_TTL,
     DEFAULT_WAIT,
+    AcquireArgs,
     check_acquire,
-    check_flag,
     check_name,
     check_pattern,
     check_ttl,
     ttl_ms,
 )
-from .._logic.outcomes import Attempt, Released, State, after_release
+from .._logic.lease import LeaseState
+from .._logic.outcomes import Attempt, Released, State
 from .._logic.redlock import NodesReport
 from .._logic.status import LockStatus
-from .._logic.timing import Clock, Deadline, block_for, validity_end
+from .._logic.timing import Clock
 from ._compat import (
     Signal,
     cancel,
@@ -116,23 +117,18 @@ class AsyncBackend(Protocol):
 class AsyncLease:
     """One granted acquisition of a lock: its name, token and fence, and the right to extend or release it."""
 
-    __slots__ = ("_backend", "_clock", "_due", "_granted_at", "_in_flight", "_lost_reason", "_on_lost", "_pid",
-                 "_renew_every", "_state", "_task", "_uncertain_at", "_valid_until", "fence", "name", "token", "ttl")
+    __slots__ = ("_backend", "_clock", "_granted_at", "_life", "_on_lost", "_pid", "_task", "fence", "name",
+                 "token", "ttl")
 
     def __init__(self, backend: AsyncBackend, clock: Clock, name: str, token: str, fence: int, ttl: float,
                  valid_until: float, *, renew_every: float | None = None, on_lost: OnLost | None = None) -> None:
         self._backend = backend
         self._clock = clock
         self._pid = _pid
-        self._state = State.HELD
-        self._uncertain_at: float | None = None
-        self._valid_until = valid_until
-        self._renew_every = renew_every
+        # Its validity, next due time, renewal in flight (a Signal) and state, shared with the watchdog.
+        self._life: LeaseState[Signal] = LeaseState(ttl, valid_until, renew_every)
         self._on_lost = on_lost
-        self._lost_reason = ""
-        self._in_flight: Signal | None = None  # a renewal of this lease the watchdog has sent, not yet answered
-        self._task: Any = None                 # the task to cancel when the lease is lost (asyncio lock() only)
-        self._due = valid_until if renew_every is None else valid_until - ttl + renew_every
+        self._task: Any = None  # the task to cancel when the lease is lost (asyncio lock() only)
         self._granted_at = clock()
         self.name = name
         self.token = token
@@ -141,14 +137,20 @@ class AsyncLease:
 
     def __repr__(self) -> str:
         # The token is a capability (it releases the lock): it is never printed.
-        return (f"<Lease {self.name!r} fence={self.fence} {self._state.value} "
+        return (f"<Lease {self.name!r} fence={self.fence} {self._life.state.value} "
                 f"remaining={self.remaining():.3f}s>")
+
+    @property
+    def _valid_until(self) -> float:
+        return self._life.valid_until
+
+    @property
+    def _in_flight(self) -> Signal | None:
+        return self._life.renewal
 
     def remaining(self) -> float:
         """Seconds of validity left, by the local monotonic clock (0 once released or lost)."""
-        if self._state is not State.HELD:
-            return 0.0
-        return max(0.0, self._valid_until - self._clock())
+        return self._life.remaining(self._clock())
 
     @property
     def held(self) -> bool:
@@ -161,21 +163,19 @@ class AsyncLease:
 
         Read by the local monotonic clock: it turns true on time even when the network gives no answer.
         """
-        return self._state is State.LOST or (self._state is State.HELD and self._clock() >= self._valid_until)
+        return self._life.is_lost(self._clock())
 
     def ensure(self) -> None:
         """Raise `LockLost` if the lease is lost. Call it before each critical write, and send the fence along."""
         if self.lost:
-            raise LockLost(f"the lease was lost: {self._lost_reason or 'its validity ran out'}", name=self.name)
-        if self._state is State.RELEASED:
+            raise LockLost(f"the lease was lost: {self._life.lost_reason or 'its validity ran out'}", name=self.name)
+        if self._life.state is State.RELEASED:
             raise LockLost("the lease was released", name=self.name)
 
     def _lose(self, reason: str, op: str = "renew") -> None:
         """Mark the lease lost (once): tell the `on_lost` callback, and cancel the task holding it (asyncio)."""
-        if self._state is not State.HELD:
+        if not self._life.lose(reason):
             return
-        self._state = State.LOST
-        self._lost_reason = reason
         emit("lost", self.name, backend_kind(self._backend), op, fence=self.fence,
              held=self._clock() - self._granted_at, error=reason)
         if self._task is not None and self._task is not current_task():
@@ -195,8 +195,8 @@ class AsyncLease:
         """Reset the lease to `ttl` seconds (default: its TTL) from now. Raises `LockLost` if no longer ours."""
         self._check_owner("extend")
         new_ttl = self.ttl if ttl is None else check_ttl(ttl, self.name)
-        if self._state is not State.HELD:
-            raise LockLost(f"cannot extend a lease that is {self._state.value}", name=self.name)
+        if self._life.state is not State.HELD:
+            raise LockLost(f"cannot extend a lease that is {self._life.state.value}", name=self.name)
         sent_at = self._clock()
         kind = backend_kind(self._backend)
         try:
@@ -204,7 +204,7 @@ class AsyncLease:
         except BaseException as exc:
             # Unknown outcome (no reply, a reset, a cancellation): the server may have applied the new TTL. A
             # shorter one then bounds what the lease may claim; a longer one is not counted until confirmed.
-            self._valid_until = min(self._valid_until, validity_end(new_ttl, sent_at))
+            self._life.extend_unknown(new_ttl, sent_at)
             if isinstance(exc, BackendError):
                 emit("failed", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at,
                      error=str(exc))
@@ -214,7 +214,7 @@ class AsyncLease:
             raise LockLost("the lock expired or was taken by another holder before it could be extended",
                            name=self.name)
         self.ttl = new_ttl
-        self._valid_until = validity_end(new_ttl, sent_at)
+        self._life.extended(new_ttl, sent_at)
         emit("extend", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at)
 
     async def release(self) -> None:
@@ -224,11 +224,11 @@ class AsyncLease:
         token and stays releasable until its validity ends: call it again (the error's `lease` is this lease).
         """
         self._check_owner("release")
-        if self._state is State.RELEASED:
+        if self._life.state is State.RELEASED:
             return
         # Whatever happens next, the holder wants out: renewal ends now, so a release that fails (or is cancelled)
         # leaves a key that its TTL frees, never one renewed for ever. Still held until then: release again.
-        self._renew_every = None
+        self._life.stop_renewing()
         try:
             await self._release()
         except LockError as exc:
@@ -236,30 +236,28 @@ class AsyncLease:
             raise
 
     async def _release(self) -> None:
-        flight = self._in_flight
+        flight = self._life.renewal
         if flight is not None:
             await flight.wait(None)  # a renewal on the wire must not land after our release
-        if self._state is State.LOST:
+        if self._life.state is State.LOST:
             # Lost by our clock, maybe not on the server (it was slow, not gone): delete our key if it is still
             # there, so it does not block others for a TTL. The loss is reported either way.
             try:
                 await self._backend.release(self.name, self.token, self.fence)
             except BackendError:
                 pass
-            raise LockLost(f"the lease was lost: {self._lost_reason}", name=self.name)
+            raise LockLost(f"the lease was lost: {self._life.lost_reason}", name=self.name)
         sent_at = self._clock()
         try:
             answer = await self._backend.release(self.name, self.token, self.fence)
         except BaseException as exc:
             # The server may or may not have deleted the key; only a confirmed answer changes the state.
-            if self._uncertain_at is None:
-                self._uncertain_at = sent_at
+            self._life.release_unknown(sent_at)
             if isinstance(exc, BackendError):
                 emit("failed", self.name, backend_kind(self._backend), "release", fence=self.fence,
                      duration=self._clock() - sent_at, error=str(exc))
             raise
-        if after_release(answer, self._uncertain_at, self._valid_until) is State.RELEASED:
-            self._state = State.RELEASED
+        if self._life.release_answered(answer):
             now = self._clock()
             emit("release", self.name, backend_kind(self._backend), "release", fence=self.fence,
                  held=now - self._granted_at, duration=now - sent_at)
@@ -310,101 +308,90 @@ class AsyncLocks:
         `wait` > 0) if the lock stayed busy, `BackendError` if the server failed. Never returns a lease that the
         server did not grant.
         """
-        args = check_acquire(name, ttl, wait, renew, on_lost, fair, supports_fair=self._backend.supports_fair,
-                             where=self._backend.shown)
+        return await self._acquire_checked(self._check(name, ttl, wait, renew, on_lost, fair))
+
+    def _check(self, name: object, ttl: object, wait: object, renew: object, on_lost: object, fair: object,
+               cancel_on_lost: object = True) -> AcquireArgs:
+        """The one argument rule of `acquire()` and `lock()` (`_logic.args.check_acquire`), for this backend."""
+        return check_acquire(name, ttl, wait, renew, on_lost, fair, cancel_on_lost=cancel_on_lost,
+                             supports_fair=self._backend.supports_fair, where=self._backend.shown)
+
+    async def _acquire_checked(self, args: AcquireArgs) -> AsyncLease:
+        """`acquire` with its arguments checked: a seat among this client's waiters on the name, then the loop."""
         # This client's waiters on one name share its connections (`waiting`); etcd's and ZooKeeper's own queues
         # already make each waiter watch one key over the client's one connection.
         seat = None if self._backend.always_queues else self._rooms.seat(args.name, args.fair)
         try:
-            return await self._acquire(args.name, args.ttl, args.wait, args.renew_every, on_lost, args.fair, seat)
+            return await self._acquire(args, seat)
         finally:
             if seat is not None:
                 seat.leave()
 
-    async def _acquire(self, name: str, ttl: float, wait_s: float | None, renew_every: float | None,
-                       on_lost: OnLost | None, fair: bool, seat: AsyncSeat | None) -> AsyncLease:
-        """`acquire` with its arguments checked; `seat`: its place among this client's waiters on `name`."""
-        queued = fair or self._backend.always_queues  # a waiter that gives up must leave its queue
-        token = secrets.token_hex(TOKEN_BYTES)
-        ms = ttl_ms(ttl)
+    async def _acquire(self, args: AcquireArgs, seat: AsyncSeat | None) -> AsyncLease:
+        """The acquire loop; `seat`: its place among this client's waiters on the name. Every decision is
+        `Acquiring`'s (`_logic.acquiring`); the loop only carries it out."""
+        name, ttl, fair, renew_every, on_lost = args.name, args.ttl, args.fair, args.renew_every, args.on_lost
         backend = self._backend
         clock = self._clock
-        started = clock()
+        token = secrets.token_hex(TOKEN_BYTES)
+        ms = ttl_ms(ttl)
         kind = backend_kind(backend)
+        plan = Acquiring(name, ttl, args.wait, fair=fair, always_queues=backend.always_queues,
+                         block_cap=backend.block_cap, retry_after=backend.retry_after,
+                         behind=lambda: seat is not None and not seat.is_head(), clock=clock)
+        forget_later = partial(self._forget_later, name, token, plan.queued)
         emit("acquire", name, kind, "acquire")
-        deadline = None  # made at the first refusal: most acquisitions never need it
-        block = 0.0      # how long the next attempt first waits for a release to wake it
-        failures = 0
-        waiting = False  # the "wait" event was told
+        step: Step = plan.start()
         while True:
-            sent_at = clock()  # before any wait: the lease's validity counts from here
-            try:
-                request = partial(undo_if_interrupted, partial(backend.try_acquire, name, token, ms, block, fair),
-                                  lambda: self._forget_later(name, token, queued))
-                if seat is None or block > 0.0:
-                    attempt = await request()
-                else:
-                    async with seat.gate():  # a short request: at most the room's slots at once
-                        attempt = await request()
-            except BackendError as exc:
-                failures += 1
-                delay = backend.retry_after(exc, failures)
-                # The first failure may be retried (the acquire is idempotent for one token: a retry finds its
-                # own grant); more only within a finite wait. Never for ever: a server that is down is an error.
-                if delay is not None and (failures == 1 or (wait_s is not None
-                                                            and clock() + delay < started + wait_s)):
-                    await sleep(delay)
-                    block = 0.0
-                    continue
-                # The script may have run. Delete our key if it did, but do not make the caller wait for a
-                # server that just failed to answer: the error is due now, and the TTL bounds the key anyway.
-                in_background(lambda: self._forget_later(name, token, queued))
-                if seat is not None:
-                    seat.fail(exc)  # the waiters behind this one would meet the same fault, one after another
-                emit("failed", name, kind, "acquire", waited=clock() - started, duration=clock() - started,
-                     error=str(exc))
-                raise
-            failures = 0
-            if attempt.granted:
-                valid_until = validity_end(ttl, sent_at)
-                if valid_until > clock():
-                    lease = AsyncLease(backend, clock, name, token, attempt.fence, ttl, valid_until,
-                                       renew_every=renew_every, on_lost=on_lost)
-                    if renew_every is not None or on_lost is not None:
-                        self._watchdog.watch(lease)
-                    waited = clock() - started
-                    emit("grant", name, kind, "acquire", fence=attempt.fence, waited=waited, duration=waited)
-                    return lease
-                # Granted too late to be of use (a slow network ate the TTL): give it back, count it as refused.
-                await shielded(self._forget(name, token, False))
-                attempt = Attempt(False, 0, None)
-            now = clock()
-            if deadline is None:
-                deadline = Deadline.after(wait_s, started)
-            if deadline.expired(now):
-                if queued:
-                    await shielded(self._leave(name, token))
-                waited = clock() - started
-                if wait_s == 0:
-                    emit("busy", name, kind, "acquire", waited=waited, duration=waited)
-                    raise NotAcquired("the lock is held by another holder", name=name)
-                emit("timeout", name, kind, "acquire", waited=waited, duration=waited)
-                raise AcquireTimeout(f"the lock stayed busy for the whole wait of {wait_s} s", name=name)
-            if not waiting:
-                waiting = True
-                emit("wait", name, kind, "acquire", waited=now - started)
-            block = block_for(deadline, now, attempt.holder_ttl, backend.block_cap, ttl)
-            if seat is not None and not seat.is_head():
-                # An earlier waiter of this client blocks on the server for this name: wait here until it is
-                # done, then try (a fair waiter tries at least once per blocking period, which keeps its entry).
-                limit = min(deadline.remaining(now), backend.block_cap) if fair else deadline.remaining(now)
+            if isinstance(step, (Try, Block)) and step.waited is not None:
+                emit("wait", name, kind, "acquire", waited=step.waited)
+            if isinstance(step, Try):
+                request = partial(undo_if_interrupted, partial(backend.try_acquire, name, token, ms, step.block,
+                                                               fair), forget_later)
                 try:
-                    await seat.wait_turn(None if limit == math.inf else limit)
-                except BaseException:  # cancelled here: a fair waiter's queue entry must not outlive it
-                    if queued:
-                        in_background(lambda: self._forget_later(name, token, queued))
+                    if seat is None or step.block > 0.0:
+                        attempt = await request()
+                    else:
+                        async with seat.gate():  # a short request: at most the room's slots at once
+                            attempt = await request()
+                except BackendError as exc:
+                    step = plan.failed(exc)
+                    continue
+                step = plan.answered(attempt)
+            elif isinstance(step, Grant):
+                lease = AsyncLease(backend, clock, name, token, step.fence, ttl, step.valid_until,
+                                   renew_every=renew_every, on_lost=on_lost)
+                if renew_every is not None or on_lost is not None:
+                    self._watchdog.watch(lease)
+                waited = clock() - plan.started
+                emit("grant", name, kind, "acquire", fence=step.fence, waited=waited, duration=waited)
+                return lease
+            elif isinstance(step, GiveBack):
+                await shielded(self._forget(name, token, False))
+                step = plan.given_back()
+            elif isinstance(step, Sleep):
+                await sleep(step.seconds)
+                step = plan.slept()
+            elif isinstance(step, Block):
+                assert seat is not None  # only a seated waiter is ever behind another
+                try:
+                    await seat.wait_turn(step.timeout)
+                except BaseException:
+                    if step.forget_if_interrupted:
+                        in_background(forget_later)
                     raise
-                block = 0.0
+                step = plan.turned()
+            else:
+                if step.leave:
+                    await shielded(self._leave(name, token))
+                if step.forget:
+                    in_background(forget_later)
+                    if seat is not None and isinstance(step.error, BackendError):
+                        seat.fail(step.error)  # the waiters behind this one would meet the same fault, in turn
+                waited = clock() - plan.started
+                emit(step.event, name, kind, "acquire", waited=waited, duration=waited,
+                     error=str(step.error) if step.forget else None)
+                raise step.error
 
     async def _forget(self, name: str, token: str, queued: bool) -> bool:
         """Best effort: delete a key this acquisition may have created (True if there was one), and leave the
@@ -449,10 +436,7 @@ class AsyncLocks:
         (`cancel_on_lost=False` to let the body run on). A thread cannot be interrupted safely: call
         `lease.ensure()` before each critical write.
         """
-        # Checked now, by the rule acquire() applies, so that a bad argument fails at the `lock()` call.
-        check_acquire(name, ttl, wait, renew, on_lost, fair, supports_fair=self._backend.supports_fair,
-                      where=self._backend.shown)
-        check_flag(cancel_on_lost, "cancel_on_lost", name)
+        # The context checks its arguments now, by acquire()'s rule: a bad one fails at the `lock()` call.
         return AsyncLockContext(self, name, ttl, wait, renew, on_lost, cancel_on_lost, fair)
 
     # -- operators ----------------------------------------------------------------------------------------------
@@ -503,27 +487,20 @@ class AsyncLocks:
 class AsyncLockContext:
     """The `lock()` context: acquires on entry (or raises), releases on exit. Not re-entrant."""
 
-    __slots__ = ("_cancel_on_lost", "_fair", "_lease", "_locks", "_name", "_on_lost", "_renew", "_ttl", "_wait")
+    __slots__ = ("_args", "_lease", "_locks")
 
     def __init__(self, locks: AsyncLocks, name: str, ttl: float, wait: float | None, renew: bool | float,
                  on_lost: OnLost | None, cancel_on_lost: bool, fair: bool) -> None:
         self._locks = locks
-        self._name = name
-        self._ttl = ttl
-        self._wait = wait
-        self._renew = renew
-        self._on_lost = on_lost
-        self._cancel_on_lost = cancel_on_lost
-        self._fair = fair
+        self._args = locks._check(name, ttl, wait, renew, on_lost, fair, cancel_on_lost)
         self._lease: AsyncLease | None = None
 
     async def __aenter__(self) -> AsyncLease:
         if self._lease is not None:
             raise LockError("this lock() context is already entered; call lock() again for another lease",
-                            name=self._name)
-        lease = await self._locks.acquire(self._name, ttl=self._ttl, wait=self._wait, renew=self._renew,
-                                          on_lost=self._on_lost, fair=self._fair)
-        if self._cancel_on_lost:
+                            name=self._args.name)
+        lease = await self._locks._acquire_checked(self._args)
+        if self._args.cancel_on_lost:
             lease._task = current_task()  # asyncio: the body is cancelled the moment the lease is lost
         self._lease = lease
         return lease
@@ -534,7 +511,7 @@ class AsyncLockContext:
         if lease is None:
             return
         task, lease._task = lease._task, None
-        cancelled_for_loss = task is not None and lease._state is State.LOST and is_cancellation(exc)
+        cancelled_for_loss = task is not None and lease._life.state is State.LOST and is_cancellation(exc)
         try:
             await lease.__aexit__(exc_type, exc, tb)
         except LockLost as lost:

@@ -10,7 +10,7 @@ here, a daemon thread in the synchronous twin), never one per lease:
   clock, whatever the network does; one the server says is gone or taken is lost at once.
 
 A lease is also watched without renewal when it has an `on_lost` callback, so that the callback fires when its
-validity ends.
+validity ends. Every rule about one lease's state is `_logic.lease.LeaseState`; this runner schedules and sends.
 """
 
 from __future__ import annotations
@@ -26,22 +26,21 @@ from typing import TYPE_CHECKING
 from .._errors import BackendError
 from .._events import backend_kind, emit
 from .._logic.args import ttl_ms
-from .._logic.outcomes import State
-from .._logic.timing import Clock, renewal_retry, validity_end
+from .._logic.lease import Renewal, Tick
+from .._logic.timing import Clock
 from ._compat import Runner, Signal, alive, in_background, join, spawn
 
 if TYPE_CHECKING:
     from .client import AsyncBackend, AsyncLease
 
 
+# Module constants: an Enum member's lookup costs about 80 ns, and these are compared per lease and renewal.
+_DROP, _EXPIRE, _RENEW = Tick.DROP, Tick.EXPIRE, Tick.RENEW
+_EXTENDED, _RETRY, _GONE, _GIVE_BACK = Renewal.EXTENDED, Renewal.RETRY, Renewal.GONE, Renewal.GIVE_BACK
+
 EARLY_SHARE = 0.1
 """A lease may be renewed up to this share of its interval early, so that leases due close together share a
 batch (10,000 leases taken one after another would otherwise each come due alone)."""
-
-
-def _early(lease: AsyncLease) -> float:
-    """How early the lease may be renewed; never early for its end-of-validity check."""
-    return 0.0 if lease._renew_every is None or lease._due >= lease._valid_until else lease._renew_every * EARLY_SHARE
 
 
 class AsyncWatchdog:
@@ -71,14 +70,15 @@ class AsyncWatchdog:
                 # First use, or the runner ended with its event loop (a second asyncio.run with one client).
                 self._wakeup = Signal()
                 self._runner = spawn(self._run, "fencelock-watchdog")
-            sooner = lease._due < self._next_wake
+            sooner = lease._life.due < self._next_wake
             if sooner:
-                self._next_wake = lease._due
+                self._next_wake = lease._life.due
         if sooner:
             self._wakeup.set()  # due before the runner means to look again (else: no wake-up, batches stay whole)
 
     def _push(self, lease: AsyncLease) -> None:
-        heapq.heappush(self._heap, (lease._due, next(self._order), lease))
+        """(Called with `_lock` held.)"""
+        heapq.heappush(self._heap, (lease._life.due, next(self._order), lease))
 
     def watching(self) -> int:
         return len(self._heap)
@@ -91,28 +91,28 @@ class AsyncWatchdog:
                 # Everything due now, and what is due a little later (see EARLY_SHARE): one wake-up, one batch.
                 while self._heap:
                     at, _, lease = self._heap[0]
-                    if at == lease._due and at > now + _early(lease):
+                    life = lease._life
+                    if at == life.due and at > now + life.early(EARLY_SHARE):
                         break
                     heapq.heappop(self._heap)
-                    if at == lease._due:
+                    if at == life.due:
                         due.append(lease)  # (else a stale entry: the lease was rescheduled since; dropped)
             renew: list[AsyncLease] = []
             for lease in due:
-                if lease._state is not State.HELD:
-                    continue  # released or lost: no longer watched
-                if now >= lease._valid_until:
+                tick = lease._life.tick(now)
+                if tick is _RENEW:
+                    renew.append(lease)
+                elif tick is _EXPIRE:
                     lease._lose("its validity ran out before a renewal was confirmed")
                     continue
-                if lease._renew_every is not None and lease._in_flight is None:
-                    renew.append(lease)
-                # Whatever the network does, look again when the validity ends (a renewal reschedules sooner).
-                lease._due = lease._valid_until
+                elif tick is _DROP:
+                    continue
                 with self._lock:
-                    self._push(lease)
+                    self._push(lease)  # looked at again when its validity ends, at the latest
             if renew:
                 flight = Signal()  # one per batch: every lease in it waits for the same answer
                 for lease in renew:
-                    lease._in_flight = flight
+                    lease._life.sending(flight)
                 in_background(partial(self._renew, renew, flight))
             with self._lock:
                 next_at = self._heap[0][0] if self._heap else None  # (a stale entry only wakes us early)
@@ -132,27 +132,23 @@ class AsyncWatchdog:
         now = self._clock()
         wake = False
         for lease, extended in zip(leases, results, strict=True):
-            lease._in_flight = None
-            if lease._state is not State.HELD:
-                if extended and lease._state is State.LOST:
+            life = lease._life
+            outcome = life.renewed(extended, lease.ttl, sent_at, now)
+            if outcome is _EXTENDED:
+                self.renewals += 1
+            elif outcome is _RETRY:
+                emit("renewal_failed", lease.name, backend_kind(self._backend), "renew", fence=lease.fence,
+                     error=f"no answer; retried while {life.valid_until - now:.3f} s of validity remain")
+            else:
+                if outcome is _GONE:
+                    lease._lose("the server says it was deleted or taken by another holder")
+                elif outcome is _GIVE_BACK:
                     # Reported lost on time, then the late renewal got through: give that key back.
                     in_background(partial(self._backend.release, lease.name, lease.token, lease.fence))
-            elif extended:
-                self.renewals += 1
-                lease._valid_until = validity_end(lease.ttl, sent_at)
-                lease._due = sent_at + (lease._renew_every or lease.ttl)
-                with self._lock:
-                    self._push(lease)
-            elif extended is False:
-                lease._lose("the server says it was deleted or taken by another holder")
-            else:
-                emit("renewal_failed", lease.name, backend_kind(self._backend), "renew", fence=lease.fence,
-                     error=f"no answer; retried while {lease._valid_until - now:.3f} s of validity remain")
-                every = lease._renew_every or lease.ttl
-                lease._due = renewal_retry(now, lease._valid_until, every)
-                with self._lock:
-                    self._push(lease)
-            wake = wake or (lease._state is State.HELD and lease._due < self._next_wake)
+                continue  # no longer watched
+            with self._lock:
+                self._push(lease)
+            wake = wake or life.due < self._next_wake
         flight.set()
         if wake:
             self._wakeup.set()

@@ -7,7 +7,9 @@ the servers.
 Rules every backend shares:
 
 - `args`:      validation of every user argument (ttl, wait, name) before anything is sent;
+- `acquiring`: the acquire loop's decisions (try, grant, sleep, block, raise) from attempts, errors and the clock;
 - `timing`:    the `wait` deadline, how long a waiter may block, back-off, lease validity (ttl - elapsed - drift);
+- `lease`:     a lease's life (valid until, due, renewal in flight, lost), shared by the lease and the watchdog;
 - `outcomes`:  what a server's answer means for a lease;
 - `waiting`:   one client's waiters on one name, and which of them may talk to the server;
 - `fencing`:   the rule a resource applies to fencing tokens;

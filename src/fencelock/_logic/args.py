@@ -138,12 +138,13 @@ class AcquireArgs:
     renew_every: float | None                   # None: no renewal
     on_lost: Callable[..., object] | None
     fair: bool
+    cancel_on_lost: bool = True                 # lock() only: cancel the body when the lease is lost
 
 
 def check_acquire(name: object, ttl: object, wait: object, renew: object, on_lost: object, fair: object, *,
-                  supports_fair: bool, where: str) -> AcquireArgs:
-    """The one rule for `acquire()` and `lock()`: every argument checked, before anything is sent. `where` names
-    the lock service for the message when it cannot queue fairly."""
+                  cancel_on_lost: object = True, supports_fair: bool, where: str) -> AcquireArgs:
+    """The one rule for `acquire()` and `lock()`: every argument checked, once, before anything is sent. `where`
+    names the lock service for the message when it cannot queue fairly."""
     name = check_name(name)
     seconds = check_ttl(ttl, name)
     wait_s = check_wait(wait, name)
@@ -153,4 +154,5 @@ def check_acquire(name: object, ttl: object, wait: object, renew: object, on_los
     queue_fairly = check_flag(fair, "fair", name)
     if queue_fairly and not supports_fair:
         raise ValueError(f"fair=True needs a single Redis or a Redis Cluster, not {where}{_where(name)}")
-    return AcquireArgs(name, seconds, wait_s, renew_every, on_lost, queue_fairly)
+    cancel = check_flag(cancel_on_lost, "cancel_on_lost", name)
+    return AcquireArgs(name, seconds, wait_s, renew_every, on_lost, queue_fairly, cancel)

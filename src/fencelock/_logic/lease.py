@@ -1,0 +1,137 @@
+"""A lease's life by the local monotonic clock: valid until when, next due, a renewal in flight, held or gone.
+
+`LeaseState` is what the lease and the renewal watchdog share; every change to it is one of its methods, and each
+takes the times it needs as arguments. Loss is final: nothing brings a lost or released lease back.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Generic, TypeVar
+
+from .outcomes import Released, State, after_release
+from .timing import renewal_retry, validity_end
+
+F = TypeVar("F")
+
+
+class Tick(enum.Enum):
+    """What the watchdog does with a lease that came due."""
+
+    DROP = "drop"      # released or lost: no longer watched
+    EXPIRE = "expire"  # its validity ran out before a renewal was confirmed: it is lost now
+    RENEW = "renew"    # renew it in this tick's batch, and look again when its validity ends
+    WATCH = "watch"    # nothing to send (no renewal, or one in flight): look again when its validity ends
+
+
+class Renewal(enum.Enum):
+    """What a renewal's answer means for the lease."""
+
+    EXTENDED = "extended"    # valid for its TTL counted from the request's start; due again after an interval
+    GONE = "gone"            # the server says the key was deleted or taken: the lease is lost
+    RETRY = "retry"          # no answer: try again soon, never after the validity ends
+    GIVE_BACK = "give_back"  # lost meanwhile, yet the late renewal got through: release that key
+    IGNORE = "ignore"        # released (or lost) meanwhile: nothing to do
+
+
+# Module constants: an Enum member's lookup costs about 80 ns, and these checks run per lease and renewal.
+_HELD, _RELEASED, _LOST = State.HELD, State.RELEASED, State.LOST
+
+
+class LeaseState(Generic[F]):
+    """One lease's state. `renewal` holds the caller's token for a renewal in flight (None: none is)."""
+
+    __slots__ = ("due", "lost_reason", "renew_every", "renewal", "state", "uncertain_at", "valid_until")
+
+    def __init__(self, ttl: float, valid_until: float, renew_every: float | None) -> None:
+        self.state = _HELD
+        self.valid_until = valid_until
+        self.renew_every = renew_every  # None: not renewed (or no longer: the holder is releasing it)
+        # First due one interval after the grant's request started; without renewal, when the validity ends.
+        self.due = valid_until if renew_every is None else valid_until - ttl + renew_every
+        self.renewal: F | None = None
+        self.lost_reason = ""
+        self.uncertain_at: float | None = None  # a release was sent and never answered, at this time
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def remaining(self, now: float) -> float:
+        """Seconds of validity left (0 once released or lost)."""
+        if self.state is not _HELD:
+            return 0.0
+        return max(0.0, self.valid_until - now)
+
+    def is_lost(self, now: float) -> bool:
+        """Known lost, or held past its validity without a confirmed renewal."""
+        return self.state is _LOST or (self.state is _HELD and now >= self.valid_until)
+
+    def early(self, share: float) -> float:
+        """How early it may be renewed (`share` of its interval); never early for its end-of-validity check."""
+        return 0.0 if self.renew_every is None or self.due >= self.valid_until else self.renew_every * share
+
+    # -- the watchdog ----------------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> Tick:
+        """The lease came due at `now`. Unless dropped or expired it is looked at again when its validity ends
+        (whatever the network does; a renewal's answer reschedules it sooner)."""
+        if self.state is not _HELD:
+            return Tick.DROP
+        if now >= self.valid_until:
+            return Tick.EXPIRE
+        self.due = self.valid_until
+        return Tick.RENEW if self.renew_every is not None and self.renewal is None else Tick.WATCH
+
+    def sending(self, flight: F) -> None:
+        """A renewal of this lease went out; `flight` is what a release waits on until its answer came."""
+        self.renewal = flight
+
+    def renewed(self, extended: bool | None, ttl: float, sent_at: float, now: float) -> Renewal:
+        """The renewal sent at `sent_at` was answered at `now`: True extended, False not ours, None no answer.
+        The new validity counts from the request's start, however late the answer came."""
+        self.renewal = None
+        if self.state is not _HELD:
+            return Renewal.GIVE_BACK if extended and self.state is _LOST else Renewal.IGNORE
+        every = self.renew_every or ttl
+        if extended:
+            self.valid_until = validity_end(ttl, sent_at)
+            self.due = sent_at + every
+            return Renewal.EXTENDED
+        if extended is False:
+            return Renewal.GONE
+        self.due = renewal_retry(now, self.valid_until, every)
+        return Renewal.RETRY
+
+    # -- the holder ------------------------------------------------------------------------------------------
+
+    def lose(self, reason: str) -> bool:
+        """Mark it lost; True the first time only (a lost or released lease stays so)."""
+        if self.state is not _HELD:
+            return False
+        self.state = _LOST
+        self.lost_reason = reason
+        return True
+
+    def stop_renewing(self) -> None:
+        """The holder is releasing it: no renewal goes out from now on, whatever the release's outcome."""
+        self.renew_every = None
+
+    def extended(self, ttl: float, sent_at: float) -> None:
+        """The holder's extend to `ttl`, sent at `sent_at`, was confirmed."""
+        self.valid_until = validity_end(ttl, sent_at)
+
+    def extend_unknown(self, ttl: float, sent_at: float) -> None:
+        """The holder's extend got no answer: the server may have applied it. A shorter TTL then bounds the
+        validity; a longer one is not counted until confirmed."""
+        self.valid_until = min(self.valid_until, validity_end(ttl, sent_at))
+
+    def release_unknown(self, sent_at: float) -> None:
+        """A release sent at `sent_at` got no answer: the server may or may not have deleted the key."""
+        if self.uncertain_at is None:
+            self.uncertain_at = sent_at
+
+    def release_answered(self, answer: Released) -> bool:
+        """The server answered a release: True released; False the lease was lost (expired or taken) first."""
+        if after_release(answer, self.uncertain_at, self.valid_until) is _RELEASED:
+            self.state = _RELEASED
+            return True
+        return False

@@ -1,0 +1,176 @@
+"""A lease's life (`_logic.lease.LeaseState`) shared by the lease and the watchdog, driven by a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fencelock._logic.lease import LeaseState, Renewal, Tick
+from fencelock._logic.outcomes import Released, State
+from fencelock._logic.timing import renewal_retry, validity_end
+
+TTL = 3.0
+EVERY = 1.0
+T0 = 1000.0  # when the grant's request was sent
+
+
+def renewed_lease(ttl: float = TTL, every: float | None = EVERY) -> LeaseState[str]:
+    return LeaseState(ttl, validity_end(ttl, T0), every)
+
+
+def test_a_renewed_lease_is_first_due_one_interval_after_its_grant_was_asked_for() -> None:
+    life = renewed_lease()
+    assert life.due == pytest.approx(T0 + EVERY - (TTL - (validity_end(TTL, T0) - T0)))
+    assert life.due < life.valid_until
+    assert LeaseState(TTL, validity_end(TTL, T0), None).due == validity_end(TTL, T0)  # watched for its end only
+
+
+def test_a_due_lease_is_renewed_once_and_looked_at_again_when_its_validity_ends() -> None:
+    life = renewed_lease()
+    assert life.tick(T0 + EVERY) is Tick.RENEW
+    assert life.due == life.valid_until
+    life.sending("flight-1")
+    assert life.renewal == "flight-1"
+    assert life.tick(T0 + EVERY + 0.1) is Tick.WATCH  # one renewal in flight at a time
+
+
+def test_a_renewal_answered_late_counts_its_validity_from_the_requests_start() -> None:
+    life = renewed_lease()
+    life.tick(T0 + EVERY)
+    life.sending("flight")
+    sent_at = T0 + EVERY
+    answered_at = sent_at + 1.5  # a slow network
+    assert life.renewed(True, TTL, sent_at, answered_at) is Renewal.EXTENDED
+    assert life.valid_until == validity_end(TTL, sent_at)  # not from `answered_at`
+    assert life.due == sent_at + EVERY
+    assert life.renewal is None
+
+
+def test_a_renewal_without_an_answer_is_retried_soon_and_never_after_the_validity_ends() -> None:
+    life = renewed_lease()
+    life.tick(T0 + EVERY)
+    before = life.valid_until
+    now = T0 + EVERY + 0.2
+    assert life.renewed(None, TTL, T0 + EVERY, now) is Renewal.RETRY
+    assert life.valid_until == before  # an unanswered renewal extends nothing
+    assert life.due == renewal_retry(now, before, EVERY)
+    assert now < life.due <= before
+    assert life.renewed(None, TTL, before - 0.01, before - 0.001) is Renewal.RETRY
+    assert life.due == before
+
+
+def test_validity_that_runs_out_unrenewed_is_a_loss_by_the_local_clock() -> None:
+    life = renewed_lease()
+    end = life.valid_until
+    assert not life.is_lost(end - 1e-6)
+    assert life.remaining(end - 0.5) == pytest.approx(0.5)
+    assert life.is_lost(end)
+    assert life.remaining(end + 1.0) == 0.0
+    assert life.tick(end) is Tick.EXPIRE
+
+
+def test_the_server_saying_the_key_is_gone_loses_the_lease() -> None:
+    life = renewed_lease()
+    life.tick(T0 + EVERY)
+    assert life.renewed(False, TTL, T0 + EVERY, T0 + EVERY + 0.01) is Renewal.GONE
+
+
+def test_loss_is_final_and_a_late_renewal_that_got_through_is_given_back() -> None:
+    life = renewed_lease()
+    life.tick(T0 + EVERY)
+    life.sending("flight")
+    assert life.lose("its validity ran out before a renewal was confirmed")
+    assert not life.lose("again")  # reported once
+    assert life.lost_reason == "its validity ran out before a renewal was confirmed"
+    assert life.renewed(True, TTL, T0 + EVERY, T0 + TTL) is Renewal.GIVE_BACK
+    assert life.state is State.LOST
+    assert life.is_lost(T0)  # whatever the clock says
+    assert life.remaining(T0) == 0.0
+    assert life.tick(T0 + 10 * TTL) is Tick.DROP
+
+
+def test_a_release_stops_renewal_at_once_and_a_released_lease_ignores_late_answers() -> None:
+    life = renewed_lease()
+    life.stop_renewing()
+    assert life.tick(T0 + EVERY) is Tick.WATCH
+    assert life.early(0.1) == 0.0
+    assert life.release_answered(Released.RELEASED)
+    assert life.state is State.RELEASED
+    assert not life.is_lost(T0 + 100.0)
+    assert life.remaining(T0) == 0.0
+    assert life.renewed(True, TTL, T0, T0 + 0.1) is Renewal.IGNORE
+    assert life.tick(T0 + 2.0) is Tick.DROP
+    assert not life.lose("late")
+
+
+@pytest.mark.parametrize(("sent", "answer", "released"), [
+    (T0 + 1.0, Released.EXPIRED, True),    # our unanswered release, sent in time, may have deleted it
+    (T0 + 5.0, Released.EXPIRED, False),   # sent after the validity ended: it expired on its own
+    (T0 + 1.0, Released.TAKEN, False),     # someone else holds it
+])
+def test_an_unanswered_release_then_an_answer(sent: float, answer: Released, released: bool) -> None:
+    life = renewed_lease()
+    life.release_unknown(sent)
+    life.release_unknown(sent + 10.0)  # the first unanswered release is the one that counts
+    assert life.uncertain_at == sent
+    assert life.release_answered(answer) is released
+    assert life.state is (State.RELEASED if released else State.HELD)  # (the lease then reports the loss)
+
+
+def test_an_extend_without_an_answer_may_shorten_but_never_lengthen_the_validity() -> None:
+    life = renewed_lease()
+    before = life.valid_until
+    life.extend_unknown(10.0, T0 + 0.5)
+    assert life.valid_until == before
+    life.extend_unknown(0.5, T0 + 0.5)
+    assert life.valid_until == validity_end(0.5, T0 + 0.5)
+    life.extended(10.0, T0 + 0.6)
+    assert life.valid_until == validity_end(10.0, T0 + 0.6)
+
+
+def test_a_renewal_may_go_a_share_of_its_interval_early_but_the_end_of_validity_check_never_does() -> None:
+    life = renewed_lease()
+    assert life.early(0.1) == pytest.approx(0.1 * EVERY)
+    life.tick(T0 + EVERY)
+    assert life.early(0.1) == 0.0  # now due when the validity ends
+    assert LeaseState(TTL, validity_end(TTL, T0), None).early(0.1) == 0.0
+
+
+STEPS = st.lists(st.tuples(st.sampled_from(["tick", "ok", "gone", "silent", "lose", "release"]),
+                           st.floats(0.0, 2.0)), max_size=30)
+
+
+@given(steps=STEPS)
+def test_validity_grows_only_by_a_confirmed_renewal_and_a_lease_never_comes_back(
+        steps: list[tuple[str, float]]) -> None:
+    life = renewed_lease()
+    now = T0
+    gone = False
+    for step, elapsed in steps:
+        now += elapsed
+        before = life.valid_until
+        if step == "tick":
+            tick = life.tick(now)
+            if tick is Tick.EXPIRE:
+                assert life.lose("expired")
+            if tick is Tick.RENEW:
+                life.sending("flight")
+        elif step in ("ok", "gone", "silent"):
+            sent_at = now - elapsed
+            answer = {"ok": True, "gone": False, "silent": None}[step]
+            outcome = life.renewed(answer, TTL, sent_at, now)
+            if outcome is Renewal.GONE:
+                assert life.lose("gone")
+            if outcome is Renewal.EXTENDED:
+                assert life.valid_until == validity_end(TTL, sent_at)
+                continue
+        elif step == "lose":
+            life.lose("told")
+        elif life.state is State.HELD:
+            life.release_answered(Released.RELEASED)
+        assert life.valid_until <= before
+        if gone:
+            assert life.state is not State.HELD
+            assert life.remaining(now) == 0.0
+        gone = life.state is not State.HELD
