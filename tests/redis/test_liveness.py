@@ -83,7 +83,9 @@ def test_ten_thousand_leases_are_renewed_in_batches_and_the_process_exits_prompt
     assert renewals >= 10_000  # each lease renewed at least once in 4 s (every second)
     assert requests * 100 >= renewals * 0.99  # 100 leases per script call at most ...
     assert requests <= renewals / 100 * 1.5 + 10  # ... and close to that: batches are full
-    assert cpu < 4.0 * 0.25  # renewing 10,000 leases took well under a quarter of one core
+    # Renewing 10,000 leases takes about a fifth of one core (0.8 s of CPU in 4 s); a third leaves room for a
+    # busy machine, and one request per lease (no batches) would take several times that.
+    assert cpu < 4.0 / 3, cpu
     # The process does not hang on its leases: it exits right after its last line.
     assert time.monotonic() - started < took + 4.0 + 10.0
     keys: Any = own_server.client().keys("fencelock:{many:*}:lock")
