@@ -352,6 +352,7 @@ def _explore(quarantine: float, repair: bool, limit: int = 3_000_000,
     return len(seen), None
 
 
+@pytest.mark.timeout(600)  # a search of most of a million states: about a minute
 def test_exhaustively_for_three_nodes_fences_never_repeat_or_go_backwards() -> None:
     states, violation = _explore(quarantine=TTL, repair=True)
     assert violation is None, violation
@@ -363,6 +364,7 @@ def test_exhaustively_without_repair_a_fence_repeats_or_goes_backwards() -> None
     assert violation is not None
 
 
+@pytest.mark.timeout(600)  # a search of most of a million states: about a minute
 def test_exhaustively_without_repair_or_quarantine_a_clock_floor_keeps_fences_ordered() -> None:
     """repair=False (docs/decisions/2026-12-01-redlock-plain-floor.md): the node counts again at once, with a
     floor from its clock, above every fence of the scope (the clock assumption). Fences never repeat or go
