@@ -6,6 +6,7 @@
 - `fencelock.testing.etcd`: start, pause, kill and restart real etcd members and clusters; `EtcdDeployment`.
 - `fencelock.testing.zookeeper`: start, pause, kill and restart a standalone ZooKeeper; `ZooKeeperDeployment`;
   `zookeeper_ensemble`: the same for an ensemble.
+- `timing`: `slack(s)`, the one scale (`FENCELOCK_TIME_SCALE`) every elapsed-time bound uses.
 - `proxy` (delay or stall a connection), `faults` (fault one chosen Redis request), `invariants` (a watcher of the
   lock keys and the invariants a history must keep).
 - `fencelock.testing.conformance`: the behavioural suite every backend passes (needs pytest; import it yourself).

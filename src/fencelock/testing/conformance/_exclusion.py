@@ -15,6 +15,7 @@ import pytest
 import fencelock
 
 from ..deployment import Deployment
+from ..timing import slack
 from ._helpers import _contend, _ttl, _wait_until
 
 
@@ -102,7 +103,7 @@ class ExclusionTests:
         started = time.monotonic()
         lease = locks.acquire(name, ttl=5.0, wait=5.0 + ttl)
         took = time.monotonic() - started
-        assert ttl - 0.05 <= took < ttl + 0.15 + deployment.expiry_slack, took
+        assert ttl - 0.05 <= took < ttl + slack(0.15) + deployment.expiry_slack, took
         lease.release()
 
     def test_asyncio_tasks_sharing_a_client_are_mutually_exclusive(self, deployment: Deployment,
