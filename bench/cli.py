@@ -116,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(c.uncontended for c, _ in rows):
             unc = uncontended(
                 [(c, t) for c, t in rows if c.uncontended], places=places, server_pids=services.server_pids(),
-                rounds=rounds, cycles=cycles, warmup=warmup, progress=_progress)
+                rounds=rounds, cycles=cycles, warmup=warmup, proxy_pids=services.proxy_pids(),
+                progress=_progress)
         con: dict[str, Contended] = {}
         if not args.skip_contended and any(c.contended for c, _ in rows):
             order = [(c, t) for c, t in rows if c.contended]
@@ -161,6 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unc:
         print(report.uncontended_table(unc, places, rounds))
         print()
+        if args.latency > 0 and rtt_ms is not None:
+            print(report.latency_breakdown_table(unc, places, rtt_ms))
+            print()
     if con:
         print(report.contended_table(con))
         print()

@@ -629,6 +629,27 @@ def latency_table(latency_ms: float, rtt_ms: float | None, stats: Sequence[Delay
             f"{table}\n\nlate = how long after its due time a chunk was forwarded (the proxy's own jitter)")
 
 
+def latency_breakdown_table(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[Placement],
+                            rtt_ms: float) -> str:
+    """Where an uncontended cycle's time goes with nodes as separate hosts: the limit (2 round trips: acquire and
+    release), the time beyond it, and the CPU per cycle of the client, the servers and the delay proxies."""
+    found = unc.get(places[0].name, {}) if places else {}
+    limit_us = 2 * rtt_ms * 1000
+    rows = []
+    for key, r in found.items():
+        beyond = r.median_us - limit_us
+        client = r.client_cpu_median_us
+        rows.append([REGISTRY[key].label, f"{r.median_us:.0f}", f"{limit_us:.0f}", f"{beyond:.0f}",
+                     _num(client, 0), _pct(client / beyond) if beyond > 0 and not math.isnan(client) else "-",
+                     _num(r.server_cpu_median_us, 0), _num(r.proxy_cpu_median_us, 0)])
+    table = _table(["contender", "cycle us", "limit (2 RTT) us", "beyond the limit us", "client CPU us",
+                    "client CPU / beyond", "servers CPU us", "proxies CPU us"], rows, "lrrrrrrr")
+    return ("Latency mode: where an uncontended cycle's time goes (medians per cycle; CPU counted per process, "
+            "every thread)\n\n" + table + "\n\nThe limit is two PING round trips through the proxies. Time beyond "
+            "it is spent in the client (its CPU), waiting for a CPU (2 cores serve the client, the servers and the "
+            "proxies), or on the servers beyond a PING; servers' and proxies' CPU overlap the network wait.")
+
+
 def latency_checks(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[str],
                    con: Mapping[str, Contended], rtt_ms: float | None) -> list[Check]:
     """The targets restated for nodes on separate hosts, against the physical limits (in round trips)."""

@@ -92,6 +92,10 @@ class Services:
             return statistics.median(times)
         return None
 
+    def proxy_pids(self) -> list[int]:
+        """PIDs of the delay proxies (latency mode), for their CPU per cycle."""
+        return [proxy.proc.pid for proxy in self._proxies.values()]
+
     def proxy_stats(self) -> list[DelayStats]:
         """Stop the delay proxies and say what each measured (how late it forwarded, its CPU)."""
         stats = [proxy.stop() for proxy in self._proxies.values()]

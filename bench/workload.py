@@ -54,6 +54,7 @@ class Uncontended:
     rounds_us: list[float] = field(default_factory=list)
     client_cpu_us: list[float] = field(default_factory=list)  # per cycle, each round: this process, every thread
     server_cpu_us: list[float] = field(default_factory=list)  # per cycle, each round: every server process
+    proxy_cpu_us: list[float] = field(default_factory=list)   # per cycle, each round: every delay proxy (--latency)
 
     @property
     def median_us(self) -> float:
@@ -66,6 +67,10 @@ class Uncontended:
     @property
     def server_cpu_median_us(self) -> float:
         return stats.median(self.server_cpu_us) if self.server_cpu_us else math.nan
+
+    @property
+    def proxy_cpu_median_us(self) -> float:
+        return stats.median(self.proxy_cpu_us) if self.proxy_cpu_us else math.nan
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "median_us": self.median_us, "min_us": min(self.rounds_us, default=math.nan),
@@ -146,7 +151,7 @@ def scaled(count: int, contender: Contender, least: int = 10) -> int:
 
 def uncontended(rows: Sequence[tuple[Contender, Target]], *, places: Sequence[Placement],
                 server_pids: Sequence[int], rounds: int, cycles: int, warmup: int,
-                progress: Progress = _quiet) -> dict[str, dict[str, Uncontended]]:
+                proxy_pids: Sequence[int] = (), progress: Progress = _quiet) -> dict[str, dict[str, Uncontended]]:
     """placement name -> contender key -> result. Every contender runs in every placement, with the same clients.
 
     Each contender makes `cycles` (and `warmup`) scaled by its `cycles_scale` per round."""
@@ -173,10 +178,13 @@ def uncontended(rows: Sequence[tuple[Contender, Target]], *, places: Sequence[Pl
                         gc.collect()
                         n = counts[key][0]
                         client, servers = time.process_time(), servers_cpu_s(server_pids)
+                        proxies = servers_cpu_s(proxy_pids) if proxy_pids else math.nan
                         found[key].rounds_us.append(runner.run(n) / n * 1e6)
                         # Only this row's servers work during its round (the others idle), so all of them count.
                         found[key].client_cpu_us.append((time.process_time() - client) / n * 1e6)
                         found[key].server_cpu_us.append((servers_cpu_s(server_pids) - servers) / n * 1e6)
+                        if proxy_pids:
+                            found[key].proxy_cpu_us.append((servers_cpu_s(proxy_pids) - proxies) / n * 1e6)
     finally:
         for runner in runners.values():
             runner.close()
