@@ -71,7 +71,7 @@ class LivenessTests:
                 with pytest.raises(fencelock.LockLost):
                     lease.ensure()
                 # The body goes on (a thread cannot be interrupted safely); leaving it raises LockLost.
-            assert noticed <= ttl / 3 + 0.15  # within one renewal interval (ttl/3)
+            assert noticed <= ttl / 3 + slack(0.15)  # within one renewal interval (ttl/3)
             assert len(told) == 1             # called once, although the exit saw the loss too
         finally:
             locks.close()
@@ -82,8 +82,12 @@ class LivenessTests:
         try:
             lease = locks.acquire(name, ttl=ttl, wait=0, renew=True)
             lease.ensure()
+            stolen_at = time.monotonic()
             deployment.steal(name)
-            time.sleep(ttl / 3 + 0.2)
+            # The next renewal (ttl/3) hears that the key is gone; on a busy machine a renewal that got no answer
+            # in time is retried while validity remains, and the retry hears it.
+            while not lease.lost and time.monotonic() < stolen_at + 0.9 * ttl:
+                time.sleep(0.01)
             assert lease.lost
             with pytest.raises(fencelock.LockLost, match="deleted or taken"):
                 lease.ensure()
