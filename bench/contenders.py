@@ -593,7 +593,7 @@ def _kazoo_client(target: Target) -> Any:
     """A started kazoo client with its defaults (10 s session), at the host list of a `zookeeper://` URL."""
     from kazoo.client import KazooClient  # a bench-only dependency: imported only when this row runs
 
-    from fencelock._logic.zookeeper import parse_zookeeper_url
+    from fencelock._zk.url import parse_zookeeper_url
 
     client = KazooClient(hosts=parse_zookeeper_url(target.url).hosts_string)
     client.start(timeout=10)

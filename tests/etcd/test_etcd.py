@@ -23,7 +23,7 @@ import pytest
 
 import fencelock
 from fencelock._async.etcd import CLOSE_TIMEOUT
-from fencelock._logic.etcd import BLOCK_CAP, GRANT_TRIES, name_dir, range_end
+from fencelock._etcd.rules import BLOCK_CAP, GRANT_TRIES, name_dir, range_end
 from fencelock.testing.etcd import EtcdCluster, EtcdDeployment, EtcdServer
 from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import free_port

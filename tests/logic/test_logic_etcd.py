@@ -1,4 +1,4 @@
-"""The etcd backend's pure decisions (`fencelock._logic.etcd`): URLs, keys, the TTL mapping, answers. No server."""
+"""The etcd backend's pure decisions (`fencelock._etcd.rules`, `.url`): URLs, keys, the TTL mapping, answers."""
 
 from __future__ import annotations
 
@@ -6,24 +6,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fencelock._logic.etcd import (
-    DEFAULT_TIMEOUT,
+from fencelock._etcd.rules import (
     Kv,
     Verdict,
     fence_key,
     granted,
-    is_etcd_url,
     keepalive_suffices,
     lease_seconds,
     lock_key,
     name_dir,
     name_of,
-    parse_etcd_url,
     range_end,
     released,
     retry_after,
     verdict,
 )
+from fencelock._etcd.url import DEFAULT_TIMEOUT, is_etcd_url, parse_etcd_url
 from fencelock._logic.outcomes import Released
 
 

@@ -1,4 +1,4 @@
-"""ZooKeeper's pure decisions (`fencelock._logic.zookeeper`), without any server."""
+"""ZooKeeper's pure decisions (`fencelock._zk.rules`, `fencelock._zk.url`), without any server."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fencelock._logic.zookeeper import (
-    DEFAULT_PORT,
-    DEFAULT_TIMEOUT,
+from fencelock._zk.rules import (
     Child,
     Position,
     Session,
@@ -20,13 +18,13 @@ from fencelock._logic.zookeeper import (
     find_own,
     lease_remaining,
     parse_child,
-    parse_zookeeper_url,
     position,
     queue,
     renewal_answer,
     session_timeout_ms,
     ttl_fits,
 )
+from fencelock._zk.url import DEFAULT_PORT, DEFAULT_TIMEOUT, parse_zookeeper_url
 
 
 def test_urls_give_hosts_chroot_and_timeout() -> None:

@@ -23,9 +23,9 @@ import pytest
 import fencelock
 import fencelock.aio
 from fencelock._cli.commands import run_cli
-from fencelock._logic.etcd import parse_etcd_url
+from fencelock._etcd.url import parse_etcd_url
 from fencelock._logic.urls import parse_redis_url, redact
-from fencelock._logic.zookeeper import parse_zookeeper_url
+from fencelock._zk.url import parse_zookeeper_url
 from fencelock.testing.servers import RedisServer, free_port
 from tests.conftest import _require_server_binary
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import fencelock
-from fencelock._logic.zookeeper import Session
+from fencelock._zk.rules import Session
 from fencelock.testing.timing import slack
 from fencelock.testing.zookeeper import ZooKeeperDeployment, four_letter_word
 from tests.conftest import until

@@ -56,7 +56,7 @@ def zk3(healthy: ZooKeeperEnsemble) -> Iterator[ZooKeeperEnsembleDeployment]:
 
 
 def _session(locks: fencelock.Locks) -> Any:
-    """The one ZooKeeper session (`_ZKSession`) a client has opened so far."""
+    """The one ZooKeeper session (`ZKSession`) a client has opened so far."""
     backend: Any = locks.backend
     sessions = {id(s): s for s in backend._sessions.values()}
     assert len(sessions) == 1, sessions
@@ -94,7 +94,7 @@ def _children_on(ensemble: ZooKeeperEnsemble, i: int, directory: str) -> list[st
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
 
-    from fencelock._logic.zookeeper import child_name, queue
+    from fencelock._zk.rules import child_name, queue
     client = KazooClient(hosts=ensemble.members[i].address, timeout=5.0)
     client.start(timeout=5)
     try:

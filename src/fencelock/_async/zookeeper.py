@@ -1,57 +1,15 @@
 """The ZooKeeper backend: an ephemeral sequential node per acquisition, FIFO, fenced by the node's czxid.
 
-Why kazoo: it is the maintained, established ZooKeeper client for Python (2.11, used by OpenStack tooz and many
-others), and it runs the whole protocol (sessions, pings, reconnects, watches) on threads of its own. Every request
-has an `*_async` form that returns at once with an `IAsyncResult`; `_compat.thread_result` awaits one on the
-event loop (its completion callback hands the outcome over with `call_soon_threadsafe`), and the synchronous twin
-simply waits for it. Watches reach a waiter the same way (`_compat.Wakeup`). So this one file is the source of
-both front ends, as for the Redis backends. aiozk, the asyncio-only client, would have meant a second copy.
-
-How a lock works here (paths and rules in `fencelock._logic.zookeeper`):
-
-- An acquisition creates `<root>/<name>/<token>-<seq>`, ephemeral and sequential, in its own session. The node
-  with the lowest sequence number holds the lock; every other node waits and watches only the node just before
-  it, so a release wakes one waiter (FIFO, no thundering herd). `fair=True` changes nothing: it always is.
-- After a failed create (no answer) the retry first looks for a node that starts with its token, so it never
-  queues twice. A waiter that gives up, is cancelled or fails leaves (`always_queues`): its node is deleted, and
-  if the server cannot be reached it is deleted after the session reconnects. Nothing is created while the
-  session is suspended, so a `wait=0` attempt then leaves no node behind.
-- The fence is the node's czxid, the ensemble-wide transaction id of its creation.
-
-Where the TTL differs from Redis. A ZooKeeper node lives as long as the session that created it, and a session
-belongs to a connection, not to a lock. So the TTL is kept twice:
-
-- by the server, through the session timeout: each TTL gets a session whose timeout is at least the TTL (the
-  first step of 2^(1/4) at or above it, so a few sessions serve every TTL, each created at first use). A holder
-  that crashes, freezes or is cut off loses its node when the server has not heard from it for that timeout:
-  between 1 and about 1.19 x the TTL, or the server's `minSessionTimeout` (2 x tickTime by default) if that is
-  longer. A TTL longer than the server's `maxSessionTimeout` (20 x tickTime by default) is refused with
-  `ValueError` at its first use, since a lease could then claim validity after its session expired;
-- by this client: a node that is neither extended nor released within its TTL is deleted by the client, as
-  Redis would expire the key. `extend` checks that the node still exists and restarts that clock.
-
-`lease.remaining()` stays true: it is counted from before the request that granted or extended the lease, and
-the server keeps the node at least a session timeout (>= the TTL) after it received that request. While the
-connection is down (SUSPENDED) a renewal is "unknown", not "lost": the lease is reported lost when its validity
-runs out, unless the session comes back first. An expired session (LOST) means every node is gone, and the next
-renewal reports the loss. `close()` ends the sessions, which deletes every node they still hold at once.
-For operators (`status`), a lease node carries its TTL and is written at every renewal, so its `mtime` (the
-server's wall clock) plus the TTL says when the holder's TTL ends; a release leaves the holder's fence on the
-lock's node, in the same transaction as the delete, so a free lock shows its last fence (a holder whose session
-expired leaves none).
+Sessions (one per session timeout, from the TTL) are `fencelock._zk.session`'s; kazoo's requests are awaited through
+`_compat.thread_result`, so this one file is the source of both front ends. How and why: docs/design/zookeeper.md.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import heapq
-import itertools
 import os
-import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -59,11 +17,10 @@ from .._errors import BackendError, MissingExtra
 from .._logic.args import DEFAULT_TTL, ttl_ms
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
-from .._logic.zookeeper import (
-    Child,
+from .._zk.nodes import Expiry, Node
+from .._zk.rules import (
     Position,
     Session,
-    ZooKeeperTarget,
     child_name,
     decode_name,
     decode_number,
@@ -80,230 +37,23 @@ from .._logic.zookeeper import (
     session_timeout_ms,
     ttl_fits,
 )
+from .._zk.session import CLIENT_ERRORS, ZKSession, stop
+from .._zk.url import ZooKeeperTarget
 from ._compat import Wakeup, blocking, thread_result, wait_thread_event
 
 try:
-    from kazoo.client import KazooClient, KazooState
-    from kazoo.exceptions import ConnectionLoss, KazooException, NodeExistsError, NoNodeError, RolledBackError
-    from kazoo.retry import KazooRetry
+    from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise MissingExtra("zookeeper:// URLs need kazoo, which the zookeeper extra installs: "
                        "pip install 'fencelock[zookeeper]'") from exc
-
-CLIENT_ERRORS = (KazooException, TimeoutError)
-"""Everything kazoo raises for a server or network fault, and our bridge's own timeout."""
 
 BLOCK_CAP = 2.0
 """Seconds a waiter waits for its predecessor's watch before it looks at the queue again. Watches are reliable
 on a live session; this only bounds the wait after one was dropped with a connection."""
 
-def _nothing() -> None:
-    pass
-
-
-def _stop(client: Any) -> None:
-    try:
-        client.stop()
-    finally:
-        client.close()
-
-
-_STATES = {KazooState.CONNECTED: Session.CONNECTED, KazooState.SUSPENDED: Session.SUSPENDED,
-           KazooState.LOST: Session.LOST}
-
-
-class _ZKSession:
-    """One ZooKeeper session (one kazoo client, one connection) for leases of one session timeout."""
-
-    def __init__(self, target: ZooKeeperTarget, requested_ms: int, on_connected: Callable[[_ZKSession], None]):
-        self.requested_ms = requested_ms
-        self.negotiated_ms: int | None = None
-        self.state = Session.LOST
-        self.ready = threading.Event()  # set once a connection has negotiated its timeout
-        self.abandoned: set[tuple[str, str]] = set()  # (lock path, token): nodes to delete when we can
-        self._on_connected = on_connected
-        self.client = KazooClient(hosts=target.hosts_string, timeout=requested_ms / 1000.0,
-                                  connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0))
-        _observe_negotiation(self.client, self._negotiated)
-        self.client.add_listener(self._changed)
-        self.client.start_async()
-
-    def _negotiated(self, timeout_ms: int) -> None:
-        self.negotiated_ms = timeout_ms
-        self.ready.set()
-
-    def _changed(self, state: Any) -> None:
-        """kazoo's state listener (its connection thread): must not block."""
-        self.state = _STATES.get(state, Session.SUSPENDED)
-        if self.state is Session.CONNECTED:
-            self._on_connected(self)
-
-    @property
-    def connected(self) -> bool:
-        return self.state is Session.CONNECTED and self.ready.is_set()
-
-    def unanswered(self) -> None:
-        """A request got no answer within the URL's timeout: drop the connection, so that kazoo moves the session
-        to another member (`_drop_connection`). While kazoo is already reconnecting, there is nothing to drop."""
-        if self.state is Session.CONNECTED:
-            _drop_connection(self.client)
-
-
-def _drop_connection(client: Any) -> None:
-    """Make kazoo give up its connection and reconnect, to the next member of the ensemble, in the same session.
-
-    kazoo drops a connection only when nothing was sent or received for its read timeout (2/3 of the session
-    timeout) and a ping went unanswered: every request it sends counts as a ping. So a member that stops
-    answering but keeps the connection open (frozen by SIGSTOP, a GC pause, a stalled VM) is never noticed while
-    renewals keep going out, and every lease of that session is lost at the end of its validity although the
-    other members, a quorum, serve on. Shutting the socket down wakes kazoo's connection thread, which reads
-    the end of the stream, drops the connection and reconnects; requests in flight fail with ConnectionLoss.
-    `_connection._socket` is kazoo's private attribute (checked by the ensemble tests), like `_connect` above.
-    """
-    sock = getattr(getattr(client, "_connection", None), "_socket", None)
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # already closed: kazoo is reconnecting anyway
-
-
-def _observe_negotiation(client: Any, seen: Callable[[int], None]) -> None:
-    """Learn each connection's negotiated session timeout, which kazoo does not expose.
-
-    The server may lower the timeout we ask for to its `maxSessionTimeout`, and a lease must never claim more
-    validity than its session gives. kazoo's connection handler returns its read timeout, 2/3 of the negotiated
-    session timeout, from `_connect`: the one private hook this module uses (checked by the tests).
-    """
-    connection = client._connection
-    original = connection._connect
-
-    def connect(host: Any, hostip: Any, port: Any) -> Any:
-        read_timeout, connect_timeout = original(host, hostip, port)
-        seen(round(read_timeout * 3 / 2))
-        return read_timeout, connect_timeout
-
-    connection._connect = connect
-
-
-class _Committed:
-    """A committed transaction's `IAsyncResult`, as one request: it fails with the first operation's error.
-
-    kazoo reports a failed transaction as a list whose failed operation holds its exception (the others a
-    RolledBackError); every other request fails with the exception itself. This makes the two alike.
-    """
-
-    def __init__(self, result: Any) -> None:
-        self._result = result
-        self._callbacks: dict[Callable[[Any], None], Callable[[Any], None]] = {}
-
-    def _failure(self) -> BaseException | None:
-        if not self._result.successful():
-            exception: BaseException | None = self._result.exception
-            return exception
-        for value in self._result.value:
-            if isinstance(value, Exception) and not isinstance(value, RolledBackError):
-                return value
-        return None
-
-    def successful(self) -> bool:
-        return self._result.successful() and self._failure() is None
-
-    @property
-    def exception(self) -> BaseException | None:
-        return self._failure() if self._result.ready() else None
-
-    @property
-    def value(self) -> Any:
-        return self._result.value
-
-    def ready(self) -> bool:
-        return bool(self._result.ready())
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return bool(self._result.wait(timeout))
-
-    def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        value = self._result.get(block, timeout)
-        failure = self._failure()
-        if failure is not None:
-            raise failure
-        return value
-
-    def rawlink(self, callback: Callable[[Any], None]) -> None:
-        def relay(_: Any) -> None:
-            callback(self)
-
-        self._callbacks[callback] = relay
-        self._result.rawlink(relay)
-
-    def unlink(self, callback: Callable[[Any], None]) -> None:
-        relay = self._callbacks.pop(callback, None)
-        if relay is not None:
-            self._result.unlink(relay)
-
-
-@dataclass(eq=False)
-class _Node:
-    """Our node in one lock's queue."""
-
-    session: _ZKSession
-    directory: str
-    child: Child
-    czxid: int
-    expires_at: float = 0.0   # monotonic; held nodes only: the client deletes the node then unless extended
-    waited: bool = False      # it was not at the head of the queue at once
-
-    @property
-    def path(self) -> str:
-        return f"{self.directory}/{child_name(self.child)}"
-
-
-@dataclass
-class _Expiry:
-    """One daemon thread that deletes held nodes whose TTL ran out unextended (a heap of due times)."""
-
-    fire: Callable[[tuple[str, str], _Node], None]
-    _heap: list[tuple[float, int, tuple[str, str], _Node]] = field(default_factory=list)
-    _order: itertools.count[int] = field(default_factory=itertools.count)
-    _cond: threading.Condition = field(default_factory=threading.Condition)
-    _thread: threading.Thread | None = None
-    _closed: bool = False
-
-    def schedule(self, key: tuple[str, str], node: _Node) -> None:
-        with self._cond:
-            if self._closed:
-                return
-            heapq.heappush(self._heap, (node.expires_at, next(self._order), key, node))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="fencelock-zk-expiry", daemon=True)
-                self._thread.start()
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                if self._closed:
-                    return
-                now = time.monotonic()
-                if not self._heap or self._heap[0][0] > now:
-                    self._cond.wait(None if not self._heap else self._heap[0][0] - now)
-                    continue
-                _, _, key, node = heapq.heappop(self._heap)
-            try:
-                self.fire(key, node)
-            except Exception:
-                pass
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._heap.clear()
-            self._cond.notify()
-
 
 class AsyncZooKeeperBackend:
-    """Locks kept as ephemeral sequential nodes in ZooKeeper (see the module docstring)."""
+    """Locks kept as ephemeral sequential nodes in ZooKeeper (docs/design/zookeeper.md)."""
 
     def __init__(self, target: ZooKeeperTarget, *, prefix: str) -> None:
         self._target = target
@@ -314,14 +64,14 @@ class AsyncZooKeeperBackend:
         self.supports_fair = True   # every waiter is served in arrival order, fair=True or not
         self.always_queues = True
         self._lock = threading.Lock()
-        self._sessions: dict[int, _ZKSession] = {}
+        self._sessions: dict[int, ZKSession] = {}
         self._server_min_ms: int | None = None
-        self._queued: dict[tuple[str, str], _Node] = {}   # waiting, by (name, token)
-        self._held: dict[tuple[str, str], _Node] = {}     # granted, by (name, token)
+        self._queued: dict[tuple[str, str], Node] = {}   # waiting, by (name, token)
+        self._held: dict[tuple[str, str], Node] = {}     # granted, by (name, token)
         self._sent: set[tuple[str, str]] = set()          # a create went out, no answer yet: a retry looks first
         self._directories: set[str] = set()               # lock paths known to exist
         self._root_made = False                           # the root path exists (made or found)
-        self._expiry = _Expiry(self._expire)
+        self._expiry = Expiry(self._expire)
         self._closed = False
         self._pid = os.getpid()
 
@@ -336,11 +86,11 @@ class AsyncZooKeeperBackend:
             self._pid = os.getpid()
             self._sessions, self._server_min_ms = {}, None
             self._queued, self._held, self._sent = {}, {}, set()
-            self._expiry = _Expiry(self._expire)
+            self._expiry = Expiry(self._expire)
 
     # -- sessions -----------------------------------------------------------------------------------------
 
-    async def _session_for(self, ms: int, name: str | None) -> _ZKSession:
+    async def _session_for(self, ms: int, name: str | None) -> ZKSession:
         self._forked()
         requested = session_timeout_ms(ms, self._server_min_ms)
         with self._lock:
@@ -348,7 +98,7 @@ class AsyncZooKeeperBackend:
                 raise BackendError(f"this client of {self.shown} is closed", name=name)
             session = self._sessions.get(requested)
             if session is None:
-                session = self._sessions[requested] = _ZKSession(self._target, requested, self._reconnected)
+                session = self._sessions[requested] = ZKSession(self._target, requested)
         if not session.ready.is_set() and not await wait_thread_event(session.ready, self._timeout):
             raise BackendError(f"cannot reach {self.shown} within {self._timeout} s", name=name)
         negotiated = session.negotiated_ms or 0
@@ -365,7 +115,7 @@ class AsyncZooKeeperBackend:
                              f"(lock {name!r})")
         return session
 
-    async def _some_session(self, name: str | None) -> _ZKSession:
+    async def _some_session(self, name: str | None) -> ZKSession:
         """A connected session for requests that belong to no lease (operators, clean-up)."""
         self._forked()
         for session in list(self._sessions.values()):
@@ -373,14 +123,9 @@ class AsyncZooKeeperBackend:
                 return session
         return await self._session_for(ttl_ms(DEFAULT_TTL), name)
 
-    def _reconnected(self, session: _ZKSession) -> None:
-        """A connection came up: delete what was abandoned while the server could not be reached."""
-        for directory, token in list(session.abandoned):
-            self._sweep(session, directory, token)
-
     # -- requests -----------------------------------------------------------------------------------------
 
-    async def _call(self, session: _ZKSession, result: Any, name: str | None, what: str) -> Any:
+    async def _call(self, session: ZKSession, result: Any, name: str | None, what: str) -> Any:
         """Await one kazoo request sent on `session`; a fault is a `BackendError` (NoNodeError, NodeExistsError
         pass: callers decide). A request with no answer within the timeout drops the session's connection."""
         try:
@@ -392,7 +137,7 @@ class AsyncZooKeeperBackend:
                 session.unanswered()
             raise BackendError(f"{what} failed on {self.shown}: {type(exc).__name__}: {exc}", name=name) from exc
 
-    async def _children(self, session: _ZKSession, directory: str, name: str | None) -> list[str]:
+    async def _children(self, session: ZKSession, directory: str, name: str | None) -> list[str]:
         try:
             children: list[str] = await self._call(session, session.client.get_children_async(directory), name,
                                                      "listing")
@@ -400,7 +145,7 @@ class AsyncZooKeeperBackend:
             return []
         return children
 
-    async def _czxid(self, session: _ZKSession, path: str, name: str, watch: Any = None) -> int | None:
+    async def _czxid(self, session: ZKSession, path: str, name: str, watch: Any = None) -> int | None:
         stat = await self._call(session, session.client.exists_async(path, watch=watch), name, "exists")
         return None if stat is None else int(stat.czxid)
 
@@ -451,7 +196,7 @@ class AsyncZooKeeperBackend:
             if watched is not None:
                 await wakeup.wait(left)
 
-    async def _join(self, session: _ZKSession, directory: str, key: tuple[str, str], ttl_ms: int) -> _Node:
+    async def _join(self, session: ZKSession, directory: str, key: tuple[str, str], ttl_ms: int) -> Node:
         """Our node in the queue: the one an earlier create of this token made, else a new one."""
         name, token = key
         if key in self._sent:
@@ -460,7 +205,7 @@ class AsyncZooKeeperBackend:
                 czxid = await self._czxid(session, f"{directory}/{child_name(own)}", name)
                 if czxid is not None:
                     self._sent.discard(key)
-                    return _Node(session, directory, own, czxid)
+                    return Node(session, directory, own, czxid)
         if not session.connected:
             # A create now would wait in kazoo's queue and might reach the server after we gave up.
             raise BackendError(f"the session with {self.shown} is {session.state.value}: not queueing now",
@@ -484,9 +229,9 @@ class AsyncZooKeeperBackend:
         own = find_own([path.rsplit("/", 1)[1]], token)
         if own is None:  # pragma: no cover - ZooKeeper names sequential nodes as documented
             raise BackendError(f"unexpected node name {path!r} from {self.shown}", name=name)
-        return _Node(session, directory, own, int(stat.czxid))
+        return Node(session, directory, own, int(stat.czxid))
 
-    async def _make_directory(self, session: _ZKSession, directory: str, name: str) -> None:
+    async def _make_directory(self, session: ZKSession, directory: str, name: str) -> None:
         """The lock's persistent node: one create once the root is known to exist (kazoo's ensure_path would
         ask for every level first), and the root's whole path before that."""
         client = session.client
@@ -500,7 +245,7 @@ class AsyncZooKeeperBackend:
         self._root_made = True
         self._directories.add(directory)
 
-    def _grant(self, key: tuple[str, str], node: _Node, ms: int) -> None:
+    def _grant(self, key: tuple[str, str], node: Node, ms: int) -> None:
         self._queued.pop(key, None)
         self._sent.discard(key)
         node.expires_at = time.monotonic() + ms / 1000.0
@@ -508,7 +253,7 @@ class AsyncZooKeeperBackend:
             self._held[key] = node
         self._expiry.schedule(key, node)
 
-    def _expire(self, key: tuple[str, str], node: _Node) -> None:
+    def _expire(self, key: tuple[str, str], node: Node) -> None:
         """The expiry thread: the TTL of a held node ran out unextended; delete it (as Redis expires a key)."""
         with self._lock:
             if self._held.get(key) is not node:
@@ -521,70 +266,9 @@ class AsyncZooKeeperBackend:
         if again:
             self._expiry.schedule(key, node)
         else:
-            self._delete_known(node, record=True)
+            node.delete(record=True)
 
-    # -- leaving, and deleting what we abandoned ----------------------------------------------------------
-
-    def _delete_known(self, node: _Node, then: Callable[[], None] = _nothing, record: bool = False) -> None:
-        """Delete a node whose path we know (one request, from kazoo's callbacks); if the server cannot be
-        reached, it is swept after the next reconnect. `then` runs once the server confirmed. `record`: a held
-        node's fence goes to its lock's node in the same transaction (what `status` shows for a free lock)."""
-        session = node.session
-
-        def deleted(outcome: Any) -> None:
-            if outcome.successful() or isinstance(outcome.exception, NoNodeError):
-                then()
-            else:
-                self._abandon(session, node.directory, node.child.token, then)
-
-        if record:
-            self._release_request(node).rawlink(deleted)
-        else:
-            session.client.delete_async(node.path).rawlink(deleted)
-
-    def _release_request(self, node: _Node) -> Any:
-        """Delete a held node and leave its fence on the lock's node, in one transaction (one round trip)."""
-        transaction = node.session.client.transaction()
-        transaction.delete(node.path)
-        transaction.set_data(node.directory, encode_number(node.czxid))
-        return _Committed(transaction.commit_async())
-
-    def _abandon(self, session: _ZKSession, directory: str, token: str, then: Callable[[], None] = _nothing) -> None:
-        session.abandoned.add((directory, token))
-        self._sweep(session, directory, token, then)
-
-    def _sweep(self, session: _ZKSession, directory: str, token: str, then: Callable[[], None] = _nothing) -> None:
-        """Delete every node of `token` in `directory`, from kazoo's callbacks (no waiting here); `then` runs once
-        the server confirmed. Until then the entry stays in `abandoned`, and every reconnect tries again. A create
-        still in flight was sent before this listing, on the same connection, so the listing sees its node."""
-
-        def finished() -> None:
-            session.abandoned.discard((directory, token))
-            then()
-
-        def listed(result: Any) -> None:
-            if not result.successful():
-                if isinstance(result.exception, NoNodeError):
-                    finished()
-                return
-            own = [child for child in queue(result.value) if child.token == token]
-            if not own:
-                finished()
-                return
-            left = [len(own)]
-            lock = threading.Lock()
-
-            def deleted(outcome: Any) -> None:
-                if outcome.successful() or isinstance(outcome.exception, NoNodeError):
-                    with lock:
-                        left[0] -= 1
-                        if left[0] == 0:
-                            finished()
-
-            for child in own:
-                session.client.delete_async(f"{directory}/{child_name(child)}").rawlink(deleted)
-
-        session.client.get_children_async(directory).rawlink(listed)
+    # -- leaving ------------------------------------------------------------------------------------------
 
     async def leave(self, name: str, token: str) -> None:
         """A waiter gives up (deadline, cancellation, failure): its node goes now, or at the next reconnect."""
@@ -593,10 +277,10 @@ class AsyncZooKeeperBackend:
         node = self._queued.pop(key, None)
         done = Wakeup()
         if node is not None and key not in self._sent:
-            self._delete_known(node, done.set)  # our one node: its path is known
+            node.delete(done.set)  # our one node: its path is known
         else:  # a create may have gone out without its answer: look for every node of ours
             session = node.session if node is not None else await self._some_session(name)
-            self._abandon(session, lock_path(self._root, name), token, done.set)
+            session.abandon(lock_path(self._root, name), token, done.set)
         self._sent.discard(key)
         if not await done.wait(self._timeout):
             raise BackendError(f"leaving the queue of {self.shown} got no answer; retried at reconnect", name=name)
@@ -610,7 +294,7 @@ class AsyncZooKeeperBackend:
         directory = lock_path(self._root, name)
         if node is not None:
             try:
-                await self._call(node.session, self._release_request(node), name, "release")
+                await self._call(node.session, node.release_request(), name, "release")
             except NoNodeError:
                 pass
             else:
@@ -632,7 +316,7 @@ class AsyncZooKeeperBackend:
         # Gone. Anyone in the queue now holds the lock, or will at once: it was taken after us.
         return Released.TAKEN if queue(children) else Released.EXPIRED
 
-    def _forget_held(self, key: tuple[str, str], node: _Node) -> None:
+    def _forget_held(self, key: tuple[str, str], node: Node) -> None:
         with self._lock:
             if self._held.get(key) is node:
                 del self._held[key]
@@ -648,7 +332,7 @@ class AsyncZooKeeperBackend:
         answer is awaited (kazoo pipelines them on each session's connection)."""
         self._forked()
         sent_at = time.monotonic()
-        requests: list[tuple[int, _Node, Any]] = []
+        requests: list[tuple[int, Node, Any]] = []
         results: list[bool | None] = [False] * len(leases)
         for i, (name, token, _fence, _ms) in enumerate(leases):
             node = self._held.get((name, token))
@@ -702,14 +386,14 @@ class AsyncZooKeeperBackend:
         # The queue moved under us three times in a row: report what the last look showed.
         return LockStatus(name, True, None, None, len(line) - 1)
 
-    async def _get(self, session: _ZKSession, path: str, name: str) -> tuple[bytes, Any] | None:
+    async def _get(self, session: ZKSession, path: str, name: str) -> tuple[bytes, Any] | None:
         try:
             data, stat = await self._call(session, session.client.get_async(path), name, "reading a node")
         except NoNodeError:
             return None
         return data, stat
 
-    async def _last_fence(self, session: _ZKSession, directory: str, name: str) -> int | None:
+    async def _last_fence(self, session: ZKSession, directory: str, name: str) -> int | None:
         found = await self._get(session, directory, name)
         return None if found is None else decode_number(found[0])
 
@@ -733,14 +417,14 @@ class AsyncZooKeeperBackend:
         line = queue(await self._children(session, directory, name))
         if not line:
             return LockStatus(name, False, await self._last_fence(session, directory, name), None, 0)
-        head = _Node(session, directory, line[0], 0)
+        head = Node(session, directory, line[0], 0)
         found = await self._get(session, head.path, name)
         if found is None:
             return LockStatus(name, False, None, None, len(line) - 1)
         data, stat = found
         head.czxid = int(stat.czxid)
         try:
-            await self._call(session, self._release_request(head), name, "force-release")
+            await self._call(session, head.release_request(), name, "force-release")
         except NoNodeError:
             return LockStatus(name, False, None, None, len(line) - 1)
         remaining = lease_remaining(decode_number(data), int(stat.mtime), time.time() * 1000.0)
@@ -759,4 +443,4 @@ class AsyncZooKeeperBackend:
         for session in sessions:
             # Closed in the same thread once stopped, even if we stop waiting for it first (a stalled server):
             # the client's sockets are never left to the garbage collector.
-            await blocking(partial(_stop, session.client), self._timeout + 1.0)
+            await blocking(partial(stop, session.client), self._timeout + 1.0)

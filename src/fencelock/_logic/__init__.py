@@ -22,7 +22,7 @@ One backend's rules:
 
 - `keys`, `fences`, `resp`: Redis: a name's keys (one hash slot), how one node hands out fences, the wire protocol;
 - `durability`: Redis: what `durability=` asks of the server (WAIT / WAITAOF) and whether its answer is enough;
-- `redlock`:   Redlock over N masters: quorum, validity, the fencing rule, heal and repair;
-- `etcd`:      etcd's URLs, key layout, TTL mapping and answers;
-- `zookeeper`: ZooKeeper's URL, node paths, queue order, sessions and states.
+- `redlock`:   Redlock over N masters: quorum, validity, the fencing rule, heal and repair.
+
+etcd's and ZooKeeper's own rules live with their backends, in `fencelock._etcd` and `fencelock._zk`.
 """

@@ -13,14 +13,14 @@ from redis.retry import Retry
 from redis.backoff import NoBackoff
 
 from .._errors import BackendError
+from .._etcd.url import is_etcd_url, parse_etcd_url
 from .._logic.args import check_flag, check_text, check_ttl
 from .._logic.durability import check_against_socket, check_durability
-from .._logic.etcd import is_etcd_url, parse_etcd_url
 from .._logic.fences import DEFAULT_FENCE_RETENTION, check_fence_retention
 from .._logic.keys import PREFIX
 from .._logic.redlock import DEFAULT_REPAIR_DELAY, check_node_count
 from .._logic.urls import DEFAULT_SOCKET_TIMEOUT, parse_redis_url
-from .._logic.zookeeper import parse_zookeeper_url
+from .._zk.url import parse_zookeeper_url
 from ._compat import cluster_from_url
 from .client import Locks
 from .redis import CLIENT_ERRORS, RedisBackend, socket_timeout
@@ -35,7 +35,7 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
 
     `etcd://[user:password@]host:port[,host:port...]` (or `etcds://` for TLS) keeps the locks in etcd.
     `zookeeper://host:2181[,host:2181...][/chroot][?timeout=2]` keeps the locks in ZooKeeper (the extra
-    `fencelock[zookeeper]`; see `fencelock._sync.zookeeper` for how the TTL maps to sessions).
+    `fencelock[zookeeper]`; docs/design/zookeeper.md says how the TTL maps to sessions).
 
     A list of three or more URLs (or clients) of independent Redis masters runs Redlock over them, with fencing
     tokens. `node_timeout` (default: 50 ms + 1 % of the TTL) bounds each node's answer; `repair` (default True)

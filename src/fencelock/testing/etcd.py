@@ -37,7 +37,8 @@ import uuid
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .._logic.etcd import DEFAULT_TIMEOUT, name_dir, range_end, retry_after
+from .._etcd.rules import name_dir, range_end, retry_after
+from .._etcd.url import DEFAULT_TIMEOUT
 from ._harness import Harness
 from .deployment import Deployment
 from .servers import free_port

@@ -297,14 +297,14 @@ class ZooKeeperDeployment(Deployment):
             client.close()
 
     def _directory(self, name: str) -> str:
-        from fencelock._logic.zookeeper import encode_name, lock_path, root_path
+        from fencelock._zk.rules import encode_name, lock_path, root_path
         return lock_path(root_path(self.chroot, encode_name(self.prefix)), name)
 
     def nodes(self, name: str) -> list[str]:
         """The children of `name`'s queue, holder first (`<token>-<seq>`)."""
         from kazoo.exceptions import NoNodeError
 
-        from fencelock._logic.zookeeper import child_name, queue
+        from fencelock._zk.rules import child_name, queue
         try:
             with self.client() as client:
                 children = client.get_children(self._directory(name))
@@ -336,7 +336,7 @@ class ZooKeeperDeployment(Deployment):
         """Seconds until the holder's TTL ends, from its node's last write (None: nobody holds `name`)."""
         from kazoo.exceptions import NoNodeError
 
-        from fencelock._logic.zookeeper import decode_number, lease_remaining
+        from fencelock._zk.rules import decode_number, lease_remaining
         nodes = self.nodes(name)
         if not nodes:
             return None

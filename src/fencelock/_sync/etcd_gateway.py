@@ -1,0 +1,289 @@
+# Generated from _async/etcd_gateway.py by scripts/unasync.py: do not edit, edit that file instead.
+"""A client of etcd's v3 JSON gateway: failover between members, auth, leases, keep-alive, watch.
+
+Every httpx error and every error etcd answers with becomes a `BackendError` here, at this one boundary. Why a
+client of our own, over httpx: docs/design/etcd.md.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from typing import Any
+
+from .._errors import MissingExtra
+
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise MissingExtra("etcd:// URLs need httpx, which the etcd extra installs: pip install 'fencelock[etcd]'") \
+        from exc
+
+from .._errors import BackendError
+from .._etcd.rules import GRANT_TRIES, b64, granted, number
+from .._etcd.txn import Body
+from .._etcd.url import EtcdTarget
+
+KEEPALIVE_BATCH = 32
+"""Leases refreshed by one keep-alive request. The gateway may answer only the first part of a longer request
+(docs/design/etcd.md); the leases it did not answer are sent again."""
+
+_TRANSIENT_CODES = {4, 14}
+"""gRPC codes etcd gives while it has no leader or cannot commit in time: DEADLINE_EXCEEDED, UNAVAILABLE."""
+
+_LEASE_GONE = "requested lease not found"
+_LEASE_EXISTS = "lease already exists"
+
+
+class EtcdAnswer(Exception):
+    """An error etcd answered with (the `__cause__` of the `BackendError` raised for it)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Gateway:
+    """HTTP requests to the members' JSON gateways: failover between endpoints, auth, and the error boundary."""
+
+    def __init__(self, target: EtcdTarget) -> None:
+        verify: ssl.SSLContext | bool = True
+        if target.tls:
+            verify = ssl.create_default_context(cafile=target.ssl_ca_certs)
+            if target.ssl_certfile:
+                verify.load_cert_chain(target.ssl_certfile, target.ssl_keyfile)
+        # One connection per watching waiter: no pool limit that would make waiters queue for a connection.
+        self._transport = httpx.HTTPTransport(
+            verify=verify, limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+        self._http = httpx.Client(timeout=httpx.Timeout(target.timeout), transport=self._transport,
+                                       trust_env=False)
+        self._closed = False
+        self.keepalive_requests = 0
+        self._target = target
+        self._endpoints = target.endpoints
+        self._current = 0
+        self._auth: str | None = None  # the token /v3/auth/authenticate gave (never shown)
+        self.shown = "etcd at " + ",".join(endpoint.split("://", 1)[1] for endpoint in target.endpoints)
+
+    @property
+    def endpoints(self) -> int:
+        return len(self._endpoints)
+
+    @property
+    def timeout(self) -> float:
+        """Seconds one request may take (the URL's `?timeout=`)."""
+        return self._target.timeout
+
+    def _failed(self, exc: Exception, what: str, name: str | None) -> BackendError:
+        return BackendError(f"{what} failed on {self.shown}: {type(exc).__name__}: {exc}", name=name)
+
+    def _headers(self) -> dict[str, str]:
+        return {} if self._auth is None else {"Authorization": self._auth}
+
+    def _post(self, path: str, content: bytes, what: str, name: str | None,
+                    timeout: float | None = None) -> httpx.Response:
+        """POST to the current endpoint; a refused connection (nothing sent) moves on to the next one. `timeout`
+        (seconds) replaces the URL's request timeout for this request."""
+        response: httpx.Response | None = None
+        try:
+            response = self._post_once(path, content, what, name, timeout)
+            return response
+        finally:
+            if self._closed:
+                self._close_after(response)
+
+    def _post_once(self, path: str, content: bytes, what: str, name: str | None,
+                         timeout: float | None) -> httpx.Response:
+        limit: Any = httpx.USE_CLIENT_DEFAULT if timeout is None else httpx.Timeout(timeout)
+        for tried in range(len(self._endpoints)):
+            endpoint = self._endpoints[self._current]
+            try:
+                return self._http.post(endpoint + path, content=content, headers=self._headers(),
+                                             timeout=limit)
+            except RuntimeError as exc:  # httpx: the client has been closed
+                raise self._failed(exc, what, name) from exc
+            except httpx.ConnectError as exc:
+                self._current = (self._current + 1) % len(self._endpoints)
+                if tried == len(self._endpoints) - 1:
+                    raise self._failed(exc, what, name) from exc
+            except (httpx.HTTPError, httpx.StreamError) as exc:
+                # It may have been sent: the caller decides whether to try again (on the next member).
+                self._current = (self._current + 1) % len(self._endpoints)
+                raise self._failed(exc, what, name) from exc
+        raise AssertionError("unreachable")
+
+    def call(self, path: str, body: dict[str, Any], what: str, name: str | None,
+                   accept: tuple[str, ...] = (), timeout: float | None = None) -> dict[str, Any]:
+        """One unary request. An etcd error whose message contains one of `accept` comes back as
+        `{"error": message}`; any other raises `BackendError`. `timeout` (seconds) replaces the URL's request
+        timeout for each request this makes."""
+        content = json.dumps(body).encode()
+        if self._target.username is not None and self._auth is None:
+            self._authenticate(name, timeout)
+        for attempt in range(2):
+            response = self._post(path, content, what, name, timeout)
+            data = self._decode(response, what, name)
+            error = data.get("error")
+            if error is None:
+                return data
+            message = str(data.get("message") or error)
+            if any(text in message for text in accept):
+                return {"error": message}
+            if attempt == 0 and self._target.username is not None and "auth token" in message:
+                self._auth = None  # the server forgot it (restart, expiry): log in again, once
+                self._authenticate(name, timeout)
+                continue
+            cause = EtcdAnswer(number(data.get("code")), message)
+            raise BackendError(f"{what} failed on {self.shown}: {message}", name=name) from cause
+        raise AssertionError("unreachable")
+
+    def _decode(self, response: httpx.Response, what: str, name: str | None) -> dict[str, Any]:
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise BackendError(f"{what} failed on {self.shown}: HTTP {response.status_code} without a JSON body",
+                               name=name) from exc
+        if not isinstance(data, dict):
+            raise BackendError(f"{what} failed on {self.shown}: unexpected answer", name=name)
+        if response.status_code != 200 and "error" not in data:
+            data = {"error": f"HTTP {response.status_code}", "code": data.get("code", 0)}
+        return data
+
+    def _authenticate(self, name: str | None, timeout: float | None = None) -> None:
+        body = json.dumps({"name": self._target.username, "password": self._target.password}).encode()
+        data = self._decode(self._post("/v3/auth/authenticate", body, "authentication", name, timeout),
+                            "authentication", name)
+        if "error" in data or not data.get("token"):
+            # etcd's own message ("authentication failed, invalid user ID or password") names no secret
+            message = str(data.get("message") or data.get("error") or "no token")
+            raise BackendError(f"authentication as {self._target.username!r} failed on {self.shown}: {message}",
+                               name=name) from EtcdAnswer(number(data.get("code")), message)
+        self._auth = str(data["token"])
+
+    def transient(self, exc: BackendError) -> bool:
+        """Whether a failed request may succeed if sent again: a network fault, or a cluster between leaders."""
+        cause = exc.__cause__
+        return isinstance(cause, httpx.TransportError) or (
+            isinstance(cause, EtcdAnswer) and cause.code in _TRANSIENT_CODES)
+
+    def txn(self, body: Body, what: str, name: str | None) -> Body:
+        """One transaction (`fencelock._etcd.txn` builds its body)."""
+        return self.call("/v3/kv/txn", body, what, name)
+
+    def read(self, body: Body, what: str, name: str | None) -> Body:
+        """One range request (`fencelock._etcd.txn` builds its body)."""
+        return self.call("/v3/kv/range", body, what, name)
+
+    # ------------------------------------------------------------------------------------------ leases
+
+    def grant(self, seconds: int, name: str) -> tuple[int, int]:
+        """A new lease of `seconds`, whose ID the server chooses: (its ID, the TTL granted).
+
+        Never retried as "the same lease" (`fencelock._etcd.rules.granted` says why): a grant whose answer is lost
+        leaves an orphan lease, with no key, that its TTL ends. "lease already exists" means the server chose the ID
+        of a lease another client granted with an ID of its own: not ours, so ask again (`GRANT_TRIES` in all).
+        """
+        for _ in range(GRANT_TRIES):
+            data = self.call("/v3/lease/grant", {"ID": 0, "TTL": seconds}, "lease grant", name,
+                                   accept=(_LEASE_EXISTS,))
+            if "error" in data:
+                continue  # another client's lease: the next grant gets a new ID
+            lease = granted(data, seconds)
+            if lease is None:
+                raise BackendError(f"lease grant failed on {self.shown}: the answer names no lease", name=name)
+            return lease
+        message = (f"lease grant failed on {self.shown}: {GRANT_TRIES} times the server chose the ID of "
+                   "a lease that already exists (another client grants leases with IDs it picks itself)")
+        raise BackendError(message, name=name) from EtcdAnswer(9, _LEASE_EXISTS)
+
+    def revoke(self, lease: int, name: str | None, timeout: float | None = None) -> None:
+        """End a lease, which deletes every key on it; a lease the server no longer has is not an error."""
+        self.call("/v3/lease/revoke", {"ID": lease}, "revoke", name, accept=(_LEASE_GONE,), timeout=timeout)
+
+    def time_to_live(self, lease: int, name: str) -> float:
+        """Whole seconds left of a lease's TTL (0: it is gone)."""
+        data = self.call("/v3/lease/timetolive", {"ID": lease}, "status", name)
+        return float(max(0, number(data.get("TTL"))))
+
+    def keepalive(self, leases: list[int], name: str | None) -> dict[int, int]:
+        """Refresh leases, `KEEPALIVE_BATCH` per request; returns each lease's TTL now (0: the server no longer
+        has it). A lease the gateway left unanswered is sent again: a missing answer never counts as "gone"."""
+        ttls: dict[int, int] = {}
+        left = list(dict.fromkeys(leases))
+        while left:
+            answered = self._keepalive_once(left[:KEEPALIVE_BATCH], name)
+            if not answered:
+                raise BackendError(f"keep-alive got no answer from {self.shown}", name=name)
+            ttls.update(answered)
+            left = [lease for lease in left if lease not in ttls]
+        return ttls
+
+    def _keepalive_once(self, leases: list[int], name: str | None) -> dict[int, int]:
+        """One keep-alive request; the TTL of each lease it answered for."""
+        self.keepalive_requests += 1
+        content = b"".join(json.dumps({"ID": lease}).encode() for lease in leases)
+        if self._target.username is not None and self._auth is None:
+            self._authenticate(name)
+        response = self._post("/v3/lease/keepalive", content, "keep-alive", name)
+        ttls: dict[int, int] = {}
+        for line in response.text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError as exc:
+                raise BackendError(f"keep-alive failed on {self.shown}: an answer that is not JSON",
+                                   name=name) from exc
+            if "error" in data:
+                error = data["error"]
+                message = str(error.get("message") if isinstance(error, dict) else error)
+                if "auth token" in message:
+                    self._auth = None  # the next call logs in again
+                code = number(error.get("grpc_code") or error.get("code")) if isinstance(error, dict) else 0
+                raise BackendError(f"keep-alive failed on {self.shown}: {message}", name=name) \
+                    from EtcdAnswer(code, message)
+            result = data.get("result", {})
+            ttls[number(result.get("ID"))] = number(result.get("TTL"))
+        return {lease: ttls[lease] for lease in leases if lease in ttls}
+
+    def watch_delete(self, key: bytes, start_revision: int, wait: float) -> bool:
+        """Return when `key` is deleted at or after `start_revision` (True), or after about `wait` seconds with no
+        news (False).
+
+        Any fault ends the watch early and quietly (True): the look that follows meets it and reports it.
+        """
+        request = {"create_request": {"key": b64(key), "start_revision": start_revision, "filters": ["NOPUT"]}}
+        endpoint = self._endpoints[self._current]
+        timeout = httpx.Timeout(self._target.timeout, read=max(wait, 0.001))
+        opened: httpx.Response | None = None
+        try:
+            with self._http.stream("POST", endpoint + "/v3/watch", content=json.dumps(request).encode(),
+                                         headers=self._headers(), timeout=timeout) as response:
+                opened = response
+                if response.status_code != 200:
+                    return True
+                for line in response.iter_lines():
+                    result = json.loads(line).get("result") if line.strip() else None
+                    if not isinstance(result, dict) or result.get("canceled") or result.get("events"):
+                        return True  # an error, a cancelled watch (e.g. compacted history), or the delete
+            return True
+        except httpx.ReadTimeout:
+            return False
+        except (httpx.HTTPError, httpx.StreamError, ValueError, RuntimeError):
+            return True
+        finally:
+            if self._closed:
+                self._close_after(opened)
+
+    def _close_after(self, response: httpx.Response | None) -> None:
+        """Closed while a request was out (a background cleanup): close the connection it used too, and whatever
+        the pool made meanwhile. The pool's own close cannot reach a connection that was still connecting when it
+        closed (it had no socket yet, and the pool forgets it), so the request's answer names its socket."""
+        stream = None if response is None else response.extensions.get("network_stream")
+        if stream is not None:
+            stream.close()
+        self._transport.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._http.close()

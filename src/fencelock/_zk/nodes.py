@@ -1,0 +1,82 @@
+"""Our node in one lock's queue, and the one thread that deletes held nodes whose TTL ran out unextended."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .rules import Child, child_name
+from .session import Committed, ZKSession, nothing
+
+
+@dataclass(eq=False)
+class Node:
+    """Our node in one lock's queue."""
+
+    session: ZKSession
+    directory: str
+    child: Child
+    czxid: int
+    expires_at: float = 0.0   # monotonic; held nodes only: the client deletes the node then unless extended
+    waited: bool = False      # it was not at the head of the queue at once
+
+    @property
+    def path(self) -> str:
+        return f"{self.directory}/{child_name(self.child)}"
+
+    def delete(self, then: Callable[[], None] = nothing, record: bool = False) -> None:
+        """Delete this node now, or after the next reconnect (`ZKSession.delete_known`); `then` runs once the
+        server confirmed. `record`: leave its fence on the lock's node, in the same transaction."""
+        self.session.delete_known(self.path, self.directory, self.child.token, then,
+                                  self.czxid if record else None)
+
+    def release_request(self) -> Committed:
+        """Delete this (held) node and leave its fence on the lock's node, in one transaction."""
+        return self.session.release_request(self.path, self.directory, self.czxid)
+
+
+@dataclass
+class Expiry:
+    """One daemon thread that deletes held nodes whose TTL ran out unextended (a heap of due times)."""
+
+    fire: Callable[[tuple[str, str], Node], None]
+    _heap: list[tuple[float, int, tuple[str, str], Node]] = field(default_factory=list)
+    _order: itertools.count[int] = field(default_factory=itertools.count)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _thread: threading.Thread | None = None
+    _closed: bool = False
+
+    def schedule(self, key: tuple[str, str], node: Node) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            heapq.heappush(self._heap, (node.expires_at, next(self._order), key, node))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="fencelock-zk-expiry", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                if not self._heap or self._heap[0][0] > now:
+                    self._cond.wait(None if not self._heap else self._heap[0][0] - now)
+                    continue
+                _, _, key, node = heapq.heappop(self._heap)
+            try:
+                self.fire(key, node)
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._heap.clear()
+            self._cond.notify()

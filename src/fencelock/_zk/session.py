@@ -1,0 +1,232 @@
+"""One ZooKeeper session per session timeout: a kazoo client, its state, and the nodes it must still delete.
+
+Shared by both front ends (kazoo runs on threads of its own; nothing here awaits). The two private kazoo hooks it
+uses, and why: docs/design/zookeeper.md.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import MissingExtra
+from .rules import Session, child_name, encode_number, queue
+from .url import ZooKeeperTarget
+
+try:
+    from kazoo.client import KazooClient, KazooState
+    from kazoo.exceptions import KazooException, NoNodeError, RolledBackError
+    from kazoo.retry import KazooRetry
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise MissingExtra("zookeeper:// URLs need kazoo, which the zookeeper extra installs: "
+                       "pip install 'fencelock[zookeeper]'") from exc
+
+CLIENT_ERRORS = (KazooException, TimeoutError)
+"""Everything kazoo raises for a server or network fault, and our bridge's own timeout."""
+
+_STATES = {KazooState.CONNECTED: Session.CONNECTED, KazooState.SUSPENDED: Session.SUSPENDED,
+           KazooState.LOST: Session.LOST}
+
+
+def nothing() -> None:
+    pass
+
+
+def stop(client: Any) -> None:
+    """Stop a kazoo client and close it, in this thread."""
+    try:
+        client.stop()
+    finally:
+        client.close()
+
+
+class ZKSession:
+    """One ZooKeeper session (one kazoo client, one connection) for leases of one session timeout."""
+
+    def __init__(self, target: ZooKeeperTarget, requested_ms: int) -> None:
+        self.requested_ms = requested_ms
+        self.negotiated_ms: int | None = None
+        self.state = Session.LOST
+        self.ready = threading.Event()  # set once a connection has negotiated its timeout
+        self.abandoned: set[tuple[str, str]] = set()  # (lock path, token): nodes to delete when we can
+        self.client = KazooClient(hosts=target.hosts_string, timeout=requested_ms / 1000.0,
+                                  connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0))
+        observe_negotiation(self.client, self._negotiated)
+        self.client.add_listener(self._changed)
+        self.client.start_async()
+
+    def _negotiated(self, timeout_ms: int) -> None:
+        self.negotiated_ms = timeout_ms
+        self.ready.set()
+
+    def _changed(self, state: Any) -> None:
+        """kazoo's state listener (its connection thread): must not block. A connection that comes up deletes what
+        was abandoned while the server could not be reached."""
+        self.state = _STATES.get(state, Session.SUSPENDED)
+        if self.state is Session.CONNECTED:
+            for directory, token in list(self.abandoned):
+                self._sweep(directory, token)
+
+    @property
+    def connected(self) -> bool:
+        return self.state is Session.CONNECTED and self.ready.is_set()
+
+    def unanswered(self) -> None:
+        """A request got no answer within the URL's timeout: drop the connection, so that kazoo moves the session
+        to another member (`drop_connection`). While kazoo is already reconnecting, there is nothing to drop."""
+        if self.state is Session.CONNECTED:
+            drop_connection(self.client)
+
+    # -- deleting nodes, now or after a reconnect ---------------------------------------------------------
+
+    def release_request(self, path: str, directory: str, fence: int) -> Committed:
+        """Delete a held node and leave its fence on the lock's node, in one transaction (one round trip)."""
+        transaction = self.client.transaction()
+        transaction.delete(path)
+        transaction.set_data(directory, encode_number(fence))
+        return Committed(transaction.commit_async())
+
+    def delete_known(self, path: str, directory: str, token: str, then: Callable[[], None] = nothing,
+                     fence: int | None = None) -> None:
+        """Delete a node whose path we know (one request, from kazoo's callbacks); if the server cannot be
+        reached, it is swept after the next reconnect. `then` runs once the server confirmed. With a `fence`, a
+        held node's fence goes to its lock's node in the same transaction (what `status` shows for a free lock)."""
+
+        def deleted(outcome: Any) -> None:
+            if outcome.successful() or isinstance(outcome.exception, NoNodeError):
+                then()
+            else:
+                self.abandon(directory, token, then)
+
+        if fence is not None:
+            self.release_request(path, directory, fence).rawlink(deleted)
+        else:
+            self.client.delete_async(path).rawlink(deleted)
+
+    def abandon(self, directory: str, token: str, then: Callable[[], None] = nothing) -> None:
+        """Delete every node of `token` in `directory`: now, or after every reconnect until the server confirms."""
+        self.abandoned.add((directory, token))
+        self._sweep(directory, token, then)
+
+    def _sweep(self, directory: str, token: str, then: Callable[[], None] = nothing) -> None:
+        """Delete every node of `token` in `directory`, from kazoo's callbacks (no waiting here); `then` runs once
+        the server confirmed. Until then the entry stays in `abandoned`, and every reconnect tries again. A create
+        still in flight was sent before this listing, on the same connection, so the listing sees its node."""
+
+        def finished() -> None:
+            self.abandoned.discard((directory, token))
+            then()
+
+        def listed(result: Any) -> None:
+            if not result.successful():
+                if isinstance(result.exception, NoNodeError):
+                    finished()
+                return
+            own = [child for child in queue(result.value) if child.token == token]
+            if not own:
+                finished()
+                return
+            left = [len(own)]
+            lock = threading.Lock()
+
+            def deleted(outcome: Any) -> None:
+                if outcome.successful() or isinstance(outcome.exception, NoNodeError):
+                    with lock:
+                        left[0] -= 1
+                        if left[0] == 0:
+                            finished()
+
+            for child in own:
+                self.client.delete_async(f"{directory}/{child_name(child)}").rawlink(deleted)
+
+        self.client.get_children_async(directory).rawlink(listed)
+
+
+# -- kazoo's private hooks ----------------------------------------------------------------------------------------
+
+
+def drop_connection(client: Any) -> None:
+    """Make kazoo give up its connection and reconnect, to the next member of the ensemble, in the same session.
+
+    Shutting the socket down wakes kazoo's connection thread, which reads the end of the stream, drops the
+    connection and reconnects; requests in flight fail with ConnectionLoss. `_connection._socket` is kazoo's.
+    """
+    sock = getattr(getattr(client, "_connection", None), "_socket", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed: kazoo is reconnecting anyway
+
+
+def observe_negotiation(client: Any, seen: Callable[[int], None]) -> None:
+    """Learn each connection's negotiated session timeout, which kazoo does not expose: its connection handler's
+    `_connect` returns its read timeout, 2/3 of the negotiated session timeout."""
+    connection = client._connection
+    original = connection._connect
+
+    def connect(host: Any, hostip: Any, port: Any) -> Any:
+        read_timeout, connect_timeout = original(host, hostip, port)
+        seen(round(read_timeout * 3 / 2))
+        return read_timeout, connect_timeout
+
+    connection._connect = connect
+
+
+class Committed:
+    """A committed transaction's `IAsyncResult`, as one request: it fails with the first operation's error.
+
+    kazoo reports a failed transaction as a list whose failed operation holds its exception (the others a
+    RolledBackError); every other request fails with the exception itself. This makes the two alike.
+    """
+
+    def __init__(self, result: Any) -> None:
+        self._result = result
+        self._callbacks: dict[Callable[[Any], None], Callable[[Any], None]] = {}
+
+    def _failure(self) -> BaseException | None:
+        if not self._result.successful():
+            exception: BaseException | None = self._result.exception
+            return exception
+        for value in self._result.value:
+            if isinstance(value, Exception) and not isinstance(value, RolledBackError):
+                return value
+        return None
+
+    def successful(self) -> bool:
+        return self._result.successful() and self._failure() is None
+
+    @property
+    def exception(self) -> BaseException | None:
+        return self._failure() if self._result.ready() else None
+
+    @property
+    def value(self) -> Any:
+        return self._result.value
+
+    def ready(self) -> bool:
+        return bool(self._result.ready())
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return bool(self._result.wait(timeout))
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        value = self._result.get(block, timeout)
+        failure = self._failure()
+        if failure is not None:
+            raise failure
+        return value
+
+    def rawlink(self, callback: Callable[[Any], None]) -> None:
+        def relay(_: Any) -> None:
+            callback(self)
+
+        self._callbacks[callback] = relay
+        self._result.rawlink(relay)
+
+    def unlink(self, callback: Callable[[Any], None]) -> None:
+        relay = self._callbacks.pop(callback, None)
+        if relay is not None:
+            self._result.unlink(relay)
