@@ -1,4 +1,4 @@
-"""What the two twins' `Channel` share (`_async/_compat.py`, `_sync/_compat.py`): the settings its connections
+"""What the two twins' `Channel` share (`_async/_transport.py`, `_sync/_transport.py`): the settings its connections
 are made with, the rule that keeps one caller's requests to one server in order, and a request's bytes.
 
 The rule: a request waits for the caller's latest request to that server that is still in flight, at most that

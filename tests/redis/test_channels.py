@@ -1,4 +1,4 @@
-"""The dedicated server connections of Redlock and the single node (`Channel` in `_compat.py`, both twins), on
+"""The dedicated server connections of Redlock and the single node (`Channel` in `_transport.py`, both twins), on
 real servers: a connection carries one request at a time, a script sent after a wait returns its own reply, a
 late reply is read for its own request and never for a later one, a connection with no reply within its socket
 timeout is dropped, threads sharing a client never share a connection, and a forked child makes connections of
@@ -19,9 +19,11 @@ import redis.asyncio
 
 import fencelock
 from fencelock import _channel
-from fencelock._async import _compat as async_compat
+from fencelock._async import _multiplex as async_multiplex
+from fencelock._async import _transport as async_transport
 from fencelock._scripts import Lua
-from fencelock._sync import _compat as sync_compat
+from fencelock._sync import _multiplex as sync_multiplex
+from fencelock._sync import _transport as sync_transport
 from fencelock.testing.servers import RedisNodes, RedisServer
 from tests.conftest import initialise_redlock
 
@@ -36,10 +38,10 @@ def _one(done: dict[int, Any]) -> bool:
 
 def test_a_late_reply_is_read_for_its_own_request_and_a_silent_connection_is_dropped(
         own_server: RedisServer) -> None:
-    channel = sync_compat.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}"))
+    channel = sync_transport.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}"))
 
     def ask(value: str, timeout: float = 2.0) -> tuple[Any, Any]:
-        done, handles = sync_compat.run_scripts([sync_compat.ScriptRequest(channel, ECHO, [], [value])], timeout,
+        done, handles = sync_multiplex.run_scripts([sync_transport.ScriptRequest(channel, ECHO, [], [value])], timeout,
                                                 _one)
         return done.get(0), handles[0]
 
@@ -68,11 +70,11 @@ def test_asyncio_a_late_reply_is_read_for_its_own_request_and_a_silent_connectio
         own_server: RedisServer) -> None:
     async def main() -> None:
         client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}")
-        channel = async_compat.Channel(client)
+        channel = async_transport.Channel(client)
 
         async def ask(value: str, timeout: float = 2.0) -> tuple[Any, Any]:
-            done, handles = await async_compat.run_scripts(
-                [async_compat.ScriptRequest(channel, ECHO, [], [value])], timeout, _one)
+            done, handles = await async_multiplex.run_scripts(
+                [async_transport.ScriptRequest(channel, ECHO, [], [value])], timeout, _one)
             return done.get(0), handles[0]
 
         assert (await ask("warm"))[0] == b"warm"
@@ -114,12 +116,12 @@ def _settled(server: RedisServer, expected: int) -> int:
 def test_a_request_that_gets_its_thread_after_close_makes_no_connection(own_server: RedisServer) -> None:
     """close() while a request waits for a thread (every pool thread busy): when it runs, it must not connect,
     or that connection would be kept in a closed channel and left to the garbage collector (a ResourceWarning)."""
-    channel = sync_compat.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout=2"))
+    channel = sync_transport.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout=2"))
     before = _connections(own_server)
     gate = threading.Event()
-    busy = [channel.submit(gate.wait, 10.0) for _ in range(sync_compat.LANE_WORKERS)]  # the server's every thread
+    busy = [channel.submit(gate.wait, 10.0) for _ in range(sync_transport.LANE_WORKERS)]  # the server's every thread
     try:
-        done, handles = sync_compat.run_scripts([sync_compat.ScriptRequest(channel, ECHO, [], ["late"])], 0.05,
+        done, handles = sync_multiplex.run_scripts([sync_transport.ScriptRequest(channel, ECHO, [], ["late"])], 0.05,
                                                 _one)
         assert done == {}  # no idle connection: the request waits for a thread to connect it
         channel.close()
@@ -139,9 +141,9 @@ def test_asyncio_closing_a_channel_while_a_request_connects_leaves_no_connection
 
     async def main() -> Any:
         client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout=2")
-        channel = async_compat.Channel(client)
-        request = asyncio.ensure_future(async_compat.run_scripts(
-            [async_compat.ScriptRequest(channel, ECHO, [], ["late"])], 2.0, _one))
+        channel = async_transport.Channel(client)
+        request = asyncio.ensure_future(async_multiplex.run_scripts(
+            [async_transport.ScriptRequest(channel, ECHO, [], ["late"])], 2.0, _one))
         await asyncio.sleep(0)  # the request has started to connect
         await channel.aclose()
         _, handles = await request
@@ -241,22 +243,22 @@ def test_a_script_after_a_wait_runs_once_the_wake_up_comes_and_only_its_own_repl
     push comes (not at the BLPOP's timeout), the BLPOP's answer is never taken for the script's, also when it is
     an error; after NOSCRIPT the script alone is sent again (the wait is not repeated), on the same connection."""
     admin = redis.Redis.from_url(own_server.url)
-    channel = sync_compat.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout=5"))
+    channel = sync_transport.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout=5"))
     admin.script_flush()
     pusher = threading.Timer(0.2, lambda: admin.rpush("wake", "w1", "w2", "w3"))
     started = time.monotonic()
     pusher.start()
     # NOSCRIPT here: the script is sent again as EVAL, alone (a repeated BLPOP would pop "w2" and block no more).
-    assert sync_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"w2"
+    assert sync_transport.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"w2"
     assert 0.15 < time.monotonic() - started < 1.0  # woken by the push, not at the BLPOP's 3 s timeout
     assert admin.lrange("wake", 0, -1) == [b"w3"]
-    assert sync_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"empty"  # w3 by BLPOP
+    assert sync_transport.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"empty"  # w3 by BLPOP
     started = time.monotonic()
-    assert sync_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 0.2)) == b"empty"  # timed out
+    assert sync_transport.call_script(channel, POP, ["wake"], [], wake=("wake", 0.2)) == b"empty"  # timed out
     assert time.monotonic() - started >= 0.15
     admin.set("not-a-list", "x")
-    assert sync_compat.call_script(channel, ECHO, [], ["after"], wake=("not-a-list", 1.0)) == b"after"  # WRONGTYPE
-    assert sync_compat.call_script(channel, ECHO, [], ["plain"]) == b"plain"  # nothing left unread
+    assert sync_transport.call_script(channel, ECHO, [], ["after"], wake=("not-a-list", 1.0)) == b"after"  # WRONGTYPE
+    assert sync_transport.call_script(channel, ECHO, [], ["plain"]) == b"plain"  # nothing left unread
     assert len(channel._open) == 1  # one connection carried all of it
     channel.close()
 
@@ -265,21 +267,21 @@ def test_asyncio_a_script_after_a_wait_runs_once_the_wake_up_comes_and_only_its_
         own_server: RedisServer) -> None:
     async def main() -> None:
         admin = redis.Redis.from_url(own_server.url)
-        channel = async_compat.Channel(redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout=5"))
+        channel = async_transport.Channel(redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout=5"))
         admin.script_flush()
         pusher = threading.Timer(0.2, lambda: admin.rpush("wake", "w1", "w2", "w3"))
         started = time.monotonic()
         pusher.start()
-        assert await async_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"w2"
+        assert await async_transport.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"w2"
         assert 0.15 < time.monotonic() - started < 1.0
         assert admin.lrange("wake", 0, -1) == [b"w3"]
-        assert await async_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"empty"
+        assert await async_transport.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"empty"
         started = time.monotonic()
-        assert await async_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 0.2)) == b"empty"
+        assert await async_transport.call_script(channel, POP, ["wake"], [], wake=("wake", 0.2)) == b"empty"
         assert time.monotonic() - started >= 0.15
         admin.set("not-a-list", "x")
-        assert await async_compat.call_script(channel, ECHO, [], ["after"], wake=("not-a-list", 1.0)) == b"after"
-        assert await async_compat.call_script(channel, ECHO, [], ["plain"]) == b"plain"
+        assert await async_transport.call_script(channel, ECHO, [], ["after"], wake=("not-a-list", 1.0)) == b"after"
+        assert await async_transport.call_script(channel, ECHO, [], ["plain"]) == b"plain"
         assert len(channel._open) == 1
         await channel.aclose()
 
@@ -335,18 +337,18 @@ def test_asyncio_a_request_waiting_for_its_predecessor_is_never_sent_once_its_ca
 
     async def main() -> None:
         client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}")
-        channel = async_compat.Channel(client)
-        warm, _ = await async_compat.run_scripts([async_compat.ScriptRequest(channel, ECHO, [], ["warm"])], 2.0,
+        channel = async_transport.Channel(client)
+        warm, _ = await async_multiplex.run_scripts([async_transport.ScriptRequest(channel, ECHO, [], ["warm"])], 2.0,
                                                  _one)
         assert warm == {0: b"warm"}
         handles: list[Any] = []
 
         async def caller() -> None:
-            done, sent = await async_compat.run_scripts(
-                [async_compat.ScriptRequest(channel, ECHO, [], ["late"])], 0.02, _one)
+            done, sent = await async_multiplex.run_scripts(
+                [async_transport.ScriptRequest(channel, ECHO, [], ["late"])], 0.02, _one)
             assert done == {}  # in flight: this task's next request there waits for its reply
             handles.extend(sent)
-            await async_compat.run_scripts([async_compat.ScriptRequest(channel, SET, [key], ["sent"])], 2.0, _one)
+            await async_multiplex.run_scripts([async_transport.ScriptRequest(channel, SET, [key], ["sent"])], 2.0, _one)
 
         own_server.pause()
         try:

@@ -23,7 +23,9 @@ from .._logic.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
 from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, FAIR_ACQUIRE, FAIR_LEAVE, FORCE_RELEASE, RELEASE, STATUS, Lua
-from ._compat import Channel, call_script, cluster_node, cluster_refresh, drop_closed, sleep
+from ._cluster import cluster_node, cluster_refresh, drop_closed
+from ._concurrency import sleep
+from ._transport import Channel, call_script
 
 AnyRedis = Redis | RedisCluster
 

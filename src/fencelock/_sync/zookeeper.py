@@ -81,7 +81,7 @@ from .._logic.zookeeper import (
     session_timeout_ms,
     ttl_fits,
 )
-from ._compat import Wakeup, blocking, thread_result, wait_thread_event
+from ._kazoo import Wakeup, blocking, thread_result, wait_thread_event
 
 try:
     from kazoo.client import KazooClient, KazooState

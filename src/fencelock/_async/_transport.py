@@ -1,15 +1,12 @@
-"""The few things asyncio and threads really do differently. Hand-written twin: `_sync/_compat.py`."""
+"""Redis's own transport: a server's dedicated connections (`Channel`) and one script call on them. Hand-written
+twin: `_sync/_transport.py`."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import threading
-import weakref
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
-from redis.asyncio import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -31,117 +28,6 @@ from .._channel import (
     orphan_of,
     orphaned,
 )
-
-T = TypeVar("T")
-
-Handle = asyncio.Future
-"""A call started by `fan_out` that may still be running."""
-
-Call = Callable[[], Awaitable[T]]
-"""A request to one server, ready to start (for `fan_out`)."""
-
-_background: set[asyncio.Future[Any]] = set()
-
-
-def _keep(task: asyncio.Future[Any]) -> None:
-    """Keep a background task referenced until it ends, so it is never garbage-collected half-way."""
-    _background.add(task)
-    task.add_done_callback(_background.discard)
-
-
-_origin: weakref.WeakKeyDictionary[asyncio.Future[Any], Any] = weakref.WeakKeyDictionary()
-"""A task started on a caller's behalf (`shielded`, `undo_if_interrupted`) -> that caller's task."""
-
-
-def _caller() -> Any:
-    """Who is sending, for the order of requests on `Channel`s: the running task, or the task it runs for."""
-    task = asyncio.current_task()
-    return _origin.get(task, task) if task is not None else None
-
-
-def _on_behalf(task: asyncio.Future[Any]) -> asyncio.Future[Any]:
-    """`task` sends for the running task: its requests to one server stay in order with the caller's own."""
-    _origin[task] = _caller()
-    return task
-
-
-async def shielded(awaitable: Awaitable[T]) -> T:
-    """Run `awaitable` to completion even if the caller is cancelled meanwhile (the cancellation still propagates)."""
-    task = _on_behalf(asyncio.ensure_future(awaitable))
-    _keep(task)
-    return await asyncio.shield(task)
-
-
-def in_background(work: Callable[[], Awaitable[object]]) -> None:
-    """Start best-effort `work` and return at once; it runs to its end as a task of the running loop.
-
-    Its failure is nobody's to report (the caller has moved on, the client may be closed): it is dropped.
-    """
-
-    async def run() -> None:
-        try:
-            await work()
-        except Exception:
-            return
-
-    _keep(asyncio.ensure_future(run()))
-
-
-async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callable[[], Awaitable[object]]) -> T:
-    """Send `request`; if the caller is cancelled before the answer, let the request finish, then run `undo`.
-
-    A cancelled acquire may already be on the wire: dropping it and deleting "our key" at once could run the
-    delete before the server runs the acquire. So the request runs to its end in the background, and `undo`
-    (delete the key with our token) follows it, in that order.
-    """
-    task = _on_behalf(asyncio.ensure_future(request()))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        _keep(_on_behalf(asyncio.ensure_future(_undo_after(task, undo))))  # after the request's own requests
-        raise
-
-
-async def _undo_after(task: asyncio.Future[Any], undo: Callable[[], Awaitable[object]]) -> None:
-    try:
-        await task
-    except BaseException:
-        pass
-    await undo()
-
-
-async def fan_out(calls: Sequence[Call[T]], timeout: float,
-                  enough: Callable[[dict[int, T]], bool], lanes: Sequence[Channel] | None = None,
-                  ) -> tuple[dict[int, T], list[Handle[T]]]:
-    """Start every call at once; return as soon as `enough(results)` holds, or when `timeout` passes.
-
-    Returns the results of the calls that finished, by their index, and every call's handle: calls still
-    running go on in the background, and cleanup can be chained after each one (`then`). Calls must not raise.
-    (`lanes`: the servers the calls talk to, for the synchronous twin's threads; tasks need none.)
-    """
-    return await _gather([asyncio.ensure_future(call()) for call in calls], timeout, enough)
-
-
-async def _gather(tasks: list[asyncio.Future[T]], timeout: float,
-                  enough: Callable[[dict[int, T]], bool]) -> tuple[dict[int, T], list[Handle[T]]]:
-    """`fan_out` of tasks already started."""
-    for task in tasks:
-        _keep(task)
-    results: dict[int, T] = {}
-    index = {task: i for i, task in enumerate(tasks)}
-    pending: set[asyncio.Future[T]] = set(tasks)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while pending:
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            break
-        done, pending = await asyncio.wait(pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            results[index[task]] = task.result()
-        if enough(results):
-            break
-    return results, tasks
 
 
 class Channel(ChannelBase):
@@ -234,36 +120,6 @@ class Channel(ChannelBase):
             await conn.disconnect(nowait=True)
 
 
-def cluster_from_url(url: str, **options: Any) -> RedisCluster:
-    """A Redis Cluster client from a URL. (redis.asyncio's closes every node's connections on aclose; the
-    synchronous twin needs a subclass for that.)"""
-    return RedisCluster.from_url(url, **options)
-
-
-class _NodePool(NamedTuple):
-    connection_class: Any
-    connection_kwargs: dict[str, Any]
-
-
-class _NodeSource(NamedTuple):
-    """What `Channel` makes connections from: a cluster node's own connection class and settings."""
-
-    connection_pool: _NodePool
-
-
-async def cluster_node(client: Any, key: str) -> tuple[str, Any]:
-    """The primary that serves `key`'s slot on a Redis Cluster: its name, and what a `Channel` to it is made
-    from (the node's own connection settings). (The synchronous twin hands out the node's redis-py client.)"""
-    await client.initialize()
-    node = client.get_node_from_key(key)
-    return node.name, _NodeSource(_NodePool(node.connection_class, node.connection_kwargs))
-
-
-async def cluster_refresh(client: Any) -> None:
-    """Read the cluster's layout again (after MOVED: the slot has another primary now)."""
-    await client.nodes_manager.initialize()
-
-
 class ScriptRequest(NamedTuple):
     """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
     (the same objects) carry the same command: it is encoded once.
@@ -283,33 +139,6 @@ class ScriptRequest(NamedTuple):
     confirm: tuple[Any, ...] | None = None
 
 
-async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
-                      enough: Callable[[dict[int, Any]], bool]) -> tuple[dict[int, Any], list[Handle[Any]]]:
-    """Run one script on each of several servers at once, each on a dedicated connection (`Channel`); like
-    `fan_out`. A reply is the script's answer, or the exception the server or network gave; after NOSCRIPT the
-    script is sent again as EVAL on the same connection. A reply still missing at the end is read in the
-    background; one that does not come within the socket timeout drops its connection. The caller's next request
-    to that server waits for it first (see `Channel`). (The synchronous twin multiplexes sockets from one
-    thread.)"""
-    caller = _caller()
-    packed: Packed = {}  # requests sharing their key and argument lists (and wait): packed once
-    tasks: list[asyncio.Future[Any]] = []
-    abandoned = asyncio.get_running_loop().create_future()  # set if the caller is cancelled
-    for request in requests:
-        channel = request.channel
-        before = channel.in_flight(caller)  # our previous request there: this one must not overtake it
-        tasks.append(asyncio.ensure_future(_call_script(request, packed, channel.generation, before, abandoned)))
-    try:
-        return await _gather(tasks, timeout, enough)
-    except asyncio.CancelledError:
-        abandoned.set_result(None)  # a request still waiting for its predecessor is not sent after all
-        raise
-    finally:
-        for request, task in zip(requests, tasks, strict=True):
-            if not task.done():  # in flight: the caller's next request to that server waits for it
-                request.channel.track(caller, task, timeout)
-
-
 def _closed_by_peer(conn: Any) -> bool:
     """The server closed this idle connection: the loop saw it end, or its socket has something to read."""
     reader, writer = conn._reader, conn._writer
@@ -320,18 +149,6 @@ def _closed_by_peer(conn: Any) -> bool:
     if writer.transport.get_extra_info("sslcontext") is not None:
         return False  # the loop reads TLS's own records off the socket: what is left there is not ours to judge
     return closed_by_peer(writer.transport.get_extra_info("socket"))
-
-
-async def drop_closed(client: Any, key: str) -> None:
-    """redis.asyncio's cluster client takes an idle connection without looking at it: drop those of `key`'s node
-    that the server closed meanwhile (they connect again when next used). (redis-py's pools look themselves.)"""
-    try:
-        node = client.get_node_from_key(key)
-    except Exception:
-        return
-    for conn in list(getattr(node, "_free", ())):
-        if conn.is_connected and _closed_by_peer(conn):
-            await conn.disconnect(nowait=True)
 
 
 async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
@@ -469,183 +286,6 @@ async def _write(conn: Any, command: bytes) -> None:
     is set; a command this small goes straight into the transport's buffer, and the reply's read is timed.)"""
     conn._writer.write(command)
     await conn._writer.drain()
-
-
-def then(handle: Handle[Any], work: Callable[[], Awaitable[object]]) -> None:
-    """Run best-effort `work` in the background once `handle` (from `fan_out`) has finished."""
-
-    async def after() -> None:
-        try:
-            await handle
-        except BaseException:
-            pass
-        await work()
-
-    in_background(after)
-
-
-class Signal:
-    """A flag one side sets and the other waits for, with a timeout (an `asyncio.Event` here)."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def clear(self) -> None:
-        self._event.clear()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    async def wait(self, timeout: float | None) -> bool:
-        try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-        except asyncio.TimeoutError:
-            return False
-        return True
-
-
-Runner = asyncio.Task[None]
-"""Something running on its own: a task here, a daemon thread in the synchronous twin."""
-
-
-def spawn(work: Callable[[], Awaitable[None]], name: str) -> Runner:
-    """Start `work` on its own (a task of the running loop); it must stop by itself when asked to."""
-    task: Runner = asyncio.ensure_future(work())
-    _keep(task)
-    return task
-
-
-def alive(runner: Runner) -> bool:
-    """Still running: a task ends with its event loop, so a client used by a second `asyncio.run` needs anew."""
-    return not runner.done() and runner.get_loop() is asyncio.get_running_loop()
-
-
-async def join(runner: Runner, timeout: float) -> None:
-    """Wait for a runner to stop, at most `timeout` seconds (then cancel it)."""
-    try:
-        await asyncio.wait_for(asyncio.shield(runner), timeout)
-    except asyncio.TimeoutError:
-        runner.cancel()
-
-
-def current_task() -> Any:
-    """What `cancel` can interrupt: the running task (None in the synchronous twin: threads are never cancelled)."""
-    return asyncio.current_task()
-
-
-def cancel(task: Any) -> None:
-    task.cancel()
-
-
-def is_cancellation(exc: BaseException | None) -> bool:
-    return isinstance(exc, asyncio.CancelledError)
-
-
-def uncancel(task: Any) -> None:
-    """Withdraw a cancellation we caused and turned into another error (Python 3.11+ counts them)."""
-    if hasattr(task, "uncancel"):
-        task.uncancel()
-
-
-async def sleep(seconds: float) -> None:
-    await asyncio.sleep(seconds)
-
-
-# -- bridges to a client library that runs its own threads (kazoo, for ZooKeeper) ----------------------------
-
-async def thread_result(result: Any, timeout: float) -> Any:
-    """Await a result that another thread completes (kazoo's `IAsyncResult`): its value, or its exception.
-
-    Its completion callback runs on that thread and hands the outcome to this loop. Raises `TimeoutError` when
-    `timeout` seconds pass first; the request itself goes on, and its outcome is then dropped.
-    """
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def settle() -> None:
-        if future.done():
-            return
-        if result.successful():
-            future.set_result(result.value)
-        else:
-            future.set_exception(result.exception)
-
-    def done(_: Any) -> None:
-        try:
-            loop.call_soon_threadsafe(settle)
-        except RuntimeError:
-            pass  # the loop is closed: nobody waits any more
-
-    result.rawlink(done)
-    try:
-        return await asyncio.wait_for(future, timeout)
-    except asyncio.TimeoutError:
-        raise TimeoutError(f"no answer within {timeout} s") from None
-    finally:
-        result.unlink(done)
-
-
-class Wakeup:
-    """A flag that any thread may set (a watch firing on kazoo's thread) and one task waits for."""
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._event = asyncio.Event()
-
-    def set(self) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._event.set)
-        except RuntimeError:
-            pass  # the loop is closed: nobody waits any more
-
-    async def wait(self, timeout: float) -> bool:
-        try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-        except asyncio.TimeoutError:
-            return False
-        return True
-
-
-async def wait_thread_event(event: Any, timeout: float) -> bool:
-    """Wait at most `timeout` seconds for a `threading.Event` that another thread sets (True: it was set)."""
-    if event.is_set():
-        return True
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-
-    def settle(value: bool) -> None:
-        if not done.done():
-            done.set_result(value)
-
-    def watch() -> None:
-        value = event.wait(timeout)
-        try:
-            loop.call_soon_threadsafe(settle, value)
-        except RuntimeError:
-            pass
-
-    # A daemon thread, not the loop's executor: it must never keep the process from exiting.
-    threading.Thread(target=watch, name="fencelock-wait", daemon=True).start()
-    return bool(await done)
-
-
-async def blocking(work: Callable[[], object], timeout: float) -> bool:
-    """Run a blocking call in a daemon thread and wait at most `timeout` seconds for it (True: it finished)."""
-    finished = threading.Event()
-
-    def run() -> None:
-        try:
-            work()
-        except Exception:
-            pass
-        finally:
-            finished.set()
-
-    threading.Thread(target=run, name="fencelock-blocking", daemon=True).start()
-    return await wait_thread_event(finished, timeout)
 
 
 async def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any],

@@ -1,4 +1,5 @@
-"""The few things asyncio and threads really do differently. Hand-written twin: `_async/_compat.py`."""
+"""Redis's own transport: a server's dedicated connections (`Channel`) and one script call on them. Hand-written
+twin: `_async/_transport.py`."""
 
 from __future__ import annotations
 
@@ -6,12 +7,10 @@ import os
 import threading
 import time
 from collections import deque
-from functools import partial
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any, NamedTuple
 
-from redis import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -20,7 +19,6 @@ from .._channel import (
     ChannelBase,
     Closed,
     Confirmed,
-    Packed,
     Unwritten,
     answered,
     closed_by_peer,
@@ -33,96 +31,9 @@ from .._channel import (
     may_resend,
     orphan_of,
     orphaned,
-    readable,
 )
 from .._logic import resp
-
-T = TypeVar("T")
-
-
-def shielded(value: T) -> T:
-    """A synchronous call has already run to completion when its value is passed here: nothing to shield."""
-    return value
-
-
-def in_background(work: Callable[[], object]) -> None:
-    """Start best-effort `work` and return at once; it runs to its end in a daemon thread.
-
-    Its failure is nobody's to report (the caller has moved on, the client may be closed): it is dropped.
-    """
-
-    def run() -> None:
-        try:
-            work()
-        except Exception:
-            return
-
-    threading.Thread(target=run, name="fencelock-cleanup", daemon=True).start()
-
-
-def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object]) -> T:
-    """Send `request`; if it is interrupted (KeyboardInterrupt, SystemExit), run `undo` before re-raising.
-
-    Unlike asyncio, a thread cannot let the interrupted request finish first, so `undo` may reach the server
-    before the request does; then the key (if any) lives until its TTL ends.
-    """
-    try:
-        return request()
-    except Exception:
-        raise
-    except BaseException:
-        undo()
-        raise
-
-
-def _new_pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=64, thread_name_prefix="fencelock")
-
-
-_POOL = _new_pool()
-"""Threads that talk to several servers at once (Redlock). Its threads start when needed, shared by every client.
-A forked child gets a pool of its own: the parent's threads do not exist there, and the parent's pool would
-queue work for them for ever."""
-
-
-def _pool_after_fork() -> None:
-    global _POOL
-    _POOL = _new_pool()
-
-
-os.register_at_fork(after_in_child=_pool_after_fork)
-
-Handle = Future
-
-Call = Callable[[], T]
-"""A request to one server, ready to start (for `fan_out`)."""
-
-
-def fan_out(calls: Sequence[Call[T]], timeout: float,
-            enough: Callable[[dict[int, T]], bool], lanes: Sequence[Channel] | None = None,
-            ) -> tuple[dict[int, T], list[Handle[T]]]:
-    """Start every call at once; return as soon as `enough(results)` holds, or when `timeout` passes.
-
-    Returns the results of the calls that finished, by their index, and every call's handle: calls still
-    running go on in the background, and cleanup can be chained after each one (`then`). Calls must not raise.
-    `lanes`: call i talks to the server of `lanes[i]`, and runs on that server's own threads, so that a stalled
-    server never holds up the calls to the others.
-    """
-    futures = [_POOL.submit(call) if lanes is None else lanes[i].submit(call) for i, call in enumerate(calls)]
-    results: dict[int, T] = {}
-    index = {future: i for i, future in enumerate(futures)}
-    pending = set(futures)
-    deadline = time.monotonic() + timeout
-    while pending:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        done, pending = wait(pending, timeout=remaining, return_when=FIRST_COMPLETED)
-        for future in done:
-            results[index[future]] = future.result()
-        if enough(results):
-            break
-    return results, futures
+from ._concurrency import T
 
 
 class Channel(ChannelBase):
@@ -246,42 +157,6 @@ LANE_BACKLOG = 256
 """Jobs one server may have waiting or running before its new requests fail at once (it is stalled)."""
 
 
-class _ClosingRedisCluster(RedisCluster):
-    """redis-py's cluster client, whose close() also closes the connections of every node.
-
-    Made from a URL, redis-py 8's client gives each node a connection pool of its own that the node client does
-    not own, so RedisCluster.close() leaves those connections open, to the garbage collector (a ResourceWarning
-    at some later, random moment). redis.asyncio's cluster client closes them.
-    """
-
-    def close(self) -> None:
-        super().close()
-        manager: Any = getattr(self, "nodes_manager", None)
-        if manager is None:
-            return
-        nodes = {id(node): node for cache in (manager.nodes_cache, manager.startup_nodes) for node in cache.values()}
-        for node in nodes.values():
-            if node.redis_connection is not None:
-                node.redis_connection.connection_pool.disconnect()
-
-
-def cluster_from_url(url: str, **options: Any) -> RedisCluster:
-    """A Redis Cluster client from a URL, whose close() closes every node's connections (see above)."""
-    return _ClosingRedisCluster.from_url(url, **options)
-
-
-def cluster_node(client: Any, key: str) -> tuple[str, Any]:
-    """The primary that serves `key`'s slot on a Redis Cluster: its name, and what a `Channel` to it is made
-    from (the node's redis-py client, whose pool has the node's connection settings)."""
-    node = client.get_node_from_key(key)
-    return node.name, client.get_redis_connection(node)
-
-
-def cluster_refresh(client: Any) -> None:
-    """Read the cluster's layout again (after MOVED: the slot has another primary now)."""
-    client.nodes_manager.initialize()
-
-
 class ScriptRequest(NamedTuple):
     """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
     (the same objects) carry the same command: it is encoded once.
@@ -316,132 +191,6 @@ class _InFlight(NamedTuple):
     generation: int
     reloaded: bool = False  # sent again as EVAL after NOSCRIPT
 
-
-def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
-                enough: Callable[[dict[int, Any]], bool]) -> tuple[dict[int, Any], list[Handle[Any]]]:
-    """Run one script on each of several servers at once, from this thread alone; like `fan_out`.
-
-    Threads cost more than they save here (each request is mostly Python work under one lock), so the request
-    is written to an idle dedicated connection (`Channel`) of every server first, and the replies are read as
-    they arrive (`select`). A reply is the script's answer, or the exception the server or network gave; after
-    NOSCRIPT the script is sent again as EVAL on the same connection. A server with no idle connection (the first
-    request, a second thread, or after a failure) is served from a thread that connects, so a stalled server
-    never holds the caller past `timeout`. Replies still missing at the end are read in the background: a
-    connection is used again only once its reply has been read, and is dropped if none comes within its socket
-    timeout. The returned handles complete when each reply is in, so cleanup can be chained after each (`then`).
-    """
-    caller = threading.get_ident()
-    results: dict[int, Any] = {}
-    handles: list[Handle[Any]] = []
-    waiting: dict[Any, _InFlight] = {}  # socket -> the request in flight on it
-    threads: dict[Future[Any], int] = {}
-    packed: Packed = {}  # requests sharing their key and argument lists (and wait): packed once
-
-    deferred: dict[int, tuple[ScriptRequest, int, tuple[Future[Any], float]]] = {}  # after our previous one
-
-    def done(i: int, reply: Any) -> None:
-        results[i] = reply
-        handles[i] = _DONE  # nothing runs on in the background: cleanup chained after it may start at once
-
-    def in_thread(i: int, request: ScriptRequest, generation: int, *, fresh: bool) -> None:
-        future = request.channel.submit(_in_thread, request, generation, None, fresh,
-                                        overflow=partial(_busy, request.channel))
-        threads[future] = i
-        handles[i] = future
-
-    def send(i: int, request: ScriptRequest, generation: int) -> None:
-        """On an idle connection from this thread, or else from a thread that connects one."""
-        conn = request.channel.take(generation)
-        if conn is None:
-            in_thread(i, request, generation, fresh=False)
-            return
-        same = request.lua.sha, id(request.keys), id(request.args), request.wake, request.confirm
-        command = packed.get(same)
-        if command is None:
-            command = packed[same] = encode(conn, request, reload=False)
-        flight = _InFlight(i, request, conn, generation)
-        failed = _send(flight, command)
-        if failed is None:
-            waiting[conn._sock] = flight
-        elif may_resend(request.lua, failed):
-            in_thread(i, _again(request), generation, fresh=True)
-        else:
-            done(i, failed)
-
-    try:
-        for i, request in enumerate(requests):
-            handles.append(_DONE)  # replaced by a real handle if its reply is left to the background
-            channel = request.channel
-            before = channel.in_flight(caller)
-            if before is not None:
-                # Our previous request there is still in flight: this one must not overtake it. It is sent from
-                # here as soon as that reply is in.
-                deferred[i] = request, channel.generation, before
-                continue
-            send(i, request, channel.generation)
-        deadline = time.monotonic() + timeout
-        decided = False
-        while waiting or threads or deferred:
-            if not decided and enough(results):
-                # Decided. Replies due any moment still get a short grace: a connection read now is free for the
-                # next request, where one left to the background would send that request to a thread.
-                decided = True
-                deadline = min(deadline, time.monotonic() + _GRACE)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            if deferred:
-                for i in [i for i, (_, _, before) in deferred.items() if before[0].done()]:
-                    request, generation, before = deferred.pop(i)
-                    sent = last_sent(before)
-                    if not sent[0].done():
-                        deferred[i] = request, generation, sent
-                    elif answered(sent) or ended(sent):
-                        send(i, request, generation)
-                    elif orphan_of(sent) is not None:  # its connection is gone: ended first, from a thread
-                        future = request.channel.submit(_in_thread, request, generation, sent,
-                                                        overflow=partial(_busy, request.channel))
-                        threads[future] = i
-                        handles[i] = future
-                    else:
-                        done(i, request.channel.not_sent(sent))
-            if waiting:
-                others = threads or deferred
-                ready = readable(list(waiting), min(remaining, 0.002) if others else remaining)
-            elif threads or deferred:
-                wait([*threads, *(before[0] for _, _, before in deferred.values())], timeout=remaining,
-                     return_when=FIRST_COMPLETED)
-                ready = []
-            else:
-                ready = []
-            for sock in ready:
-                flight = waiting.pop(sock)
-                reply, again = _receive(flight)
-                if again is not None:
-                    waiting[again.conn._sock] = again
-                elif isinstance(reply, Exception) and may_resend(flight.request.lua, reply):
-                    in_thread(flight.position, _again(flight.request), flight.generation, fresh=True)
-                else:
-                    done(flight.position, reply)
-            for future in [f for f in threads if f.done()]:
-                results[threads.pop(future)] = future.result()
-    except BaseException:
-        for flight in waiting.values():  # interrupted: their replies will never be read
-            _drop(flight)
-        raise
-    for flight in waiting.values():
-        handles[flight.position] = flight.request.channel.submit(_finish, flight, True,
-                                                                 overflow=partial(_abandon, flight))
-    for i, (request, generation, before) in deferred.items():  # their turn did not come in time: in a thread
-        handles[i] = request.channel.submit(_in_thread, request, generation, before,
-                                            overflow=partial(_busy, request.channel))
-    for request, handle in zip(requests, handles, strict=True):
-        if handle is not _DONE and not handle.done():  # in flight: this thread's next request there waits
-            request.channel.track(caller, handle, timeout)
-    return results, handles
-
-
-_GRACE = 0.002  # seconds
 
 _DONE: Future[Any] = Future()
 """The handle of a request that has nothing left to run."""
@@ -584,11 +333,6 @@ def _finish(flight: _InFlight, resend: bool = False) -> Any:
     return reply
 
 
-def drop_closed(client: Any, key: str) -> None:
-    """Nothing to do: redis-py's synchronous pools drop an idle connection the server closed before using it
-    (the asyncio twin's cluster client does not)."""
-
-
 def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any], float] | None,
                fresh: bool = False) -> Any:
     """One request, sent and read in the calling thread: from a server's thread for a request `run_scripts`
@@ -640,122 +384,6 @@ def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any
     except BaseException:  # interrupted (KeyboardInterrupt) half-way: the reply is never read, the connection goes
         _drop(flight)
         raise
-
-
-def then(handle: Handle[Any], work: Callable[[], object]) -> None:
-    """Run best-effort `work` in the background once `handle` (from `fan_out`) has finished."""
-
-    def after(_: Future[Any]) -> None:
-        in_background(work)
-
-    handle.add_done_callback(after)
-
-
-class Signal:
-    """A flag one side sets and the other waits for, with a timeout (a `threading.Event` here)."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def clear(self) -> None:
-        self._event.clear()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self, timeout: float | None) -> bool:
-        return self._event.wait(timeout)
-
-
-Runner = threading.Thread
-"""Something running on its own: a daemon thread here, a task in the asyncio twin."""
-
-
-def spawn(work: Callable[[], None], name: str) -> Runner:
-    """Start `work` in a daemon thread (it never keeps the process alive); it must stop by itself when asked to."""
-    thread = threading.Thread(target=work, name=name, daemon=True)
-    thread.start()
-    return thread
-
-
-def alive(runner: Runner) -> bool:
-    return runner.is_alive()
-
-
-def join(runner: Runner, timeout: float) -> None:
-    """Wait for a runner to stop, at most `timeout` seconds."""
-    if runner is not threading.current_thread():
-        runner.join(timeout)
-
-
-def current_task() -> Any:
-    """Threads cannot be interrupted safely: there is nothing to cancel."""
-    return None
-
-
-def cancel(task: Any) -> None:
-    """Nothing to cancel in a thread (see `current_task`)."""
-
-
-def is_cancellation(exc: BaseException | None) -> bool:
-    return False
-
-
-def uncancel(task: Any) -> None:
-    """Nothing was cancelled (see `current_task`)."""
-
-
-def sleep(seconds: float) -> None:
-    time.sleep(seconds)
-
-
-# -- bridges to a client library that runs its own threads (kazoo, for ZooKeeper) ----------------------------
-
-def thread_result(result: Any, timeout: float) -> Any:
-    """Wait for a result that another thread completes (kazoo's `IAsyncResult`): its value, or its exception.
-
-    Raises `TimeoutError` when `timeout` seconds pass first; the request itself goes on.
-    """
-    if not result.wait(timeout):
-        raise TimeoutError(f"no answer within {timeout} s")
-    return result.get(block=False)
-
-
-class Wakeup:
-    """A flag that any thread may set (a watch firing on kazoo's thread) and one thread waits for."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def set(self) -> None:
-        self._event.set()
-
-    def wait(self, timeout: float) -> bool:
-        return self._event.wait(timeout)
-
-
-def wait_thread_event(event: Any, timeout: float) -> bool:
-    """Wait at most `timeout` seconds for a `threading.Event` that another thread sets (True: it was set)."""
-    return bool(event.wait(timeout))
-
-
-def blocking(work: Callable[[], object], timeout: float) -> bool:
-    """Run a blocking call in a daemon thread and wait at most `timeout` seconds for it (True: it finished)."""
-    finished = threading.Event()
-
-    def run() -> None:
-        try:
-            work()
-        except Exception:
-            pass
-        finally:
-            finished.set()
-
-    threading.Thread(target=run, name="fencelock-blocking", daemon=True).start()
-    return finished.wait(timeout)
 
 
 def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any],
