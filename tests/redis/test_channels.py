@@ -41,7 +41,7 @@ def test_a_late_reply_is_read_for_its_own_request_and_a_silent_connection_is_dro
     channel = sync_transport.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}"))
 
     def ask(value: str, timeout: float = 2.0) -> tuple[Any, Any]:
-        done, handles = sync_multiplex.run_scripts([sync_transport.ScriptRequest(channel, ECHO, [], [value])], timeout,
+        done, handles = sync_multiplex.run_scripts([_channel.ScriptRequest(channel, ECHO, [], [value])], timeout,
                                                 _one)
         return done.get(0), handles[0]
 
@@ -74,7 +74,7 @@ def test_asyncio_a_late_reply_is_read_for_its_own_request_and_a_silent_connectio
 
         async def ask(value: str, timeout: float = 2.0) -> tuple[Any, Any]:
             done, handles = await async_multiplex.run_scripts(
-                [async_transport.ScriptRequest(channel, ECHO, [], [value])], timeout, _one)
+                [_channel.ScriptRequest(channel, ECHO, [], [value])], timeout, _one)
             return done.get(0), handles[0]
 
         assert (await ask("warm"))[0] == b"warm"
@@ -121,7 +121,7 @@ def test_a_request_that_gets_its_thread_after_close_makes_no_connection(own_serv
     gate = threading.Event()
     busy = [channel.submit(gate.wait, 10.0) for _ in range(sync_transport.LANE_WORKERS)]  # the server's every thread
     try:
-        done, handles = sync_multiplex.run_scripts([sync_transport.ScriptRequest(channel, ECHO, [], ["late"])], 0.05,
+        done, handles = sync_multiplex.run_scripts([_channel.ScriptRequest(channel, ECHO, [], ["late"])], 0.05,
                                                 _one)
         assert done == {}  # no idle connection: the request waits for a thread to connect it
         channel.close()
@@ -143,7 +143,7 @@ def test_asyncio_closing_a_channel_while_a_request_connects_leaves_no_connection
         client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout=2")
         channel = async_transport.Channel(client)
         request = asyncio.ensure_future(async_multiplex.run_scripts(
-            [async_transport.ScriptRequest(channel, ECHO, [], ["late"])], 2.0, _one))
+            [_channel.ScriptRequest(channel, ECHO, [], ["late"])], 2.0, _one))
         await asyncio.sleep(0)  # the request has started to connect
         await channel.aclose()
         _, handles = await request
@@ -338,17 +338,17 @@ def test_asyncio_a_request_waiting_for_its_predecessor_is_never_sent_once_its_ca
     async def main() -> None:
         client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}")
         channel = async_transport.Channel(client)
-        warm, _ = await async_multiplex.run_scripts([async_transport.ScriptRequest(channel, ECHO, [], ["warm"])], 2.0,
+        warm, _ = await async_multiplex.run_scripts([_channel.ScriptRequest(channel, ECHO, [], ["warm"])], 2.0,
                                                  _one)
         assert warm == {0: b"warm"}
         handles: list[Any] = []
 
         async def caller() -> None:
             done, sent = await async_multiplex.run_scripts(
-                [async_transport.ScriptRequest(channel, ECHO, [], ["late"])], 0.02, _one)
+                [_channel.ScriptRequest(channel, ECHO, [], ["late"])], 0.02, _one)
             assert done == {}  # in flight: this task's next request there waits for its reply
             handles.extend(sent)
-            await async_multiplex.run_scripts([async_transport.ScriptRequest(channel, SET, [key], ["sent"])], 2.0, _one)
+            await async_multiplex.run_scripts([_channel.ScriptRequest(channel, SET, [key], ["sent"])], 2.0, _one)
 
         own_server.pause()
         try:

@@ -9,10 +9,11 @@ from typing import Any
 
 from .._channel import (
     Packed,
+    ScriptRequest,
 )
 from ._concurrency import Handle, _caller
 from ._fanout import _gather
-from ._transport import ScriptRequest, _call_script
+from ._transport import _call_script
 
 
 async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,

@@ -5,29 +5,31 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, NamedTuple
+from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from .._channel import (
+    KILL,
+    REFUSE,
+    WAIT,
     ChannelBase,
     Closed,
-    Confirmed,
+    Orphan,
     Packed,
+    ScriptRequest,
     Unwritten,
-    answered,
     closed_by_peer,
+    confirmed_reply,
     encode,
     end,
-    ended,
-    kill_command,
-    killed,
-    last_sent,
     may_resend,
-    orphan_of,
     orphaned,
+    packed,
+    turn,
 )
+from ._admin import client_id, kill
 
 
 class Channel(ChannelBase):
@@ -93,7 +95,7 @@ class Channel(ChannelBase):
             await conn.connect()
             if generation != self.generation:  # closed while this connected: aclose did not see it connected
                 raise RedisConnectionError("the client was closed")
-            conn.fencelock_id = await _client_id(conn)
+            conn.fencelock_id = await client_id(conn)
         except BaseException:
             self._open.discard(conn)
             await conn.disconnect(nowait=True)
@@ -120,25 +122,6 @@ class Channel(ChannelBase):
             await conn.disconnect(nowait=True)
 
 
-class ScriptRequest(NamedTuple):
-    """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
-    (the same objects) carry the same command: it is encoded once.
-
-    `wake`: (list key, seconds): the script follows a BLPOP on that list, in the same write, so the server runs
-    it the moment the BLPOP returns (a release's push, or the timeout). The BLPOP's own answer is not the
-    request's reply: it is read and dropped.
-
-    `confirm`: a command (WAIT, WAITAOF) written right after the script on the same connection; the reply is then
-    a `Confirmed` (the script's reply and that command's answer)."""
-
-    channel: Channel
-    lua: Any  # fencelock._scripts.Lua
-    keys: list[str]
-    args: list[Any]
-    wake: tuple[str, float] | None = None
-    confirm: tuple[Any, ...] | None = None
-
-
 def _closed_by_peer(conn: Any) -> bool:
     """The server closed this idle connection: the loop saw it end, or its socket has something to read."""
     reader, writer = conn._reader, conn._writer
@@ -151,30 +134,28 @@ def _closed_by_peer(conn: Any) -> bool:
     return closed_by_peer(writer.transport.get_extra_info("socket"))
 
 
-async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
+async def _call_script(request: ScriptRequest, cache: Packed, generation: int,
                        before: tuple[asyncio.Future[Any], float] | None,
                        abandoned: asyncio.Future[None] | None = None, fresh: bool = False) -> Any:
     """One request on its server's channel (after `before`, the caller's previous one there); a request that
     `may_resend` goes again once, on a new connection (`fresh`: it is that second sending). One still waiting
     for `before` when `abandoned` is set (its caller was cancelled) is never sent."""
     channel = request.channel
-    if before is not None:
-        before = last_sent(before)
-    if before is not None and not before[0].done():  # the caller's previous request here goes first
-        deadline = asyncio.get_running_loop().time() + before[1]
-        while not before[0].done():
+    step = turn(before)
+    if step.action is WAIT:  # the caller's previous request here goes first
+        deadline = asyncio.get_running_loop().time() + step.before[1]
+        while step.action is WAIT:
+            previous = step.before[0]
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining > 0:
-                await asyncio.wait([before[0]] if abandoned is None else [before[0], abandoned], timeout=remaining,
+                await asyncio.wait([previous] if abandoned is None else [previous, abandoned], timeout=remaining,
                                    return_when=asyncio.FIRST_COMPLETED)
-            if not before[0].done() or (abandoned is not None and abandoned.done()):
-                return channel.not_sent(before)
-            before = last_sent(before)
-    orphan = None
-    if before is not None and before[0].done() and not answered(before) and not ended(before):
-        orphan = orphan_of(before)
-        if orphan is None:
-            return channel.not_sent(before)
+            if not previous.done() or (abandoned is not None and abandoned.done()):
+                return channel.not_sent(step.before)
+            step = turn(step.before)
+    if step.action is REFUSE:
+        return channel.not_sent(step.before)
+    if step.action is KILL:
         fresh = True  # (once the old connection is ended, no resend follows: `fresh` sends once)
     conn = None if fresh else channel.take(generation)
     if conn is None:
@@ -182,24 +163,21 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
             conn = await channel.connect(generation)
         except Exception as exc:
             return exc
-    if orphan is not None and before is not None:
+    if step.action is KILL:
         try:
-            gone = await _kill(conn, orphan)
+            gone = await kill(conn, step.orphan)
         except BaseException as exc:  # the kill itself unanswered: the old request may still run
             await conn.disconnect(nowait=True)
             await channel.give_back(conn)
             if not isinstance(exc, Exception):
                 raise
-            return orphaned(exc, _Orphan(orphan))
+            return orphaned(exc, Orphan(step.orphan))
         if gone:
-            end(before)
+            end(step.before)
         else:
             await channel.give_back(conn)
-            return channel.not_sent(before)
-    same = request.lua.sha, id(request.keys), id(request.args), request.wake, request.confirm
-    command = packed.get(same)
-    if command is None:
-        command = packed[same] = encode(conn, request, reload=False)
+            return channel.not_sent(step.before)
+    command = packed(cache, conn, request)
     try:
         try:
             try:
@@ -226,35 +204,10 @@ async def _call_script(request: ScriptRequest, packed: Packed, generation: int,
         if not isinstance(exc, Exception):
             raise
         if not fresh and may_resend(request.lua, exc):
-            return await _call_script(request._replace(wake=None), packed, generation, None, fresh=True)
+            return await _call_script(request.again(), cache, generation, None, fresh=True)
         return exc
     await channel.give_back(conn)
     return reply
-
-
-class _Orphan(NamedTuple):
-    """A connection known only by the server's id for it (one a request was dropped with)."""
-
-    fencelock_id: int
-
-
-async def _client_id(conn: Any) -> int | None:
-    """The server's id of a new connection (`CLIENT ID`), None if it has none to give (an error answered)."""
-    await conn.send_command("CLIENT", "ID", check_health=False)
-    try:
-        reply = await conn.read_response()
-    except ResponseError:
-        return None
-    return reply if isinstance(reply, int) else None
-
-
-async def _kill(conn: Any, orphan: int) -> bool:
-    """End the server's connection `orphan` from `conn`: True once the server says it is gone."""
-    await conn.send_command(*kill_command(orphan), check_health=False)
-    try:
-        return killed(await conn.read_response())
-    except ResponseError:
-        return False
 
 
 async def _read(conn: Any, after_wait: bool, confirmed: bool = False) -> Any:
@@ -276,9 +229,10 @@ async def _read(conn: Any, after_wait: bool, confirmed: bool = False) -> Any:
         confirmation = await conn.read_response()
     except ResponseError as exc:
         confirmation = exc
-    if isinstance(reply, ResponseError):
-        raise reply
-    return Confirmed(reply, confirmation)
+    result = confirmed_reply(reply, confirmation)
+    if isinstance(result, ResponseError):
+        raise result
+    return result
 
 
 async def _write(conn: Any, command: bytes) -> None:

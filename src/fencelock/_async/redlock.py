@@ -16,6 +16,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from .._channel import ScriptRequest
 from .._errors import BackendError, QuorumUnavailable
 from .._events import emit
 from .._logic.args import DEFAULT_TTL
@@ -60,7 +61,7 @@ from .._scripts import (
 from ._concurrency import in_background, sleep, then
 from ._fanout import fan_out
 from ._multiplex import run_scripts
-from ._transport import Channel, ScriptRequest, call_script
+from ._transport import Channel, call_script
 from .redis import BATCH, CLIENT_ERRORS, MIN_BLOCK, run_script, scan_names, socket_timeout, wait_for_wake
 
 _FAILED = Answer(Reply.FAILED)

@@ -12,21 +12,20 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from .._channel import (
+    KILL,
+    SEND,
+    WAIT,
     Packed,
-    answered,
-    encode,
-    ended,
-    last_sent,
+    ScriptRequest,
     may_resend,
-    orphan_of,
+    packed,
     readable,
+    turn,
 )
 from ._concurrency import Handle
 from ._transport import (
     _DONE,
-    ScriptRequest,
     _abandon,
-    _again,
     _busy,
     _drop,
     _finish,
@@ -55,7 +54,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
     handles: list[Handle[Any]] = []
     waiting: dict[Any, _InFlight] = {}  # socket -> the request in flight on it
     threads: dict[Future[Any], int] = {}
-    packed: Packed = {}  # requests sharing their key and argument lists (and wait): packed once
+    cache: Packed = {}  # requests sharing their key and argument lists (and wait): packed once
 
     deferred: dict[int, tuple[ScriptRequest, int, tuple[Future[Any], float]]] = {}  # after our previous one
 
@@ -75,16 +74,12 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         if conn is None:
             in_thread(i, request, generation, fresh=False)
             return
-        same = request.lua.sha, id(request.keys), id(request.args), request.wake, request.confirm
-        command = packed.get(same)
-        if command is None:
-            command = packed[same] = encode(conn, request, reload=False)
         flight = _InFlight(i, request, conn, generation)
-        failed = _send(flight, command)
+        failed = _send(flight, packed(cache, conn, request))
         if failed is None:
             waiting[conn._sock] = flight
         elif may_resend(request.lua, failed):
-            in_thread(i, _again(request), generation, fresh=True)
+            in_thread(i, request.again(), generation, fresh=True)
         else:
             done(i, failed)
 
@@ -113,18 +108,18 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
             if deferred:
                 for i in [i for i, (_, _, before) in deferred.items() if before[0].done()]:
                     request, generation, before = deferred.pop(i)
-                    sent = last_sent(before)
-                    if not sent[0].done():
-                        deferred[i] = request, generation, sent
-                    elif answered(sent) or ended(sent):
+                    step = turn(before)
+                    if step.action is WAIT:
+                        deferred[i] = request, generation, step.before
+                    elif step.action is SEND:
                         send(i, request, generation)
-                    elif orphan_of(sent) is not None:  # its connection is gone: ended first, from a thread
-                        future = request.channel.submit(_in_thread, request, generation, sent,
+                    elif step.action is KILL:  # its connection is gone: ended first, from a thread
+                        future = request.channel.submit(_in_thread, request, generation, step.before,
                                                         overflow=partial(_busy, request.channel))
                         threads[future] = i
                         handles[i] = future
                     else:
-                        done(i, request.channel.not_sent(sent))
+                        done(i, request.channel.not_sent(step.before))
             if waiting:
                 others = threads or deferred
                 ready = readable(list(waiting), min(remaining, 0.002) if others else remaining)
@@ -140,7 +135,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                 if again is not None:
                     waiting[again.conn._sock] = again
                 elif isinstance(reply, Exception) and may_resend(flight.request.lua, reply):
-                    in_thread(flight.position, _again(flight.request), flight.generation, fresh=True)
+                    in_thread(flight.position, flight.request.again(), flight.generation, fresh=True)
                 else:
                     done(flight.position, reply)
             for future in [f for f in threads if f.done()]:

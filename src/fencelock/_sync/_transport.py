@@ -12,27 +12,29 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._channel import (
+    KILL,
+    REFUSE,
+    WAIT,
     ChannelBase,
     Closed,
-    Confirmed,
+    Orphan,
+    ScriptRequest,
     Unwritten,
-    answered,
     closed_by_peer,
+    confirmed_reply,
     encode,
     end,
-    ended,
-    kill_command,
-    killed,
-    last_sent,
     may_resend,
-    orphan_of,
     orphaned,
+    server_error,
+    turn,
 )
 from .._logic import resp
+from ._admin import client_id, kill
 from ._concurrency import T
 
 
@@ -131,7 +133,7 @@ class Channel(ChannelBase):
             conn.connect()
             if generation != self.generation:  # closed while this connected: close did not see it connected
                 raise RedisConnectionError("the client was closed")
-            conn.fencelock_id = _client_id(conn)
+            conn.fencelock_id = client_id(conn)
         except BaseException:
             self._open.discard(conn)
             conn.disconnect()
@@ -157,31 +159,6 @@ LANE_BACKLOG = 256
 """Jobs one server may have waiting or running before its new requests fail at once (it is stalled)."""
 
 
-class ScriptRequest(NamedTuple):
-    """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
-    (the same objects) carry the same command: it is encoded once.
-
-    `wake`: (list key, seconds): the script follows a BLPOP on that list, in the same write, so the server runs
-    it the moment the BLPOP returns (a release's push, or the timeout). The BLPOP's own answer is not the
-    request's reply: it is read and dropped.
-
-    `confirm`: a command (WAIT, WAITAOF) written right after the script on the same connection; the reply is then
-    a `Confirmed` (the script's reply and that command's answer)."""
-
-    channel: Channel
-    lua: Any  # fencelock._scripts.Lua
-    keys: list[str]
-    args: list[Any]
-    wake: tuple[str, float] | None = None
-    confirm: tuple[Any, ...] | None = None
-
-
-class _Orphan(NamedTuple):
-    """A connection known only by the server's id for it (one a request was dropped with)."""
-
-    fencelock_id: int
-
-
 class _InFlight(NamedTuple):
     """A request written to a dedicated connection, whose reply is still to be read."""
 
@@ -195,25 +172,6 @@ class _InFlight(NamedTuple):
 _DONE: Future[Any] = Future()
 """The handle of a request that has nothing left to run."""
 _DONE.set_result(None)
-
-
-def _client_id(conn: Any) -> int | None:
-    """The server's id of a new connection (`CLIENT ID`), None if it has none to give (an error answered)."""
-    conn.send_command("CLIENT", "ID", check_health=False)
-    try:
-        reply = conn.read_response()
-    except ResponseError:
-        return None
-    return reply if isinstance(reply, int) else None
-
-
-def _kill(conn: Any, orphan: int) -> bool:
-    """End the server's connection `orphan` from `conn`: True once the server says it is gone."""
-    conn.send_command(*kill_command(orphan), check_health=False)
-    try:
-        return killed(conn.read_response())
-    except ResponseError:
-        return False
 
 
 def _send(flight: _InFlight, command: Any) -> Exception | None:
@@ -230,11 +188,6 @@ def _send(flight: _InFlight, command: Any) -> Exception | None:
         _drop(flight)
         return exc
     return None
-
-
-def _again(request: ScriptRequest) -> ScriptRequest:
-    """The request to send once more: without its wait (a wake-up it may have taken already; it is tried now)."""
-    return request._replace(wake=None)
 
 
 def _busy(channel: Channel) -> Exception:
@@ -268,7 +221,7 @@ def _receive(flight: _InFlight) -> tuple[Any, _InFlight | None]:
         _drop(flight)
         return exc, None
     if confirm:  # the script's reply, then the answer of the command that followed it
-        reply = reply[0] if isinstance(reply[0], Exception) else Confirmed(reply[0], reply[1])
+        reply = confirmed_reply(reply[0], reply[1])
     if isinstance(reply, NoScriptError) and not flight.reloaded:
         again = flight._replace(reloaded=True)
         failed = _send(again, encode(flight.conn, flight.request, reload=True))
@@ -308,7 +261,7 @@ def _read_reply(conn: Any, skip: int = 0, count: int = 1) -> Any:
                 skip -= 1
                 continue
             if isinstance(reply, resp.ServerError):
-                reply = NoScriptError(reply) if reply.startswith("NOSCRIPT") else ResponseError(reply)
+                reply = server_error(reply)
             replies.append(reply)
             if len(replies) < count:
                 continue
@@ -329,7 +282,7 @@ def _finish(flight: _InFlight, resend: bool = False) -> Any:
     while again is not None:
         reply, again = _receive(again)
     if resend and isinstance(reply, Exception) and may_resend(flight.request.lua, reply):
-        return _in_thread(_again(flight.request), flight.generation, None, True)
+        return _in_thread(flight.request.again(), flight.generation, None, True)
     return reply
 
 
@@ -340,20 +293,18 @@ def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any
     connection is idle), or from the caller's own (`call_script`). Send on an idle connection, or connect one
     (`fresh`: always a new one, for a request sent again); read. A request that `may_resend` goes again once."""
     channel = request.channel
-    if before is not None:
-        before = last_sent(before)
-    if before is not None and not before[0].done():  # the caller's previous request here goes first
-        deadline = time.monotonic() + before[1]
-        while not before[0].done():
-            wait([before[0]], timeout=max(0.0, deadline - time.monotonic()))
-            if not before[0].done():
-                return channel.not_sent(before)
-            before = last_sent(before)
-    orphan = None
-    if before is not None and not answered(before) and not ended(before):
-        orphan = orphan_of(before)
-        if orphan is None:
-            return channel.not_sent(before)
+    step = turn(before)
+    if step.action is WAIT:  # the caller's previous request here goes first
+        deadline = time.monotonic() + step.before[1]
+        while step.action is WAIT:
+            previous = step.before[0]
+            wait([previous], timeout=max(0.0, deadline - time.monotonic()))
+            if not previous.done():
+                return channel.not_sent(step.before)
+            step = turn(step.before)
+    if step.action is REFUSE:
+        return channel.not_sent(step.before)
+    if step.action is KILL:
         fresh = True  # (once the old connection is ended, no resend follows: `fresh` sends once)
     conn = None if fresh else channel.take(generation)
     if conn is None:
@@ -361,23 +312,23 @@ def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any
             conn = channel.connect(generation)
         except Exception as exc:
             return exc
-    if orphan is not None and before is not None:
+    if step.action is KILL:
         try:
-            gone = _kill(conn, orphan)
+            gone = kill(conn, step.orphan)
         except Exception as exc:  # the kill itself unanswered: the old request may still run
             conn.disconnect()
             channel.give_back(conn)
-            return orphaned(exc, _Orphan(orphan))
+            return orphaned(exc, Orphan(step.orphan))
         if gone:
-            end(before)
+            end(step.before)
         else:
             channel.give_back(conn)
-            return channel.not_sent(before)
+            return channel.not_sent(step.before)
     flight = _InFlight(0, request, conn, generation)
     failed = _send(flight, encode(conn, request, reload=False))
     if failed is not None:
         if not fresh and may_resend(request.lua, failed):
-            return _in_thread(_again(request), generation, None, True)
+            return _in_thread(request.again(), generation, None, True)
         return failed
     try:
         return _finish(flight, resend=not fresh)
