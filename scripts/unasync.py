@@ -22,7 +22,7 @@ HAND_WRITTEN = {
     "_multiplex.py",  # run_scripts: a task per request / the sync-only select loop
     "_transport.py",  # Redis's dedicated connections (Channel) and one script call
     "_cluster.py",  # Redis Cluster's node lookup and client gaps
-    "_kazoo.py",  # bridges to kazoo's threads
+    "_kazoo.py",  # bridges to kazoo's threads (its results, watches and events)
 }
 
 SUBSTITUTIONS = [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
 from typing import Any
 
 
@@ -82,19 +81,3 @@ async def wait_thread_event(event: Any, timeout: float) -> bool:
     # A daemon thread, not the loop's executor: it must never keep the process from exiting.
     threading.Thread(target=watch, name="fencelock-wait", daemon=True).start()
     return bool(await done)
-
-
-async def blocking(work: Callable[[], object], timeout: float) -> bool:
-    """Run a blocking call in a daemon thread and wait at most `timeout` seconds for it (True: it finished)."""
-    finished = threading.Event()
-
-    def run() -> None:
-        try:
-            work()
-        except Exception:
-            pass
-        finally:
-            finished.set()
-
-    threading.Thread(target=run, name="fencelock-blocking", daemon=True).start()
-    return await wait_thread_event(finished, timeout)

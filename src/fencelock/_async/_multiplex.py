@@ -18,12 +18,9 @@ from ._transport import _call_script
 
 async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                       enough: Callable[[dict[int, Any]], bool]) -> tuple[dict[int, Any], list[Handle[Any]]]:
-    """Run one script on each of several servers at once, each on a dedicated connection (`Channel`); like
-    `fan_out`. A reply is the script's answer, or the exception the server or network gave; after NOSCRIPT the
-    script is sent again as EVAL on the same connection. A reply still missing at the end is read in the
-    background; one that does not come within the socket timeout drops its connection. The caller's next request
-    to that server waits for it first (see `Channel`). (The synchronous twin multiplexes sockets from one
-    thread.)"""
+    """Run one script on each of several servers at once, one task per request on its server's `Channel`; like
+    `fan_out`. A reply is the script's answer, or the exception the server or network gave; one still missing at
+    the end is read in the background, and the caller's next request to that server waits for it."""
     caller = _caller()
     packed: Packed = {}  # requests sharing their key and argument lists (and wait): packed once
     tasks: list[asyncio.Future[Any]] = []

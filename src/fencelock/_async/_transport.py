@@ -33,28 +33,9 @@ from ._admin import client_id, kill
 
 
 class Channel(ChannelBase):
-    """One server's dedicated connections for `run_scripts`, outside the client's connection pool.
-
-    Each connection carries one request at a time: it is idle here, or owned by exactly one request until that
-    request's reply has been read. A request sends on an idle connection and reads its reply itself, with none of
-    the pool's per-request work (its lock, its "no unread data" check, its metrics hooks). The connections are
-    made with the client's own settings (address, TLS, credentials, timeouts), so they behave as the client's
-    would; the client's pool still serves every other command (a Redlock wait's BLPOP, repair).
-
-    Requests one task sends to one server reach it in the order it sent them, by the rule in `_channel`: while the
-    task's previous request there still waits for its reply (one that came after the quorum, read in the
-    background), the next one waits for that reply, at most that request's own bound, and then takes an idle
-    connection. Opening another connection instead would let the later request overtake the earlier one (a new
-    acquire run before our own release on a slow node, and refused there by our own key). A task started on a
-    caller's behalf (`shielded`, `undo_if_interrupted`) counts as that caller. Concurrent tasks are not ordered
-    with each other: each takes its own connection (a new one is connected when none is idle).
-
-    Connections belong to the event loop that made them: under another loop (a second `asyncio.run`), or after
-    `os.fork()`, the old ones are let go and new ones are made. `aclose` closes every connection, also those a
-    request still uses (as redis-py's pool does); a request begun before it never keeps or makes one after it,
-    and every connection that is dropped (failed, timed out, or made before `aclose`) is closed, never left to
-    the garbage collector.
-    """
+    """One server's dedicated connections for `run_scripts` and `call_script`, outside the client's pool: each
+    carries one request at a time, and one task's requests to the server keep their order (the rules:
+    docs/design/redis-transport.md). Connections belong to the loop and the process that made them."""
 
     def __init__(self, client: Any) -> None:
         super().__init__(client)
@@ -245,12 +226,9 @@ async def _write(conn: Any, command: bytes) -> None:
 async def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any],
                       wake: tuple[str, float] | None = None, generation: int | None = None,
                       confirm: tuple[Any, ...] | None = None) -> Any:
-    """One script call on one server's dedicated connection: the single-node backend's requests and Redlock's
-    give-backs, without redis-py's per-command work; with `wake`, after a BLPOP (see `ScriptRequest`). Returns
-    the reply, or the exception the server or the network gave (as `run_scripts` does); a cancelled call drops
-    its connection (its reply is never read). `generation`: the channel's, as the caller read it earlier (a
-    request begun before `aclose` is refused a connection after it); by default, now. `confirm`: see
-    `ScriptRequest`."""
+    """One script call on one server's dedicated connection (see `ScriptRequest` for `wake` and `confirm`): the
+    reply, or the exception the server or the network gave. `generation`: the channel's as the caller read it
+    (a request begun before `aclose` is refused a connection after it); by default, now."""
     # (One call at a time per task here, each awaited to its end: nothing of the caller's is in flight before it.)
     return await _call_script(ScriptRequest(channel, lua, keys, args, wake, confirm), {},
                               channel.generation if generation is None else generation, None)

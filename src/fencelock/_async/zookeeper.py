@@ -80,7 +80,8 @@ from .._logic.zookeeper import (
     session_timeout_ms,
     ttl_fits,
 )
-from ._kazoo import Wakeup, blocking, thread_result, wait_thread_event
+from ._kazoo import Wakeup, thread_result, wait_thread_event
+from ._threads import blocking
 
 try:
     from kazoo.client import KazooClient, KazooState

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
 
@@ -35,19 +34,3 @@ class Wakeup:
 def wait_thread_event(event: Any, timeout: float) -> bool:
     """Wait at most `timeout` seconds for a `threading.Event` that another thread sets (True: it was set)."""
     return bool(event.wait(timeout))
-
-
-def blocking(work: Callable[[], object], timeout: float) -> bool:
-    """Run a blocking call in a daemon thread and wait at most `timeout` seconds for it (True: it finished)."""
-    finished = threading.Event()
-
-    def run() -> None:
-        try:
-            work()
-        except Exception:
-            pass
-        finally:
-            finished.set()
-
-    threading.Thread(target=run, name="fencelock-blocking", daemon=True).start()
-    return finished.wait(timeout)

@@ -38,17 +38,9 @@ from ._transport import (
 
 def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                 enough: Callable[[dict[int, Any]], bool]) -> tuple[dict[int, Any], list[Handle[Any]]]:
-    """Run one script on each of several servers at once, from this thread alone; like `fan_out`.
-
-    Threads cost more than they save here (each request is mostly Python work under one lock), so the request
-    is written to an idle dedicated connection (`Channel`) of every server first, and the replies are read as
-    they arrive (`select`). A reply is the script's answer, or the exception the server or network gave; after
-    NOSCRIPT the script is sent again as EVAL on the same connection. A server with no idle connection (the first
-    request, a second thread, or after a failure) is served from a thread that connects, so a stalled server
-    never holds the caller past `timeout`. Replies still missing at the end are read in the background: a
-    connection is used again only once its reply has been read, and is dropped if none comes within its socket
-    timeout. The returned handles complete when each reply is in, so cleanup can be chained after each (`then`).
-    """
+    """Run one script on each of several servers at once, from this thread alone; like `fan_out`: written to an idle
+    connection of every server first, the replies read as they arrive, a server with none idle served from its
+    own threads (docs/design/redis-transport.md). Handles complete when each reply is in (`then`)."""
     caller = threading.get_ident()
     results: dict[int, Any] = {}
     handles: list[Handle[Any]] = []

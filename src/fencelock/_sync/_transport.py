@@ -39,32 +39,9 @@ from ._concurrency import T
 
 
 class Channel(ChannelBase):
-    """One server's dedicated connections for `run_scripts`, outside the client's connection pool.
-
-    Each connection carries one request at a time: it is idle here, or owned by exactly one request until that
-    request's reply has been read. A request sends on an idle connection and reads its reply itself, with none of
-    the pool's per-request work (its locks, its "no unread data" check, which costs a read, its metrics hooks).
-    The connections are made with the client's own settings (address, TLS, credentials, timeouts), so they
-    behave as the client's would; the client's pool still serves every other command (a Redlock wait's BLPOP,
-    repair).
-
-    Requests one thread sends to one server reach it in the order it sent them, by the rule in `_channel`: while
-    the thread's previous request there still waits for its reply (one that came after the quorum, read in the
-    background), the next one waits for that reply, at most that request's own bound, and then takes an idle
-    connection. Opening another connection instead would let the later request overtake the earlier one (a new
-    acquire run before our own release on a slow node, and refused there by our own key). Threads that share the
-    client are not ordered with each other: each takes its own connection (a new one is connected when none is
-    idle), so a connection is never used by two requests at once.
-
-    Work for this server that must block (connecting, a reply read after the caller moved on) runs on the
-    server's own few threads (`submit`), never on threads shared with other servers: a stalled server fills only
-    its own, and past `LANE_BACKLOG` waiting jobs its requests fail at once instead of queueing.
-
-    After `os.fork()` the child leaves the parent's connections alone and makes its own. `close` closes every
-    connection, also those a request still uses (as redis-py's pool does); a request begun before it never keeps
-    or makes one after it, and every connection that is dropped (failed, timed out, or made before `close`) is
-    closed, never left to the garbage collector.
-    """
+    """One server's dedicated connections for `run_scripts` and `call_script`, outside the client's pool: each
+    carries one request at a time, and one thread's requests to the server keep their order (the rules:
+    docs/design/redis-transport.md). Work that blocks on this server runs on its own few threads (`submit`)."""
 
     def __init__(self, client: Any) -> None:
         super().__init__(client)
@@ -340,12 +317,9 @@ def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any
 def call_script(channel: Channel, lua: Any, keys: list[str], args: list[Any],
                 wake: tuple[str, float] | None = None, generation: int | None = None,
                 confirm: tuple[Any, ...] | None = None) -> Any:
-    """One script call on one server's dedicated connection, from this thread: the single-node backend's
-    requests and Redlock's give-backs, without redis-py's per-command work; with `wake`, after a BLPOP (see
-    `ScriptRequest`). Returns the reply, or the exception the server or the network gave (as `run_scripts`
-    does); blocks at most the client's connect and socket timeouts (and the BLPOP). `generation`: the
-    channel's, as the caller read it earlier (a request begun before `close` is refused a connection after
-    it); by default, now. `confirm`: see `ScriptRequest`."""
+    """One script call on one server's dedicated connection, from this thread (see `ScriptRequest` for `wake` and
+    `confirm`): the reply, or the exception the server or the network gave. `generation`: the channel's as the
+    caller read it (a request begun before `close` is refused a connection after it); by default, now."""
     # (One call at a time per thread here, each to its end: nothing of the caller's is in flight before it.)
     return _in_thread(ScriptRequest(channel, lua, keys, args, wake, confirm),
                       channel.generation if generation is None else generation, None)
