@@ -1,4 +1,4 @@
-"""The wire rule both front ends' transports call (`_channel`): the order rule's decision (`turn`), a request's
+"""The wire rule both front ends' transports call (`_redis/channel.py`): the order rule's decision (`turn`), a request's
 bytes encoded once (`packed`), and what a reply means; driven by plain futures, with no server."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from redis.connection import Connection
 from redis.exceptions import NoScriptError, ResponseError
 
-from fencelock._channel import (
+from fencelock._redis.channel import (
     KILL,
     REFUSE,
     SEND,

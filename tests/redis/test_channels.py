@@ -18,9 +18,9 @@ import redis
 import redis.asyncio
 
 import fencelock
-from fencelock import _channel
 from fencelock._async import _multiplex as async_multiplex
 from fencelock._async import _transport as async_transport
+from fencelock._redis import channel as _channel
 from fencelock._scripts import Lua
 from fencelock._sync import _multiplex as sync_multiplex
 from fencelock._sync import _transport as sync_transport
@@ -300,7 +300,7 @@ def _finished(result: Any = None, *, error: BaseException | None = None, cancell
 
 
 def test_the_order_rule_waits_for_the_latest_request_that_was_sent_and_only_an_answer_lets_the_next_go() -> None:
-    """`_channel`'s rule, which both twins' channels follow: a request that was not sent is never waited for,
+    """`_redis/channel.py`'s rule, which both twins' channels follow: a request that was not sent is never waited for,
     the one it waited for is; a reply or the server's own error is an answer, a network failure is not."""
     channel = _channel.ChannelBase(redis.Redis(host="127.0.0.1", port=1, socket_timeout=0.5))
     assert channel.where == "127.0.0.1:1"

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._channel import (
+from .._redis.channel import (
     Packed,
     ScriptRequest,
 )

@@ -10,7 +10,7 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
-from .._channel import (
+from .._redis.channel import (
     KILL,
     REFUSE,
     WAIT,

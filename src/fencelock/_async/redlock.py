@@ -16,7 +16,6 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from .._channel import ScriptRequest
 from .._errors import BackendError, QuorumUnavailable
 from .._events import emit
 from .._logic.args import DEFAULT_TTL
@@ -48,6 +47,7 @@ from .._logic.redlock import (
 )
 from .._logic.status import LockStatus, NodeView, majority_status
 from .._logic.timing import backoff
+from .._redis.channel import ScriptRequest
 from .._scripts import (
     FORCE_RELEASE,
     REDLOCK_ACQUIRE,

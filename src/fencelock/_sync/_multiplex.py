@@ -11,7 +11,7 @@ from functools import partial
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
-from .._channel import (
+from .._redis.channel import (
     KILL,
     SEND,
     WAIT,

@@ -15,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._channel import (
+from .._redis.channel import (
     KILL,
     REFUSE,
     WAIT,
@@ -33,7 +33,7 @@ from .._channel import (
     server_error,
     turn,
 )
-from .._logic import resp
+from .._redis import resp
 from ._admin import client_id, kill
 from ._concurrency import T
 

@@ -35,7 +35,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._logic import resp
+from . import resp
 
 PATIENCE = 2.0
 """Seconds a request waits for the caller's previous request to the same server when the client has no socket
