@@ -4,7 +4,7 @@
     python scripts/unasync.py --check   exit 1 if any synchronous file differs from what would be generated
 
 The substitutions are plain and few (as in httpcore's scripts/unasync.py); everything that really differs between
-asyncio and threads lives in the hand-written pair `_async/_compat.py` / `_sync/_compat.py`, which is not generated.
+asyncio and threads lives in the hand-written pairs named in HAND_WRITTEN (same name in both trees), never generated.
 """
 
 from __future__ import annotations
@@ -15,7 +15,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "src" / "fencelock"
 SOURCE, TARGET = ROOT / "_async", ROOT / "_sync"
-HAND_WRITTEN = {"__init__.py", "_compat.py"}
+HAND_WRITTEN = {
+    "__init__.py",
+    "_concurrency.py",  # background work, cancellation, signals, runners
+    "_fanout.py",  # calls to several servers at once
+    "_multiplex.py",  # run_scripts: a task per request / the sync-only select loop
+    "_transport.py",  # Redis's dedicated connections (Channel) and one script call
+    "_cluster.py",  # Redis Cluster's node lookup and client gaps
+    "_kazoo.py",  # bridges to kazoo's threads (its results, watches and events)
+}
 
 SUBSTITUTIONS = [
     (r"\basync def\b", "def"),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from redis.connection import Connection
 from redis.exceptions import DataError
 
-from fencelock._logic import resp
+from fencelock._redis import resp
 
 _REDIS_PY: Any = Connection()  # type: ignore[no-untyped-call]  # (redis-py is untyped)
 

@@ -1,4 +1,4 @@
-"""The dedicated server connections of Redlock and the single node (`Channel` in `_compat.py`, both twins), on
+"""The dedicated server connections of Redlock and the single node (`Channel` in `_transport.py`, both twins), on
 real servers: a connection carries one request at a time, a script sent after a wait returns its own reply, a
 late reply is read for its own request and never for a later one, a connection with no reply within its socket
 timeout is dropped, threads sharing a client never share a connection, and a forked child makes connections of
@@ -18,10 +18,12 @@ import redis
 import redis.asyncio
 
 import fencelock
-from fencelock import _channel
-from fencelock._async import _compat as async_compat
+from fencelock._async import _multiplex as async_multiplex
+from fencelock._async import _transport as async_transport
+from fencelock._redis import channel as _channel
 from fencelock._scripts import Lua
-from fencelock._sync import _compat as sync_compat
+from fencelock._sync import _multiplex as sync_multiplex
+from fencelock._sync import _transport as sync_transport
 from fencelock.testing.servers import RedisNodes, RedisServer
 from fencelock.testing.timing import slack
 from tests.conftest import initialise_redlock
@@ -37,10 +39,10 @@ def _one(done: dict[int, Any]) -> bool:
 
 def test_a_late_reply_is_read_for_its_own_request_and_a_silent_connection_is_dropped(
         own_server: RedisServer) -> None:
-    channel = sync_compat.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}"))
+    channel = sync_transport.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}"))
 
     def ask(value: str, timeout: float = 2.0) -> tuple[Any, Any]:
-        done, handles = sync_compat.run_scripts([sync_compat.ScriptRequest(channel, ECHO, [], [value])], timeout,
+        done, handles = sync_multiplex.run_scripts([_channel.ScriptRequest(channel, ECHO, [], [value])], timeout,
                                                 _one)
         return done.get(0), handles[0]
 
@@ -69,11 +71,11 @@ def test_asyncio_a_late_reply_is_read_for_its_own_request_and_a_silent_connectio
         own_server: RedisServer) -> None:
     async def main() -> None:
         client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}")
-        channel = async_compat.Channel(client)
+        channel = async_transport.Channel(client)
 
         async def ask(value: str, timeout: float = 2.0) -> tuple[Any, Any]:
-            done, handles = await async_compat.run_scripts(
-                [async_compat.ScriptRequest(channel, ECHO, [], [value])], timeout, _one)
+            done, handles = await async_multiplex.run_scripts(
+                [_channel.ScriptRequest(channel, ECHO, [], [value])], timeout, _one)
             return done.get(0), handles[0]
 
         assert (await ask("warm"))[0] == b"warm"
@@ -115,12 +117,12 @@ def _settled(server: RedisServer, expected: int) -> int:
 def test_a_request_that_gets_its_thread_after_close_makes_no_connection(own_server: RedisServer) -> None:
     """close() while a request waits for a thread (every pool thread busy): when it runs, it must not connect,
     or that connection would be kept in a closed channel and left to the garbage collector (a ResourceWarning)."""
-    channel = sync_compat.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout=2"))
+    channel = sync_transport.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout=2"))
     before = _connections(own_server)
     gate = threading.Event()
-    busy = [channel.submit(gate.wait, 10.0) for _ in range(sync_compat.LANE_WORKERS)]  # the server's every thread
+    busy = [channel.submit(gate.wait, 10.0) for _ in range(sync_transport.LANE_WORKERS)]  # the server's every thread
     try:
-        done, handles = sync_compat.run_scripts([sync_compat.ScriptRequest(channel, ECHO, [], ["late"])], 0.05,
+        done, handles = sync_multiplex.run_scripts([_channel.ScriptRequest(channel, ECHO, [], ["late"])], 0.05,
                                                 _one)
         assert done == {}  # no idle connection: the request waits for a thread to connect it
         channel.close()
@@ -140,9 +142,9 @@ def test_asyncio_closing_a_channel_while_a_request_connects_leaves_no_connection
 
     async def main() -> Any:
         client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout=2")
-        channel = async_compat.Channel(client)
-        request = asyncio.ensure_future(async_compat.run_scripts(
-            [async_compat.ScriptRequest(channel, ECHO, [], ["late"])], 2.0, _one))
+        channel = async_transport.Channel(client)
+        request = asyncio.ensure_future(async_multiplex.run_scripts(
+            [_channel.ScriptRequest(channel, ECHO, [], ["late"])], 2.0, _one))
         await asyncio.sleep(0)  # the request has started to connect
         await channel.aclose()
         _, handles = await request
@@ -242,23 +244,23 @@ def test_a_script_after_a_wait_runs_once_the_wake_up_comes_and_only_its_own_repl
     push comes (not at the BLPOP's timeout), the BLPOP's answer is never taken for the script's, also when it is
     an error; after NOSCRIPT the script alone is sent again (the wait is not repeated), on the same connection."""
     admin = redis.Redis.from_url(own_server.url)
-    channel = sync_compat.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout=5"))
+    channel = sync_transport.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout=5"))
     admin.script_flush()
     pusher = threading.Timer(0.2, lambda: admin.rpush("wake", "w1", "w2", "w3"))
     started = time.monotonic()
     pusher.start()
     # NOSCRIPT here: the script is sent again as EVAL, alone (a repeated BLPOP would pop "w2" and block no more).
-    assert sync_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"w2"
+    assert sync_transport.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"w2"
     # woken by the push, not at the BLPOP's 3 s timeout
     assert 0.15 < time.monotonic() - started < min(0.2 + slack(0.8), 2.9)
     assert admin.lrange("wake", 0, -1) == [b"w3"]
-    assert sync_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"empty"  # w3 by BLPOP
+    assert sync_transport.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"empty"  # w3 by BLPOP
     started = time.monotonic()
-    assert sync_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 0.2)) == b"empty"  # timed out
+    assert sync_transport.call_script(channel, POP, ["wake"], [], wake=("wake", 0.2)) == b"empty"  # timed out
     assert time.monotonic() - started >= 0.15
     admin.set("not-a-list", "x")
-    assert sync_compat.call_script(channel, ECHO, [], ["after"], wake=("not-a-list", 1.0)) == b"after"  # WRONGTYPE
-    assert sync_compat.call_script(channel, ECHO, [], ["plain"]) == b"plain"  # nothing left unread
+    assert sync_transport.call_script(channel, ECHO, [], ["after"], wake=("not-a-list", 1.0)) == b"after"  # WRONGTYPE
+    assert sync_transport.call_script(channel, ECHO, [], ["plain"]) == b"plain"  # nothing left unread
     assert len(channel._open) == 1  # one connection carried all of it
     channel.close()
 
@@ -267,21 +269,21 @@ def test_asyncio_a_script_after_a_wait_runs_once_the_wake_up_comes_and_only_its_
         own_server: RedisServer) -> None:
     async def main() -> None:
         admin = redis.Redis.from_url(own_server.url)
-        channel = async_compat.Channel(redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout=5"))
+        channel = async_transport.Channel(redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout=5"))
         admin.script_flush()
         pusher = threading.Timer(0.2, lambda: admin.rpush("wake", "w1", "w2", "w3"))
         started = time.monotonic()
         pusher.start()
-        assert await async_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"w2"
+        assert await async_transport.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"w2"
         assert 0.15 < time.monotonic() - started < min(0.2 + slack(0.8), 2.9)
         assert admin.lrange("wake", 0, -1) == [b"w3"]
-        assert await async_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"empty"
+        assert await async_transport.call_script(channel, POP, ["wake"], [], wake=("wake", 3.0)) == b"empty"
         started = time.monotonic()
-        assert await async_compat.call_script(channel, POP, ["wake"], [], wake=("wake", 0.2)) == b"empty"
+        assert await async_transport.call_script(channel, POP, ["wake"], [], wake=("wake", 0.2)) == b"empty"
         assert time.monotonic() - started >= 0.15
         admin.set("not-a-list", "x")
-        assert await async_compat.call_script(channel, ECHO, [], ["after"], wake=("not-a-list", 1.0)) == b"after"
-        assert await async_compat.call_script(channel, ECHO, [], ["plain"]) == b"plain"
+        assert await async_transport.call_script(channel, ECHO, [], ["after"], wake=("not-a-list", 1.0)) == b"after"
+        assert await async_transport.call_script(channel, ECHO, [], ["plain"]) == b"plain"
         assert len(channel._open) == 1
         await channel.aclose()
 
@@ -300,7 +302,7 @@ def _finished(result: Any = None, *, error: BaseException | None = None, cancell
 
 
 def test_the_order_rule_waits_for_the_latest_request_that_was_sent_and_only_an_answer_lets_the_next_go() -> None:
-    """`_channel`'s rule, which both twins' channels follow: a request that was not sent is never waited for,
+    """`_redis/channel.py`'s rule, which both twins' channels follow: a request that was not sent is never waited for,
     the one it waited for is; a reply or the server's own error is an answer, a network failure is not."""
     channel = _channel.ChannelBase(redis.Redis(host="127.0.0.1", port=1, socket_timeout=0.5))
     assert channel.where == "127.0.0.1:1"
@@ -337,18 +339,18 @@ def test_asyncio_a_request_waiting_for_its_predecessor_is_never_sent_once_its_ca
 
     async def main() -> None:
         client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}")
-        channel = async_compat.Channel(client)
-        warm, _ = await async_compat.run_scripts([async_compat.ScriptRequest(channel, ECHO, [], ["warm"])], 2.0,
+        channel = async_transport.Channel(client)
+        warm, _ = await async_multiplex.run_scripts([_channel.ScriptRequest(channel, ECHO, [], ["warm"])], 2.0,
                                                  _one)
         assert warm == {0: b"warm"}
         handles: list[Any] = []
 
         async def caller() -> None:
-            done, sent = await async_compat.run_scripts(
-                [async_compat.ScriptRequest(channel, ECHO, [], ["late"])], 0.02, _one)
+            done, sent = await async_multiplex.run_scripts(
+                [_channel.ScriptRequest(channel, ECHO, [], ["late"])], 0.02, _one)
             assert done == {}  # in flight: this task's next request there waits for its reply
             handles.extend(sent)
-            await async_compat.run_scripts([async_compat.ScriptRequest(channel, SET, [key], ["sent"])], 2.0, _one)
+            await async_multiplex.run_scripts([_channel.ScriptRequest(channel, SET, [key], ["sent"])], 2.0, _one)
 
         own_server.pause()
         try:

@@ -20,7 +20,7 @@ from .._logic.keys import PREFIX
 from .._logic.redlock import DEFAULT_REPAIR_DELAY, check_node_count
 from .._logic.urls import DEFAULT_SOCKET_TIMEOUT, parse_redis_url
 from .._zk.url import parse_zookeeper_url
-from ._compat import cluster_from_url
+from ._cluster import cluster_from_url
 from .client import AsyncLocks
 from .redis import CLIENT_ERRORS, AsyncRedisBackend, socket_timeout
 from .redlock import AsyncRedlockBackend

@@ -47,6 +47,7 @@ from .._logic.redlock import (
 )
 from .._logic.status import LockStatus, NodeView, majority_status
 from .._logic.timing import backoff
+from .._redis.channel import ScriptRequest
 from .._scripts import (
     FORCE_RELEASE,
     REDLOCK_ACQUIRE,
@@ -57,7 +58,10 @@ from .._scripts import (
     REDLOCK_RELEASE,
     STATUS,
 )
-from ._compat import Channel, ScriptRequest, call_script, fan_out, in_background, run_scripts, sleep, then
+from ._concurrency import in_background, sleep, then
+from ._fanout import fan_out
+from ._multiplex import run_scripts
+from ._transport import Channel, call_script
 from .redis import BATCH, CLIENT_ERRORS, MIN_BLOCK, run_script, scan_names, socket_timeout, wait_for_wake
 
 _FAILED = Answer(Reply.FAILED)

@@ -20,7 +20,7 @@ Rules every backend shares:
 
 One backend's rules:
 
-- `keys`, `fences`, `resp`: Redis: a name's keys (one hash slot), how one node hands out fences, the wire protocol;
+- `keys`, `fences`: Redis: a name's keys (one hash slot), how one node hands out fences (its wire: `_redis/`);
 - `durability`: Redis: what `durability=` asks of the server (WAIT / WAITAOF) and whether its answer is enough;
 - `redlock`:   Redlock over N masters: quorum, validity, the fencing rule, heal and repair.
 

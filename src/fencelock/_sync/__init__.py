@@ -1,4 +1,5 @@
 """The synchronous implementation, generated from `_async/` by `scripts/unasync.py`: do not edit these files.
 
-Only `_compat.py` (and this docstring) is written by hand, as the twin of `_async/_compat.py`.
+Only the modules named in `scripts/unasync.py`'s HAND_WRITTEN (and this docstring) are written by hand, each the
+twin of the `_async/` module of the same name; `_multiplex.py` is the deliberate sync-only fork (a select loop).
 """

@@ -35,7 +35,7 @@ from .._logic.outcomes import Attempt, Released, State
 from .._logic.redlock import NodesReport
 from .._logic.status import LockStatus
 from .._logic.timing import Clock
-from ._compat import (
+from ._concurrency import (
     Signal,
     cancel,
     current_task,

@@ -13,7 +13,7 @@ from types import TracebackType
 
 from .._errors import BackendError, QuorumUnavailable
 from .._logic.waiting import FAIR_SLOTS, SLOTS, Room
-from ._compat import Signal
+from ._concurrency import Signal
 
 
 class WaitingRooms:

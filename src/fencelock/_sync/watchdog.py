@@ -29,7 +29,7 @@ from .._events import backend_kind, emit
 from .._logic.args import ttl_ms
 from .._logic.lease import Renewal, Tick
 from .._logic.timing import Clock
-from ._compat import Runner, Signal, alive, in_background, join, spawn
+from ._concurrency import Runner, Signal, alive, in_background, join, spawn
 
 if TYPE_CHECKING:
     from .client import Backend, Lease

@@ -2,7 +2,7 @@
 """The ZooKeeper backend: an ephemeral sequential node per acquisition, FIFO, fenced by the node's czxid.
 
 Sessions (one per session timeout, from the TTL) are `fencelock._zk.session`'s; kazoo's requests are awaited through
-`_compat.thread_result`, so this one file is the source of both front ends. How and why: docs/design/zookeeper.md.
+`_kazoo.thread_result`, so this one file is the source of both front ends. How and why: docs/design/zookeeper.md.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from .._zk.rules import (
 )
 from .._zk.session import CLIENT_ERRORS, ZKSession, stop
 from .._zk.url import ZooKeeperTarget
-from ._compat import Wakeup, blocking, thread_result, wait_thread_event
+from ._kazoo import Wakeup, thread_result, wait_thread_event
+from ._threads import blocking
 
 try:
     from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError

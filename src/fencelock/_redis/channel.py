@@ -1,4 +1,4 @@
-"""What the two twins' `Channel` share (`_async/_compat.py`, `_sync/_compat.py`): the settings its connections
+"""What the two twins' `Channel` share (`_async/_transport.py`, `_sync/_transport.py`): the settings its connections
 are made with, the rule that keeps one caller's requests to one server in order, and a request's bytes.
 
 The rule: a request waits for the caller's latest request to that server that is still in flight, at most that
@@ -17,8 +17,11 @@ unknown: it goes again once, on a new connection, only if running it twice does 
 (`RESENDABLE`); any other request reports the error, and its caller keeps what it holds (a release keeps its
 token: the release is retried by its caller, never claimed).
 
-The twins differ only in what a request in flight is (an `asyncio.Future`, a `concurrent.futures.Future`) and
-how it is waited for; both have the `Finished` methods used here.
+Written once here and called by both twins: `ScriptRequest`, the order rule's decision (`turn`), a request's bytes
+(`encode`, `packed`; NOSCRIPT's resend is `encode(reload=True)`), what a reply means (`confirmed_reply`,
+`server_error`, `killed`) and when a request may go again (`may_resend`). The twins differ only in what a request
+in flight is (an `asyncio.Future`, a `concurrent.futures.Future`) and how it is waited for; both have the
+`Finished` methods used here.
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ import threading
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._logic import resp
+from . import resp
 
 PATIENCE = 2.0
 """Seconds a request waits for the caller's previous request to the same server when the client has no socket
@@ -244,19 +247,62 @@ class ChannelBase:
         return NotSent(self.where, before)
 
 
-class Request(Protocol):
-    """A script call on a channel, as both twins' `ScriptRequest` carry it."""
+class ScriptRequest(NamedTuple):
+    """One script call on one server, for `run_scripts`. Requests that share their `keys` and `args` lists
+    (the same objects) carry the same command: it is encoded once.
 
-    @property
-    def lua(self) -> Any: ...  # fencelock._scripts.Lua
-    @property
-    def keys(self) -> list[str]: ...
-    @property
-    def args(self) -> list[Any]: ...
-    @property
-    def wake(self) -> tuple[str, float] | None: ...
-    @property
-    def confirm(self) -> tuple[Any, ...] | None: ...
+    `wake`: (list key, seconds): the script follows a BLPOP on that list, in the same write, so the server runs
+    it the moment the BLPOP returns (a release's push, or the timeout). The BLPOP's own answer is not the
+    request's reply: it is read and dropped.
+
+    `confirm`: a command (WAIT, WAITAOF) written right after the script on the same connection; the reply is then
+    a `Confirmed` (the script's reply and that command's answer)."""
+
+    channel: Any  # the `Channel` of either front end
+    lua: Any  # fencelock._scripts.Lua
+    keys: list[str]
+    args: list[Any]
+    wake: tuple[str, float] | None = None
+    confirm: tuple[Any, ...] | None = None
+
+    def again(self) -> ScriptRequest:
+        """The request to send once more: without its wait (a wake-up it may have taken already; it is tried now)."""
+        return self._replace(wake=None)
+
+
+class Orphan(NamedTuple):
+    """A connection known only by the server's id for it (one a request was dropped with)."""
+
+    fencelock_id: int
+
+
+WAIT, SEND, KILL, REFUSE = "wait", "send", "kill", "refuse"
+
+
+class Turn(NamedTuple):
+    """What the order rule says a request does about `before`, the caller's latest request to its server that was
+    sent: WAIT for it (still in flight), SEND, KILL the server's connection `orphan` it was dropped with and then
+    send on a new connection, or REFUSE (`not_sent`: it got no answer)."""
+
+    action: str
+    before: Any = None  # tuple[future, bound]
+    orphan: int = 0
+
+
+_GO = Turn(SEND)
+
+
+def turn(before: tuple[Any, float] | None) -> Turn:
+    """The order rule's decision for a request sent after `before` (the caller's previous request there, if any)."""
+    if before is None:
+        return _GO
+    before = last_sent(before)
+    if not before[0].done():
+        return Turn(WAIT, before)
+    if answered(before) or ended(before):
+        return Turn(SEND, before)
+    orphan = orphan_of(before)
+    return Turn(REFUSE, before) if orphan is None else Turn(KILL, before, orphan)
 
 
 class Confirmed(NamedTuple):
@@ -272,10 +318,29 @@ Packed = dict[tuple[str, int, int, tuple[str, float] | None, tuple[Any, ...] | N
 argument lists (the same objects) carry the same command, encoded once."""
 
 
-def encode(conn: Any, request: Request, *, reload: bool) -> bytes:
+def encode(conn: Any, request: ScriptRequest, *, reload: bool) -> bytes:
     """The request as bytes (`resp.script_call`), encoded as the connection's own commands are; with `confirm`,
     that command follows the script in the same write (on a reload too)."""
     lua = request.lua
     call = resp.script_call(conn.encoder, lua.sha, lua.source, request.keys, request.args, reload=reload,
                             wake=request.wake)
     return call if request.confirm is None else call + resp.command(conn.encoder, request.confirm)
+
+
+def packed(cache: Packed, conn: Any, request: ScriptRequest) -> bytes:
+    """The request's bytes (EVALSHA), encoded once for all the requests that share its key and argument lists."""
+    same = request.lua.sha, id(request.keys), id(request.args), request.wake, request.confirm
+    command = cache.get(same)
+    if command is None:
+        command = cache[same] = encode(conn, request, reload=False)
+    return command
+
+
+def confirmed_reply(reply: Any, confirmation: Any) -> Any:
+    """The reply of a request sent with `confirm`: the script's error as it is, or a `Confirmed`."""
+    return reply if isinstance(reply, Exception) else Confirmed(reply, confirmation)
+
+
+def server_error(message: str) -> ResponseError:
+    """A server's error reply as redis-py's exception (NOSCRIPT: the script must be sent again as EVAL)."""
+    return NoScriptError(message) if message.startswith("NOSCRIPT") else ResponseError(message)

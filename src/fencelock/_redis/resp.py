@@ -1,7 +1,7 @@
 """The Redis wire protocol (RESP2 and RESP3), as far as the script calls on dedicated connections need it. No I/O.
 
 Every acquire, release and extend of the single node and of Redlock (one per node) is a script call, sent on a
-dedicated connection (`Channel`, `_compat.py`) with none of redis-py's per-command work: the few microseconds
+dedicated connection (`Channel`, `_transport.py`) with none of redis-py's per-command work: the few microseconds
 it spends per command and per reply sit on the hand-off's critical path, and count five times over for Redlock.
 `command` and `script_call` encode a request as redis-py would (the caller gives the connection's encoder, so
 keys are encoded the same way as everywhere else); `parse` decodes one reply (the synchronous twin reads with

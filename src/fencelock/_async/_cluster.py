@@ -1,0 +1,52 @@
+"""Redis Cluster: a node for a key, its layout read again, and redis.asyncio's cluster client's gaps filled.
+Hand-written twin: `_sync/_cluster.py`."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from redis.asyncio import RedisCluster
+
+from ._transport import _closed_by_peer
+
+
+def cluster_from_url(url: str, **options: Any) -> RedisCluster:
+    """A Redis Cluster client from a URL. (redis.asyncio's closes every node's connections on aclose; the
+    synchronous twin needs a subclass for that.)"""
+    return RedisCluster.from_url(url, **options)
+
+
+class _NodePool(NamedTuple):
+    connection_class: Any
+    connection_kwargs: dict[str, Any]
+
+
+class _NodeSource(NamedTuple):
+    """What `Channel` makes connections from: a cluster node's own connection class and settings."""
+
+    connection_pool: _NodePool
+
+
+async def cluster_node(client: Any, key: str) -> tuple[str, Any]:
+    """The primary that serves `key`'s slot on a Redis Cluster: its name, and what a `Channel` to it is made
+    from (the node's own connection settings). (The synchronous twin hands out the node's redis-py client.)"""
+    await client.initialize()
+    node = client.get_node_from_key(key)
+    return node.name, _NodeSource(_NodePool(node.connection_class, node.connection_kwargs))
+
+
+async def cluster_refresh(client: Any) -> None:
+    """Read the cluster's layout again (after MOVED: the slot has another primary now)."""
+    await client.nodes_manager.initialize()
+
+
+async def drop_closed(client: Any, key: str) -> None:
+    """redis.asyncio's cluster client takes an idle connection without looking at it: drop those of `key`'s node
+    that the server closed meanwhile (they connect again when next used). (redis-py's pools look themselves.)"""
+    try:
+        node = client.get_node_from_key(key)
+    except Exception:
+        return
+    for conn in list(getattr(node, "_free", ())):
+        if conn.is_connected and _closed_by_peer(conn):
+            await conn.disconnect(nowait=True)

@@ -1,0 +1,167 @@
+"""What asyncio and threads really do differently: background work, cancellation, signals and runners.
+Hand-written twin: `_sync/_concurrency.py` (httpcore's `_synchronization.py` is the model)."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+Handle = asyncio.Future
+"""A call started by `fan_out` that may still be running."""
+
+
+_background: set[asyncio.Future[Any]] = set()
+
+
+def _keep(task: asyncio.Future[Any]) -> None:
+    """Keep a background task referenced until it ends, so it is never garbage-collected half-way."""
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+_origin: weakref.WeakKeyDictionary[asyncio.Future[Any], Any] = weakref.WeakKeyDictionary()
+"""A task started on a caller's behalf (`shielded`, `undo_if_interrupted`) -> that caller's task."""
+
+
+def _caller() -> Any:
+    """Who is sending, for the order of requests on `Channel`s: the running task, or the task it runs for."""
+    task = asyncio.current_task()
+    return _origin.get(task, task) if task is not None else None
+
+
+def _on_behalf(task: asyncio.Future[Any]) -> asyncio.Future[Any]:
+    """`task` sends for the running task: its requests to one server stay in order with the caller's own."""
+    _origin[task] = _caller()
+    return task
+
+
+async def shielded(awaitable: Awaitable[T]) -> T:
+    """Run `awaitable` to completion even if the caller is cancelled meanwhile (the cancellation still propagates)."""
+    task = _on_behalf(asyncio.ensure_future(awaitable))
+    _keep(task)
+    return await asyncio.shield(task)
+
+
+def in_background(work: Callable[[], Awaitable[object]]) -> None:
+    """Start best-effort `work` and return at once; it runs to its end as a task of the running loop.
+
+    Its failure is nobody's to report (the caller has moved on, the client may be closed): it is dropped.
+    """
+
+    async def run() -> None:
+        try:
+            await work()
+        except Exception:
+            return
+
+    _keep(asyncio.ensure_future(run()))
+
+
+async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callable[[], Awaitable[object]]) -> T:
+    """Send `request`; if the caller is cancelled before the answer, let the request finish, then run `undo`.
+
+    A cancelled acquire may already be on the wire: dropping it and deleting "our key" at once could run the
+    delete before the server runs the acquire. So the request runs to its end in the background, and `undo`
+    (delete the key with our token) follows it, in that order.
+    """
+    task = _on_behalf(asyncio.ensure_future(request()))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        _keep(_on_behalf(asyncio.ensure_future(_undo_after(task, undo))))  # after the request's own requests
+        raise
+
+
+async def _undo_after(task: asyncio.Future[Any], undo: Callable[[], Awaitable[object]]) -> None:
+    try:
+        await task
+    except BaseException:
+        pass
+    await undo()
+
+
+def then(handle: Handle[Any], work: Callable[[], Awaitable[object]]) -> None:
+    """Run best-effort `work` in the background once `handle` (from `fan_out`) has finished."""
+
+    async def after() -> None:
+        try:
+            await handle
+        except BaseException:
+            pass
+        await work()
+
+    in_background(after)
+
+
+class Signal:
+    """A flag one side sets and the other waits for, with a timeout (an `asyncio.Event` here)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self, timeout: float | None) -> bool:
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+
+Runner = asyncio.Task[None]
+"""Something running on its own: a task here, a daemon thread in the synchronous twin."""
+
+
+def spawn(work: Callable[[], Awaitable[None]], name: str) -> Runner:
+    """Start `work` on its own (a task of the running loop); it must stop by itself when asked to."""
+    task: Runner = asyncio.ensure_future(work())
+    _keep(task)
+    return task
+
+
+def alive(runner: Runner) -> bool:
+    """Still running: a task ends with its event loop, so a client used by a second `asyncio.run` needs anew."""
+    return not runner.done() and runner.get_loop() is asyncio.get_running_loop()
+
+
+async def join(runner: Runner, timeout: float) -> None:
+    """Wait for a runner to stop, at most `timeout` seconds (then cancel it)."""
+    try:
+        await asyncio.wait_for(asyncio.shield(runner), timeout)
+    except asyncio.TimeoutError:
+        runner.cancel()
+
+
+def current_task() -> Any:
+    """What `cancel` can interrupt: the running task (None in the synchronous twin: threads are never cancelled)."""
+    return asyncio.current_task()
+
+
+def cancel(task: Any) -> None:
+    task.cancel()
+
+
+def is_cancellation(exc: BaseException | None) -> bool:
+    return isinstance(exc, asyncio.CancelledError)
+
+
+def uncancel(task: Any) -> None:
+    """Withdraw a cancellation we caused and turned into another error (Python 3.11+ counts them)."""
+    if hasattr(task, "uncancel"):
+        task.uncancel()
+
+
+async def sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)

@@ -1,0 +1,30 @@
+# Generated from _async/_admin.py by scripts/unasync.py: do not edit, edit that file instead.
+"""The commands a `Channel` sends of its own on a connection: `CLIENT ID` at connect, `CLIENT KILL ID` of a
+connection a request was dropped with (the order rule in `_redis/channel.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from .._redis.channel import kill_command, killed
+
+
+def client_id(conn: Any) -> int | None:
+    """The server's id of a new connection (`CLIENT ID`), None if it has none to give (an error answered)."""
+    conn.send_command("CLIENT", "ID", check_health=False)
+    try:
+        reply = conn.read_response()
+    except ResponseError:
+        return None
+    return reply if isinstance(reply, int) else None
+
+
+def kill(conn: Any, orphan: int) -> bool:
+    """End the server's connection `orphan` from `conn`: True once the server says it is gone."""
+    conn.send_command(*kill_command(orphan), check_health=False)
+    try:
+        return killed(conn.read_response())
+    except ResponseError:
+        return False

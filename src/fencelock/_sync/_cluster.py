@@ -1,0 +1,50 @@
+"""Redis Cluster: a node for a key, its layout read again, and redis-py's cluster client's gaps filled.
+Hand-written twin: `_async/_cluster.py`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis import RedisCluster
+
+
+
+class _ClosingRedisCluster(RedisCluster):
+    """redis-py's cluster client, whose close() also closes the connections of every node.
+
+    Made from a URL, redis-py 8's client gives each node a connection pool of its own that the node client does
+    not own, so RedisCluster.close() leaves those connections open, to the garbage collector (a ResourceWarning
+    at some later, random moment). redis.asyncio's cluster client closes them.
+    """
+
+    def close(self) -> None:
+        super().close()
+        manager: Any = getattr(self, "nodes_manager", None)
+        if manager is None:
+            return
+        nodes = {id(node): node for cache in (manager.nodes_cache, manager.startup_nodes) for node in cache.values()}
+        for node in nodes.values():
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
+
+
+def cluster_from_url(url: str, **options: Any) -> RedisCluster:
+    """A Redis Cluster client from a URL, whose close() closes every node's connections (see above)."""
+    return _ClosingRedisCluster.from_url(url, **options)
+
+
+def cluster_node(client: Any, key: str) -> tuple[str, Any]:
+    """The primary that serves `key`'s slot on a Redis Cluster: its name, and what a `Channel` to it is made
+    from (the node's redis-py client, whose pool has the node's connection settings)."""
+    node = client.get_node_from_key(key)
+    return node.name, client.get_redis_connection(node)
+
+
+def cluster_refresh(client: Any) -> None:
+    """Read the cluster's layout again (after MOVED: the slot has another primary now)."""
+    client.nodes_manager.initialize()
+
+
+def drop_closed(client: Any, key: str) -> None:
+    """Nothing to do: redis-py's synchronous pools drop an idle connection the server closed before using it
+    (the asyncio twin's cluster client does not)."""

@@ -1,0 +1,123 @@
+"""What asyncio and threads really do differently: background work, cancellation, signals and runners.
+Hand-written twin: `_async/_concurrency.py` (httpcore's `_synchronization.py` is the model)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+
+
+
+T = TypeVar("T")
+
+
+def shielded(value: T) -> T:
+    """A synchronous call has already run to completion when its value is passed here: nothing to shield."""
+    return value
+
+
+def in_background(work: Callable[[], object]) -> None:
+    """Start best-effort `work` and return at once; it runs to its end in a daemon thread.
+
+    Its failure is nobody's to report (the caller has moved on, the client may be closed): it is dropped.
+    """
+
+    def run() -> None:
+        try:
+            work()
+        except Exception:
+            return
+
+    threading.Thread(target=run, name="fencelock-cleanup", daemon=True).start()
+
+
+def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object]) -> T:
+    """Send `request`; if it is interrupted (KeyboardInterrupt, SystemExit), run `undo` before re-raising.
+
+    Unlike asyncio, a thread cannot let the interrupted request finish first, so `undo` may reach the server
+    before the request does; then the key (if any) lives until its TTL ends.
+    """
+    try:
+        return request()
+    except Exception:
+        raise
+    except BaseException:
+        undo()
+        raise
+
+
+Handle = Future
+
+
+def then(handle: Handle[Any], work: Callable[[], object]) -> None:
+    """Run best-effort `work` in the background once `handle` (from `fan_out`) has finished."""
+
+    def after(_: Future[Any]) -> None:
+        in_background(work)
+
+    handle.add_done_callback(after)
+
+
+class Signal:
+    """A flag one side sets and the other waits for, with a timeout (a `threading.Event` here)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._event.wait(timeout)
+
+
+Runner = threading.Thread
+"""Something running on its own: a daemon thread here, a task in the asyncio twin."""
+
+
+def spawn(work: Callable[[], None], name: str) -> Runner:
+    """Start `work` in a daemon thread (it never keeps the process alive); it must stop by itself when asked to."""
+    thread = threading.Thread(target=work, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def alive(runner: Runner) -> bool:
+    return runner.is_alive()
+
+
+def join(runner: Runner, timeout: float) -> None:
+    """Wait for a runner to stop, at most `timeout` seconds."""
+    if runner is not threading.current_thread():
+        runner.join(timeout)
+
+
+def current_task() -> Any:
+    """Threads cannot be interrupted safely: there is nothing to cancel."""
+    return None
+
+
+def cancel(task: Any) -> None:
+    """Nothing to cancel in a thread (see `current_task`)."""
+
+
+def is_cancellation(exc: BaseException | None) -> bool:
+    return False
+
+
+def uncancel(task: Any) -> None:
+    """Nothing was cancelled (see `current_task`)."""
+
+
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
