@@ -386,7 +386,7 @@ def floor_redlock_scripts(target: Target) -> Locker:
     instead of SET NX: what those scripts cost on these nodes, with none of fencelock's client logic. On this
     machine the nodes of a row share one server CPU and run one after the other, so every microsecond of script
     time counts as many times as there are nodes."""
-    from fencelock._logic.keys import redis_keys
+    from fencelock._redis.keys import redis_keys
     from fencelock._scripts import REDLOCK_ACQUIRE, REDLOCK_RELEASE
 
     clients = [redis.Redis.from_url(url) for url in target.urls]

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import fencelock
-from fencelock._logic.keys import redis_keys
+from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisServer
 
 RETENTION = 5.0  # seconds: short, so that the run also shows the memory coming back

@@ -25,7 +25,7 @@ pytest.register_assert_rewrite("fencelock.testing.conformance")
 import redis  # noqa: E402
 
 import fencelock  # noqa: E402
-from fencelock._logic.keys import redis_keys  # noqa: E402
+from fencelock._redis.keys import redis_keys  # noqa: E402
 from fencelock.testing import ClusterDeployment, Deployment, RedisDeployment, RedlockDeployment  # noqa: E402
 from fencelock.testing.etcd import EtcdCluster, EtcdDeployment, EtcdServer, find_etcd_binary  # noqa: E402
 from fencelock.testing.redis_deployments import initialise_redlock  # noqa: E402

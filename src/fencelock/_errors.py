@@ -78,7 +78,7 @@ class BackendError(LockError):
 class QuorumUnavailable(BackendError):
     """Redlock: fewer than a majority of the nodes answered, or are ready to count (lost data, not repaired yet).
 
-    `nodes` holds each node's record (`fencelock._logic.redlock.NodeState`) where they were looked at, and
+    `nodes` holds each node's record (`fencelock._redis.redlock.NodeState`) where they were looked at, and
     `retry_in` the seconds until enough of them can be repaired at the latest (None: not while nodes are out).
     """
 

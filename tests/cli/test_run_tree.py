@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fencelock._logic.keys import redis_keys
+from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisServer
 
 from .test_cli import FENCELOCK, _env, start, status_of, wait_for

@@ -22,7 +22,7 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fencelock._logic.fences import EXACT_IN_LUA, clock_us, fence_keep_ms, next_fence
+from fencelock._redis.fences import EXACT_IN_LUA, clock_us, fence_keep_ms, next_fence
 
 START = 1_800_000_000_000_000  # µs since 1970, about 2027: the clock floor's order of magnitude
 

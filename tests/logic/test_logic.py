@@ -12,10 +12,10 @@ from redis.crc import key_slot
 
 import fencelock._logic.fencing as fencing
 from fencelock._logic.args import MIN_TTL, check_name, check_ttl, check_wait, ttl_ms
-from fencelock._logic.keys import decode_name, encode_name, redis_keys
 from fencelock._logic.outcomes import Released, State, after_release
 from fencelock._logic.timing import MAX_BLOCK_SHARE, Deadline, backoff, block_for, drift, validity_end
 from fencelock._logic.urls import parse_redis_url, redact
+from fencelock._redis.keys import decode_name, encode_name, redis_keys
 
 
 class FakeClock:

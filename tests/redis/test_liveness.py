@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import fencelock
-from fencelock._logic.keys import redis_keys
+from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisServer
 from fencelock.testing.timing import slack
 from tests.conftest import RedisFamily, lock_value

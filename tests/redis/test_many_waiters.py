@@ -26,8 +26,8 @@ import redis
 
 import fencelock
 import fencelock.aio
-from fencelock._logic.keys import redis_keys
 from fencelock._logic.waiting import Room
+from fencelock._redis.keys import redis_keys
 from fencelock._sync.waiting import WaitingRooms
 from fencelock.testing import ClusterDeployment, RedisDeployment, RedlockDeployment
 from fencelock.testing.timing import slack

@@ -16,7 +16,7 @@ import redis
 
 import fencelock
 import fencelock.aio
-from fencelock._logic.keys import redis_keys
+from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisServer
 from tests.conftest import _require_server_binary
 

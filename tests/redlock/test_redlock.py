@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 import fencelock
-from fencelock._logic.keys import redis_keys
-from fencelock._logic.redlock import Gate, GateView, NodeModel, Reply, decode, default_node_timeout
+from fencelock._redis.keys import redis_keys
+from fencelock._redis.redlock import Gate, GateView, NodeModel, Reply, decode, default_node_timeout
 from fencelock._scripts import REDLOCK_ACQUIRE, REDLOCK_GATE, REDLOCK_MARK, REDLOCK_RELEASE
 from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import RedisNodes, RedisServer

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 import fencelock
-from fencelock._logic.keys import redis_keys
-from fencelock._logic.redlock import Gate, plan_heal
+from fencelock._redis.keys import redis_keys
+from fencelock._redis.redlock import Gate, plan_heal
 from fencelock.testing.conformance import ConformanceSuite
 from fencelock.testing.redis_deployments import RedlockDeployment
 from fencelock.testing.servers import RedisNodes, RedisServer
@@ -232,7 +232,7 @@ def test_a_wait_shorter_than_the_quarantine_ends_with_quorum_unavailable_never_a
 KILLED_INITIALISER = textwrap.dedent("""
     import os, sys
     import fencelock
-    from fencelock._logic.redlock import Gate, deployment_id
+    from fencelock._redis.redlock import Gate, deployment_id
     k, urls = int(sys.argv[1]), sys.argv[2:]
     backend = fencelock.connect(urls, repair_delay=float(os.environ["DELAY"])).backend
     views = backend._look(1.0)

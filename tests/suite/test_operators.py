@@ -13,8 +13,8 @@ import pytest
 
 import fencelock
 from fencelock._cli.exits import OnLost, Step, after_loss, shell_status
-from fencelock._logic.keys import name_of_lock_key, redis_keys, scan_match
 from fencelock._logic.status import LockStatus, NodeView, majority_status, single_status
+from fencelock._redis.keys import name_of_lock_key, redis_keys, scan_match
 from fencelock.testing import Deployment
 from fencelock.testing.servers import RedisNodes, RedisServer
 from tests.conftest import BACKENDS, SharedDeployments, _require_server_binary, initialise_redlock

@@ -15,12 +15,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
 from .._errors import BackendError, NotDurable
-from .._logic.durability import Durability, Unsupported
-from .._logic.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
-from .._logic.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
 from .._redis.channel import RESENDABLE, Confirmed
+from .._redis.durability import Durability, Unsupported
+from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
+from .._redis.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
 from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, FAIR_ACQUIRE, FAIR_LEAVE, FORCE_RELEASE, RELEASE, STATUS, Lua
 from ._cluster import cluster_node, cluster_refresh, drop_closed
 from ._concurrency import sleep

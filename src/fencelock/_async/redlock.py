@@ -2,7 +2,7 @@
 
 Every request goes to all nodes at once (`fan_out`), each with a per-node timeout, and an attempt ends as soon as
 its outcome is known: about one round trip to the slowest node of the quorum. The rules (quorum, what a set of
-answers means, the next proposal, repair) are in `fencelock._logic.redlock`; this module only carries them.
+answers means, the next proposal, repair) are in `fencelock._redis.redlock`; this module only carries them.
 """
 
 from __future__ import annotations
@@ -19,9 +19,12 @@ from redis.asyncio import Redis
 from .._errors import BackendError, QuorumUnavailable
 from .._events import emit
 from .._logic.args import DEFAULT_TTL
-from .._logic.keys import PREFIX, RedisKeys, fair_keys, redis_keys
 from .._logic.outcomes import Attempt, Released
-from .._logic.redlock import (
+from .._logic.status import LockStatus, NodeView, majority_status
+from .._logic.timing import backoff
+from .._redis.channel import ScriptRequest
+from .._redis.keys import PREFIX, RedisKeys, fair_keys, redis_keys
+from .._redis.redlock import (
     DEFAULT_REPAIR_DELAY,
     MAX_ROUNDS,
     Answer,
@@ -45,9 +48,6 @@ from .._logic.redlock import (
     verdict,
     worth_another_round,
 )
-from .._logic.status import LockStatus, NodeView, majority_status
-from .._logic.timing import backoff
-from .._redis.channel import ScriptRequest
 from .._scripts import (
     FORCE_RELEASE,
     REDLOCK_ACQUIRE,

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .._logic.redlock import NodesReport
+from .._redis.redlock import NodesReport
 from . import exits
 from .commands import _connect, cli, json_option, url_option
 from .show import paint, seconds

@@ -19,7 +19,7 @@ import redis
 from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import RedisServer
 
-from .._logic.keys import redis_keys
+from .._redis.keys import redis_keys
 from .configs import Config, Service, faketime_missing, start_redis, start_redlock
 from .history import Event, Evidence
 from .procs import WorkerPool, WorkerProc

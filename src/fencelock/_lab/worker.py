@@ -18,7 +18,7 @@ import redis
 
 import fencelock
 
-from .._logic.keys import redis_keys
+from .._redis.keys import redis_keys
 
 
 class _ResourceClient:

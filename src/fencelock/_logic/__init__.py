@@ -18,11 +18,6 @@ Rules every backend shares:
                ZooKeeper URLs reuse);
 - `celery`:    the Celery integration's task options and lock names.
 
-One backend's rules:
-
-- `keys`, `fences`: Redis: a name's keys (one hash slot), how one node hands out fences (its wire: `_redis/`);
-- `durability`: Redis: what `durability=` asks of the server (WAIT / WAITAOF) and whether its answer is enough;
-- `redlock`:   Redlock over N masters: quorum, validity, the fencing rule, heal and repair.
-
-etcd's and ZooKeeper's own rules live with their backends, in `fencelock._etcd` and `fencelock._zk`.
+Each backend's own rules live with it: `fencelock._redis` (Redis and Redlock), `fencelock._etcd`,
+`fencelock._zk`.
 """

@@ -1,2 +1,10 @@
-"""Redis's own wire rules, pure and shared by both front ends' transports (`_async/_transport.py`,
-`_sync/_transport.py`): `channel` (a request, the order rule, what a reply means), `resp` (the RESP codec)."""
+"""Redis's and Redlock's own rules, pure (no I/O), shared by both front ends.
+
+- `keys`:       a lock name's keys (one hash slot per name);
+- `fences`:     how one node hands out fences (counter and clock floor) and how long it keeps them;
+- `durability`: what `durability=` asks of the server (WAIT / WAITAOF) and whether its answer is enough;
+- `redlock`:    Redlock over N masters: quorum, validity, the fencing rule, heal and repair;
+- `channel`:    the wire rule of both transports (`_async/_transport.py`, `_sync/_transport.py`): a request, the
+                per-node order rule, what a reply means;
+- `resp`:       the RESP codec.
+"""

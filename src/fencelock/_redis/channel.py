@@ -307,7 +307,7 @@ def turn(before: tuple[Any, float] | None) -> Turn:
 
 class Confirmed(NamedTuple):
     """The reply of a script call sent with `confirm`: the script's reply, and the answer of the command that
-    followed it on the same connection (WAIT / WAITAOF: `fencelock._logic.durability`)."""
+    followed it on the same connection (WAIT / WAITAOF: `fencelock._redis.durability`)."""
 
     reply: Any
     confirmation: Any

@@ -1,7 +1,7 @@
 """The Lua scripts, one file each, with a header naming KEYS, ARGV and the return value.
 
 Scripts never build Lua from strings: data comes in only through KEYS and ARGV. Every script touches only the
-keys of one lock name, which share one hash slot (see `fencelock._logic.keys`).
+keys of one lock name, which share one hash slot (see `fencelock._redis.keys`).
 """
 
 from __future__ import annotations

@@ -32,9 +32,9 @@ from .._logic.args import (
 )
 from .._logic.lease import LeaseState
 from .._logic.outcomes import Attempt, Released, State
-from .._logic.redlock import NodesReport
 from .._logic.status import LockStatus
 from .._logic.timing import Clock
+from .._redis.redlock import NodesReport
 from ._concurrency import (
     Signal,
     cancel,

@@ -15,11 +15,11 @@ from redis.backoff import NoBackoff
 from .._errors import BackendError
 from .._etcd.url import is_etcd_url, parse_etcd_url
 from .._logic.args import check_flag, check_text, check_ttl
-from .._logic.durability import check_against_socket, check_durability
-from .._logic.fences import DEFAULT_FENCE_RETENTION, check_fence_retention
-from .._logic.keys import PREFIX
-from .._logic.redlock import DEFAULT_REPAIR_DELAY, check_node_count
 from .._logic.urls import DEFAULT_SOCKET_TIMEOUT, parse_redis_url
+from .._redis.durability import check_against_socket, check_durability
+from .._redis.fences import DEFAULT_FENCE_RETENTION, check_fence_retention
+from .._redis.keys import PREFIX
+from .._redis.redlock import DEFAULT_REPAIR_DELAY, check_node_count
 from .._zk.url import parse_zookeeper_url
 from ._cluster import cluster_from_url
 from .client import Locks
@@ -40,18 +40,18 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     A list of three or more URLs (or clients) of independent Redis masters runs Redlock over them, with fencing
     tokens. `node_timeout` (default: 50 ms + 1 % of the TTL) bounds each node's answer; `repair` (default True)
     and `repair_delay` (default 60 s) govern nodes that come back without their data (see
-    `fencelock._logic.redlock`). These three are Redlock's alone: None means its default, and any other value
+    `fencelock._redis.redlock`). These three are Redlock's alone: None means its default, and any other value
     given for another target (one Redis, a Cluster, a redis-py client, etcd, ZooKeeper) raises `ValueError`,
     since nothing there would act on it.
 
     `fence_retention` (single Redis and Redis Cluster only; default 7 days) is how long a name's fence key
     outlives its last grant or extension: memory is bounded by the names used within it, and fences still
-    increase after it expired (see `fencelock._logic.fences`). Given for another target, it raises `ValueError`.
+    increase after it expired (see `fencelock._redis.fences`). Given for another target, it raises `ValueError`.
 
     `durability` (single Redis and Redis Cluster only; default None, off): "replica" (or a number of replicas)
     makes a grant or extend count only once WAIT confirmed it, "aof" once WAITAOF confirmed the primary's fsync,
     within `durability_timeout` seconds (default 1 s, at most half the socket timeout). An unconfirmed grant is
-    given back and raises `NotDurable` (see `fencelock._logic.durability`). For another target: `ValueError`.
+    given back and raises `NotDurable` (see `fencelock._redis.durability`). For another target: `ValueError`.
 
     No connection is made until the first request (except that the synchronous Redis Cluster client asks for
     the cluster's layout at once). A client you pass in keeps its own timeouts and retries, and

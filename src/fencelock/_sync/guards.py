@@ -15,7 +15,7 @@ from redis import Redis, RedisCluster
 from .._errors import BackendError, StaleFence
 from .._logic.args import check_name, check_text
 from .._logic.fencing import check_fence, check_value
-from .._logic.keys import PREFIX, tag
+from .._redis.keys import PREFIX, tag
 from .._scripts import GUARD_SET
 from .redis import CLIENT_ERRORS, run_script
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import LockError
-from .._logic.keys import redis_keys
+from .._redis.keys import redis_keys
 
 __all__ = ["Claim", "History", "LeaseRecord", "Op", "Sample", "Watcher", "check"]
 

@@ -1,7 +1,7 @@
 """The Redis family as conformance-suite deployments: one Redis, a Redis Cluster, and Redlock over N nodes.
 
 Each class owns the servers it was given (`close()` stops them) and looks behind fencelock's back with plain
-redis-py clients: the lock key's value is the holder's token (see `fencelock._logic.keys`).
+redis-py clients: the lock key's value is the holder's token (see `fencelock._redis.keys`).
 
     with RedisDeployment.start() as deployment:
         locks = deployment.connect()
@@ -17,7 +17,7 @@ from typing import Any
 
 import fencelock
 
-from .._logic.keys import redis_keys
+from .._redis.keys import redis_keys
 from .deployment import Deployment
 from .servers import RedisClusterServers, RedisNodes, RedisServer
 

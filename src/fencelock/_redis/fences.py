@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from .args import ttl_ms
+from .._logic.args import ttl_ms
 
 EXACT_IN_LUA = 2**53
 """Below this a Lua number (a double) holds an integer exactly; the clock floor (µs since 1970) stays far below."""
