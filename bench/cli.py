@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from . import report
+from . import latency_report, report, watchdog_report
 from .contenders import ONE_REDIS, REGISTRY, Contender, Target
 from .durability import DurabilityResult, durability_section, durability_table
 from .events import EventsResult, events_section
@@ -145,9 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     items = report.checks(unc, [p.name for p in places], con)
     if args.latency > 0:
-        items += report.latency_checks(unc, [p.name for p in places], con, rtt_ms)
+        items += latency_report.latency_checks(unc, [p.name for p in places], con, rtt_ms)
     if watchdog is not None:
-        items += report.watchdog_checks(watchdog)
+        items += watchdog_report.watchdog_checks(watchdog)
     if events is not None:
         items += report.events_checks(events, unc, [p.name for p in places])
     print()
@@ -157,19 +157,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {key + ':':<19} {value}")
     print()
     if args.latency > 0:
-        print(report.latency_table(args.latency, rtt_ms, delays))
+        print(latency_report.latency_table(args.latency, rtt_ms, delays))
         print()
     if unc:
         print(report.uncontended_table(unc, places, rounds))
         print()
         if args.latency > 0 and rtt_ms is not None:
-            print(report.latency_breakdown_table(unc, places, rtt_ms))
+            print(latency_report.latency_breakdown_table(unc, places, rtt_ms))
             print()
     if con:
         print(report.contended_table(con))
         print()
     if watchdog is not None:
-        print(report.watchdog_table(watchdog))
+        print(watchdog_report.watchdog_table(watchdog))
         print()
     if events is not None:
         print(report.events_table(events))

@@ -14,12 +14,10 @@ from typing import Any
 
 import fencelock
 
-from . import stats
 from .contenders import REGISTRY, Contender
-from .delay import DelayStats
 from .events import EMITS_PER_CYCLE, EventsResult
 from .placement import Placement
-from .watchdog import WatchdogResult, WatchdogSection
+from .watchdog import WatchdogSection
 from .workload import Contended, Uncontended, least_mean_wait_ms, least_p99_ms, most_hand_off_ms, most_per_s
 
 FLOOR_TARGET = 1.15
@@ -31,18 +29,6 @@ REDLOCK_NODES_TARGET = 1.5
 REDLOCK_CONTENDED_TARGET = 2.0
 """Contended fencelock Redlock over 5 nodes / the best of pottery and redlock-ng over 5 nodes, acquisitions/s:
 at least this."""
-
-WATCHDOG_CPU_TARGET = 0.05
-"""The watchdog with 10,000 leases renewed every second: the client process's CPU, as a share of one core, must
-stay below this."""
-
-WATCHDOG_CALLS_TARGET = 1.0
-"""... and it must make at most this many renewal script calls per 100 leases renewed."""
-
-WATCHDOG_EXIT_LIMIT = 1.0
-"""Seconds: a process that ends holding renewed leases must be gone within this (the leases must not keep it
-alive; a non-daemon watchdog thread would hold it until killed)."""
-
 
 # ----------------------------------------------------------------------------------------------------- machine
 
@@ -67,7 +53,6 @@ def _cpu_model() -> str:
 def machine(server: Mapping[str, str]) -> dict[str, str]:
     import redis
 
-    import fencelock
 
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
@@ -213,88 +198,6 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None or math.isnan(seconds) else f"{seconds * 1e3:.0f} ms"
 
 
-def _watchdog_column(r: WatchdogResult) -> list[str]:
-    if r.error is not None:
-        return ["error (see below)"] + [""] * 19
-    p = r.params
-    sizes = sorted(b.leases for b in r.batches)
-    rtts_ms = [b.rtt_s * 1e3 for b in r.batches]
-    rest = r.cpu_s - (r.timer_cpu_s or 0.0) - (r.batch_cpu_s or 0.0)
-    per_renewal = r.cpu_s / r.renewals * 1e6 if r.renewals else math.nan
-    return [
-        f"{p.renew_every:g} s",
-        f"{r.acquire_s:.1f} s ({p.leases / r.acquire_s:,.0f}/s)" if r.acquire_s > 0 else "-",
-        f"{r.window_s:.1f} s",
-        f"{r.renewals:,} ({r.expected_renewals:,.0f})",
-        _pct(r.cpu_share),
-        _pct(r.share(r.timer_cpu_s)),
-        _pct(r.share(r.batch_cpu_s)),
-        _pct(r.share(rest)) if r.timer_cpu_s is not None and r.batch_cpu_s is not None else "-",
-        _num(per_renewal, 1),
-        _pct(r.share(r.server_cpu_s)),
-        f"{r.script_calls:,}",
-        _num(r.calls_per_100, 3),
-        f"{r.round_trips:,}" if r.batches_seen else "-",
-        _num(r.trips_per_100, 3),
-        f"{stats.median(sizes):,.0f} ({sizes[0]:,}-{sizes[-1]:,})" if sizes else "-",
-        f"{_num(stats.percentile(rtts_ms, 50), 1)} / {_num(max(rtts_ms, default=math.nan), 1)} ms",
-        f"{min((b.margin_s for b in r.batches), default=math.nan):.2f} s" if r.batches else "-",
-        _flush_batch(r),
-        f"{r.lost} ({r.lost_events}; {r.lost_at_end})",
-        _ms(r.exit_s) if r.exit_s is not None else "did not exit (killed)",
-    ]
-
-
-def _flush_batch(r: WatchdogResult) -> str:
-    b = r.flush_batch
-    if b is None:
-        return "not measured" if r.params.flush else "-"
-    return f"{b.leases:,} leases, {b.calls} calls, {b.rtt_s * 1e3:.0f} ms"
-
-
-def watchdog_table(section: WatchdogSection) -> str:
-    """One column per run (TTL), one row per figure."""
-    if not section.runs:
-        return "Renewal watchdog: nothing measured"
-    labels = [
-        "renewed every (ttl/3)",
-        "acquisition phase (one after another)",
-        "window (measured over it only)",
-        "leases renewed in the window (expected)",
-        "client process CPU, share of one core",
-        "  watchdog timer thread",
-        "  batch threads (send, apply answers)",
-        "  the rest (GC, main thread, interpreter)",
-        "  client CPU per lease renewed, us",
-        "server CPU, share of one core",
-        "renewal script calls (one per <= 100 leases)",
-        "  per 100 leases renewed",
-        "round trips: batches, one pipeline each",
-        "  per 100 leases renewed",
-        "leases per batch: median (min-max)",
-        "batch round trip: p50 / max",
-        "least validity left when a renewal was sent",
-        "next batch after SCRIPT FLUSH",
-        "leases lost (on_lost calls; lease.lost at end)",
-        "exit after main ends, holding every lease",
-    ]
-    columns = [_watchdog_column(r) for r in section.runs]
-    rows = [[label, *(column[i] for column in columns)] for i, label in enumerate(labels)]
-    header = ["", *(f"ttl {r.params.ttl:g} s" for r in section.runs)]
-    leases = max(r.params.leases for r in section.runs)
-    lines = [f"Renewal watchdog: {leases:,} leases on distinct names, acquire(wait=0, renew=True), one client, one "
-             "Redis; each TTL in a process of its own (spawn), measured over the window after the acquisition phase",
-             "", _table(header, rows, "l" + "r" * len(section.runs)), ""]
-    lines.append("round trips: on a single Redis every script call of one batch travels in one pipeline; batch "
-                 "round trip = wall time of one extend_many call")
-    lines.append("SCRIPT FLUSH (after the window; what a restart or failover does): every call of the next batch "
-                 "meets NOSCRIPT and is sent again, one after another")
-    lines.append("exit: from the end of the process's main function (no release, no close) until the process was "
-                 "gone; a process holding nothing: " + _ms(section.exit_baseline_s))
-    lines += section.left_out
-    return "\n".join(lines)
-
-
 # ------------------------------------------------------------------------------------------------------ checks
 
 @dataclass(frozen=True)
@@ -356,37 +259,6 @@ def checks(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[str],
                          "0", overlaps == 0))
         broken = sum(len(result.errors) + result.timeouts for result in con.values())
         out.append(Check("contended: errors + timed-out acquires, all rows", str(broken), "-", None))
-    return out
-
-
-def watchdog_checks(section: WatchdogSection) -> list[Check]:
-    out: list[Check] = []
-    for r in section.runs:
-        # The CPU target is judged with the library's default TTL (30 s: renewals every 10 s), which is what
-        # keeping 10,000 leases alive costs by default; shorter TTLs renew more often and are shown for information.
-        judged_cpu = r.params.ttl == fencelock.DEFAULT_TTL
-        what = f"watchdog, {r.params.leases:,} leases, ttl {r.params.ttl:g} s"
-        if r.error is not None:
-            out.append(Check(f"{what}: error (see below)", "-", "-", False))
-            continue
-        cpu_target = f"< {WATCHDOG_CPU_TARGET * 100:g} %"
-        out.append(Check(f"{what}: client process CPU, share of one core", _pct(r.cpu_share),
-                         cpu_target if judged_cpu else "-",
-                         (r.cpu_share < WATCHDOG_CPU_TARGET) if judged_cpu else None))
-        # The issue counts round trips: on one Redis every script call of a tick travels in one pipeline.
-        out.append(Check(f"{what}: renewal round trips (pipelines) per 100 leases renewed", _num(r.trips_per_100, 3),
-                         f"<= {WATCHDOG_CALLS_TARGET:g}", r.trips_per_100 <= WATCHDOG_CALLS_TARGET))
-        out.append(Check(f"{what}: renewal script calls per 100 leases renewed", _num(r.calls_per_100, 3),
-                         "- (<= 100 leases each)", None))
-    measured = [r for r in section.runs if r.error is None]
-    if measured:
-        lost = sum(r.lost for r in measured)
-        out.append(Check(f"watchdog: leases lost, every run ({len(measured)})", str(lost), "0", lost == 0))
-        exits = [r.exit_s for r in measured]
-        slowest = None if None in exits else max(e for e in exits if e is not None)
-        out.append(Check("watchdog: exit after main ends, holding the leases (slowest run)",
-                         _ms(slowest) if slowest is not None else "did not exit",
-                         f"< {WATCHDOG_EXIT_LIMIT:g} s", slowest is not None and slowest < WATCHDOG_EXIT_LIMIT))
     return out
 
 
@@ -601,102 +473,6 @@ def write_json(path: str, *, machine_info: Mapping[str, str], config: Mapping[st
     with open(path, "w", encoding="utf-8") as f:
         json.dump(_clean(doc), f, indent=2, sort_keys=False)
         f.write("\n")
-
-
-# ------------------------------------------------------------------------------------ latency mode (--latency)
-
-LATENCY_TARGETS_AT_MS = 0.5
-"""The one-way delay the latency targets are stated for."""
-LATENCY_REDLOCK_CYCLE = 1.15     # Redlock 5-node uncontended cycle <= 1.15 x the single-node cycle
-LATENCY_REDLOCK_VS_ANCHOR = 2.0  # ... and >= 2 x faster than the best Redlock anchor
-LATENCY_SINGLE_PER_S = 1.3       # single node, contended: >= 1.3 x python-redis-lock's throughput
-LATENCY_SINGLE_HANDOFF = 1.15    # ... hand-off <= 1.15 x one round trip
-LATENCY_REDLOCK_PER_S = 2.0      # Redlock contended: >= 2 x the best anchor's throughput
-LATENCY_REDLOCK_HANDOFF = 1.3    # ... hand-off <= 1.3 x 1.5 round trips
-
-
-def latency_table(latency_ms: float, rtt_ms: float | None, stats: Sequence[DelayStats]) -> str:
-    """What the delay proxies did: the delay asked, the round trip a client saw, how late they forwarded, CPU."""
-    chunks = sum(s.chunks for s in stats)
-    late50 = max((s.late_p50_ms for s in stats), default=0.0)
-    late99 = max((s.late_p99_ms for s in stats), default=0.0)
-    cpu = sum(s.cpu_s for s in stats)
-    rows = [[f"{latency_ms:g} ms", _num(rtt_ms, 3) if rtt_ms is not None else "-", str(len(stats)), str(chunks),
-             f"{latency_ms + late50:.3f} ms", f"{late99:.3f} ms", f"{cpu:.1f} s"]]
-    table = _table(["delay asked (one way)", "PING round trip", "proxies", "chunks forwarded",
-                    "one-way delay p50", "late p99 (worst proxy)", "proxy CPU (all)"], rows, "rrrrrrr")
-    return (f"Latency mode: every client<->server connection passes a delay proxy of its own (bench/delay.py)\n\n"
-            f"{table}\n\nlate = how long after its due time a chunk was forwarded (the proxy's own jitter)")
-
-
-def latency_breakdown_table(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[Placement],
-                            rtt_ms: float) -> str:
-    """Where an uncontended cycle's time goes with nodes as separate hosts: the limit (2 round trips: acquire and
-    release), the time beyond it, and the CPU per cycle of the client, the servers and the delay proxies."""
-    found = unc.get(places[0].name, {}) if places else {}
-    limit_us = 2 * rtt_ms * 1000
-    rows = []
-    for key, r in found.items():
-        beyond = r.median_us - limit_us
-        client = r.client_cpu_median_us
-        rows.append([REGISTRY[key].label, f"{r.median_us:.0f}", f"{limit_us:.0f}", f"{beyond:.0f}",
-                     _num(client, 0), _pct(client / beyond) if beyond > 0 and not math.isnan(client) else "-",
-                     _num(r.server_cpu_median_us, 0), _num(r.proxy_cpu_median_us, 0)])
-    table = _table(["contender", "cycle us", "limit (2 RTT) us", "beyond the limit us", "client CPU us",
-                    "client CPU / beyond", "servers CPU us", "proxies CPU us"], rows, "lrrrrrrr")
-    return ("Latency mode: where an uncontended cycle's time goes (medians per cycle; CPU counted per process, "
-            "every thread)\n\n" + table + "\n\nThe limit is two PING round trips through the proxies. Time beyond "
-            "it is spent in the client (its CPU), waiting for a CPU (2 cores serve the client, the servers and the "
-            "proxies), or on the servers beyond a PING; servers' and proxies' CPU overlap the network wait.")
-
-
-def latency_checks(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[str],
-                   con: Mapping[str, Contended], rtt_ms: float | None) -> list[Check]:
-    """The targets restated for nodes on separate hosts, against the physical limits (in round trips)."""
-    out: list[Check] = []
-    if rtt_ms is None:
-        return out
-    rtt = rtt_ms
-    found = unc.get(places[0], {}) if places else {}
-    single, rl5 = found.get("fencelock"), found.get("fencelock-rl5")
-    if single is not None:
-        out.append(Check("latency, uncontended: fencelock cycle / limit (2 RTT: acquire + release)",
-                         f"{single.median_us / 1000:.3f} / {2 * rtt:.3f} ms", "- (physical limit)", None))
-    if rl5 is not None:
-        out.append(Check("latency, uncontended: fencelock-rl5 cycle / limit (2 RTT to the quorum's slowest)",
-                         f"{rl5.median_us / 1000:.3f} / {2 * rtt:.3f} ms", "- (physical limit)", None))
-        if single is not None:
-            ratio = rl5.median_us / single.median_us
-            out.append(Check("latency, uncontended: fencelock-rl5 / fencelock (time per cycle)", _ratio(ratio, 3),
-                             f"<= {LATENCY_REDLOCK_CYCLE:.2f}x", ratio <= LATENCY_REDLOCK_CYCLE))
-        anchors = [key for key in ("pottery-rl5", "redlock-ng-rl5") if key in found]
-        if anchors:
-            best = min(anchors, key=lambda key: found[key].median_us)
-            ratio = found[best].median_us / rl5.median_us
-            out.append(Check(f"latency, uncontended: best anchor ({best}) / fencelock-rl5 (times faster)",
-                             _ratio(ratio, 3), f">= {LATENCY_REDLOCK_VS_ANCHOR:.2f}x",
-                             ratio >= LATENCY_REDLOCK_VS_ANCHOR))
-    cf, prl = con.get("fencelock"), con.get("python-redis-lock")
-    if cf is not None:
-        if prl is not None and prl.per_s:
-            ratio = cf.per_s / prl.per_s
-            out.append(Check("latency, contended: fencelock / python-redis-lock acquisitions/s", _ratio(ratio, 3),
-                             f">= {LATENCY_SINGLE_PER_S:.2f}x", ratio >= LATENCY_SINGLE_PER_S))
-        ratio = cf.gap_p50_ms / rtt
-        out.append(Check(f"latency, contended: fencelock hand-off p50 / 1 RTT ({rtt:.3f} ms)", _ratio(ratio, 3),
-                         f"<= {LATENCY_SINGLE_HANDOFF:.2f}x", ratio <= LATENCY_SINGLE_HANDOFF))
-    cr = con.get("fencelock-rl5")
-    if cr is not None:
-        anchors = [key for key in ("pottery-rl5", "redlock-ng-rl5") if key in con]
-        if anchors:
-            best = max(anchors, key=lambda key: con[key].per_s)
-            ratio = cr.per_s / con[best].per_s if con[best].per_s else math.nan
-            out.append(Check(f"latency, contended: fencelock-rl5 / best anchor ({best}) acquisitions/s",
-                             _ratio(ratio, 3), f">= {LATENCY_REDLOCK_PER_S:.2f}x", ratio >= LATENCY_REDLOCK_PER_S))
-        ratio = cr.gap_p50_ms / (1.5 * rtt)
-        out.append(Check(f"latency, contended: fencelock-rl5 hand-off p50 / 1.5 RTT ({1.5 * rtt:.3f} ms)",
-                         _ratio(ratio, 3), f"<= {LATENCY_REDLOCK_HANDOFF:.2f}x", ratio <= LATENCY_REDLOCK_HANDOFF))
-    return out
 
 
 # ----------------------------------------------------------------------------------------- events (observability)
