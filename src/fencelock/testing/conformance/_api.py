@@ -126,7 +126,9 @@ class ApiTests:
         assert asked + 5.0 - 0.052 - now <= remaining <= 5.0 - 0.052  # from before the request, less drift
         assert lease.ttl == 5.0
         server_ttl = deployment.ttl_left(name)
-        assert server_ttl is None or server_ttl > 4.8, server_ttl
+        # The server keeps at least what the lease claims, less the time the look took (a new client connection
+        # to a 3-member ensemble can take a few hundred ms on a busy machine).
+        assert server_ttl is None or server_ttl > remaining - (time.monotonic() - now) - slack(0.1), server_ttl
         time.sleep(0.6 * first + deployment.expiry_slack)
         assert deployment.holder(name) == lease.token  # outlived the first TTL
         lease.release()
