@@ -314,22 +314,21 @@ def check(history: History, samples: Iterable[Sample], *, quorum: int = 1, epsil
     known = {lease.token: lease for lease in history.leases}
     for name, s_list in by_name.items():
         reported: set[str] = set()
+        deadlines: dict[str, float | None] = {}  # token: its deadline (it depends on the history, not the sample)
         for s in s_list:
-            past: dict[str, int] = {}  # token: how many nodes keep it past its deadline
-            for token, pttl in zip(s.tokens, s.pttls, strict=True):
-                if token is not None and pttl is not None:
-                    deadline = _deadline(history, name, known.get(token), slack)
-                    if deadline is not None and (pttl < 0 or s.start + pttl / 1000 > deadline + epsilon):
-                        past[token] = past.get(token, 0) + 1
+            late: list[tuple[str, float, float]] = []  # (token, kept until, deadline) of each node past it
             for token, pttl in zip(s.tokens, s.pttls, strict=True):
                 if token is None or pttl is None or token in reported:
                     continue
-                deadline = _deadline(history, name, known.get(token), slack)
-                if deadline is None:
-                    continue
+                if token not in deadlines:
+                    deadlines[token] = _deadline(history, name, known.get(token), slack)
+                deadline = deadlines[token]
                 lives_until = math.inf if pttl < 0 else s.start + pttl / 1000
-                allowed = straggle if past.get(token, 0) < quorum else 0.0
-                if lives_until > deadline + epsilon + allowed:
+                if deadline is not None and lives_until > deadline + epsilon:
+                    late.append((token, lives_until, deadline))
+            for token, lives_until, deadline in late:
+                allowed = straggle if sum(t == token for t, _, _ in late) < quorum else 0.0
+                if token not in reported and lives_until > deadline + epsilon + allowed:
                     who = f"{known[token].client}'s lease" if token in known else "a key no lease was returned for"
                     found.append(f"key outlives its TTL: {who} on {name!r} is kept until {lives_until:.3f} (seen "
                                  f"at {s.start:.3f}), {lives_until - deadline:.3f}s past the last TTL its client "
