@@ -95,7 +95,7 @@ def test_a_release_stops_renewal_at_once_and_a_released_lease_ignores_late_answe
     life.stop_renewing()
     assert life.tick(T0 + EVERY) is Tick.WATCH
     assert life.early(0.1) == 0.0
-    assert life.release_answered(Released.RELEASED)
+    assert life.release_answered(Released.RELEASED, T0 + EVERY)
     assert life.state is State.RELEASED
     assert not life.is_lost(T0 + 100.0)
     assert life.remaining(T0) == 0.0
@@ -114,8 +114,19 @@ def test_an_unanswered_release_then_an_answer(sent: float, answer: Released, rel
     life.release_unknown(sent)
     life.release_unknown(sent + 10.0)  # the first unanswered release is the one that counts
     assert life.uncertain_at == sent
-    assert life.release_answered(answer) is released
+    assert life.release_answered(answer, sent + 10.0) is released
     assert life.state is (State.RELEASED if released else State.HELD)  # (the lease then reports the loss)
+
+
+@pytest.mark.parametrize(("sent", "released"), [
+    (T0 + 1.0, True),    # sent again after its connection closed under it, in time: our first sending deleted it
+    (T0 + 5.0, False),   # sent after the validity ended: it may have expired on its own
+])
+def test_a_release_sent_twice_that_finds_the_key_gone(sent: float, released: bool) -> None:
+    life = renewed_lease()
+    assert life.release_answered(Released.UNSURE, sent) is released
+    assert life.uncertain_at == sent
+    assert life.state is (State.RELEASED if released else State.HELD)
 
 
 def test_an_extend_without_an_answer_may_shorten_but_never_lengthen_the_validity() -> None:
@@ -168,7 +179,7 @@ def test_validity_grows_only_by_a_confirmed_renewal_and_a_lease_never_comes_back
         elif step == "lose":
             life.lose("told")
         elif life.state is State.HELD:
-            life.release_answered(Released.RELEASED)
+            life.release_answered(Released.RELEASED, now)
         assert life.valid_until <= before
         if gone:
             assert life.state is not State.HELD

@@ -27,6 +27,7 @@ from .._redis.channel import (
     may_resend,
     orphaned,
     packed,
+    reply_of,
     turn,
 )
 from ._admin import client_id, kill
@@ -188,7 +189,7 @@ async def _call_script(request: ScriptRequest, cache: Packed, generation: int,
             return await _call_script(request.again(), cache, generation, None, fresh=True)
         return exc
     await channel.give_back(conn)
-    return reply
+    return reply_of(request, reply)
 
 
 async def _read(conn: Any, after_wait: bool, confirmed: bool = False) -> Any:

@@ -257,12 +257,12 @@ class AsyncLease:
                 emit("failed", self.name, backend_kind(self._backend), "release", fence=self.fence,
                      duration=self._clock() - sent_at, error=str(exc))
             raise
-        if self._life.release_answered(answer):
+        if self._life.release_answered(answer, sent_at):
             now = self._clock()
             emit("release", self.name, backend_kind(self._backend), "release", fence=self.fence,
                  held=now - self._granted_at, duration=now - sent_at)
             return
-        why = "expired" if answer is Released.EXPIRED else "was taken by another holder"
+        why = "expired" if answer in (Released.EXPIRED, Released.UNSURE) else "was taken by another holder"
         self._lose(f"it {why}", "release")
         raise LockLost(f"the lease {why} before it was released", name=self.name)
 

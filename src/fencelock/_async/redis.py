@@ -17,7 +17,7 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError, R
 from .._errors import BackendError, NotDurable
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
-from .._redis.channel import RESENDABLE, Confirmed
+from .._redis.channel import RESENDABLE, Confirmed, release_answer
 from .._redis.durability import Durability, Unsupported
 from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
 from .._redis.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
@@ -31,7 +31,6 @@ AnyRedis = Redis | RedisCluster
 CLIENT_ERRORS = (RedisError, RedisClusterException)
 """Everything redis-py raises for a server or network fault (cluster errors do not derive from RedisError)."""
 
-_RELEASE_ANSWERS = {1: Released.RELEASED, 0: Released.EXPIRED, -1: Released.TAKEN}
 
 MIN_BLOCK = 0.002
 """Seconds. BLPOP rounds its timeout down to milliseconds, and 0 means "block for ever": never ask for less."""
@@ -222,7 +221,7 @@ class AsyncRedisBackend:
         keys = redis_keys(name, self._prefix)
         _, wake_prefix = fair_keys(name, self._prefix)
         code = await self._run(RELEASE, name, [*keys, wake_prefix], [token, fence, self._entry_ttl_ms])
-        return _RELEASE_ANSWERS[int(code)]
+        return release_answer(code)
 
     async def leave(self, name: str, token: str) -> None:
         """A fair waiter gives up: out of the queue now, and the new head is woken if the lock is free."""

@@ -27,6 +27,7 @@ from .._redis.keys import PREFIX, RedisKeys, fair_keys, redis_keys
 from .._redis.redlock import (
     DEFAULT_REPAIR_DELAY,
     MAX_ROUNDS,
+    NO_ANSWER,
     Answer,
     GateView,
     NodesReport,
@@ -38,12 +39,15 @@ from .._redis.redlock import (
     decode,
     default_node_timeout,
     deployment_id,
+    extend_outcome,
     fresh_window,
     holder_ttl,
     next_proposal,
+    node_code,
     node_states,
     plan_heal,
     quorum,
+    release_outcome,
     repaired,
     verdict,
     worth_another_round,
@@ -72,11 +76,6 @@ def _answer(reply: Any) -> Answer:
     return _FAILED if reply is None or isinstance(reply, Exception) else decode(reply)
 
 
-def _code(reply: Any) -> int:
-    """A node's release or extend reply (1, 0 or -1), or NO_ANSWER."""
-    return NO_ANSWER if reply is None or isinstance(reply, Exception) else int(reply)
-NO_ANSWER = -2
-"""What a node's release or extend counts as when it did not answer (its scripts answer 1, 0 or -1)."""
 _REPAIR_BATCH = 200
 GATE_TIMEOUT = 1.0  # seconds: the least time a look at every node's gate is given
 SCAN_TIMEOUT = 10.0  # seconds: the longest one node's SCAN for `list` is given
@@ -134,7 +133,7 @@ class AsyncRedlockBackend:
         if self._closed:
             return NO_ANSWER
         script_keys = [keys.lock, keys.fence, keys.waiters, keys.wake]
-        return _code(await call_script(channel, REDLOCK_RELEASE, script_keys, [token, t], generation=generation))
+        return node_code(await call_script(channel, REDLOCK_RELEASE, script_keys, [token, t], generation=generation))
 
     # -- the protocol -----------------------------------------------------------------------------------------
 
@@ -208,25 +207,23 @@ class AsyncRedlockBackend:
         script_keys, args = [keys.lock, keys.fence, keys.waiters, keys.wake], [token, fence]
         requests = [ScriptRequest(channel, REDLOCK_RELEASE, script_keys, args) for channel in self._channels]
         done, _ = await run_scripts(requests, self._timeout(DEFAULT_TTL), self._settled)
-        results = [_code(done.get(i)) for i in range(self._n)]
-        released = results.count(1)
-        if released >= self._q:
-            return Released.RELEASED
-        if released + results.count(NO_ANSWER) >= self._q:
+        results = [node_code(done.get(i)) for i in range(self._n)]
+        outcome = release_outcome(results, self._n)
+        if outcome is None:
             raise QuorumUnavailable(f"the release reached {self._n - results.count(NO_ANSWER)} of {self._n} nodes: "
                                     "whether a majority held the lease is unknown; release again", name=name)
-        return Released.TAKEN if -1 in results else Released.EXPIRED
+        return outcome
 
     async def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         keys = redis_keys(name, self._prefix)
         script_keys, args = [keys.lock, keys.fence], [token, ttl_ms, fence]
         requests = [ScriptRequest(channel, REDLOCK_EXTEND, script_keys, args) for channel in self._channels]
         done, handles = await run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
-        results = [_code(done.get(i)) for i in range(self._n)]
-        extended = results.count(1)
-        if extended >= self._q:
+        results = [node_code(done.get(i)) for i in range(self._n)]
+        extended = extend_outcome(results, self._n)
+        if extended:
             return True
-        if extended + results.count(NO_ANSWER) >= self._q:
+        if extended is None:
             raise QuorumUnavailable(f"the extend reached {self._n - results.count(NO_ANSWER)} of {self._n} nodes: "
                                     "whether a majority extended the lease is unknown", name=name)
         # Lost: a minority still holds keys of ours, which only get in others' way. Give them back.
@@ -236,7 +233,7 @@ class AsyncRedlockBackend:
 
     def _settled(self, done: dict[int, Any]) -> bool:
         """A release or extend is decided once a quorum did it, or every node answered."""
-        return len(done) == self._n or sum(1 for reply in done.values() if _code(reply) == 1) >= self._q
+        return len(done) == self._n or sum(1 for reply in done.values() if node_code(reply) == 1) >= self._q
 
     async def leave(self, name: str, token: str) -> None:
         """Redlock has no fair queue: nothing to leave."""

@@ -129,8 +129,12 @@ class LeaseState(Generic[F]):
         if self.uncertain_at is None:
             self.uncertain_at = sent_at
 
-    def release_answered(self, answer: Released) -> bool:
-        """The server answered a release: True released; False the lease was lost (expired or taken) first."""
+    def release_answered(self, answer: Released, sent_at: float) -> bool:
+        """The server answered a release sent at `sent_at`: True released; False the lease was lost (expired or
+        taken) first. UNSURE (a sending of it may have deleted the key) is judged as after an unanswered one."""
+        if answer is Released.UNSURE:
+            self.release_unknown(sent_at)
+            answer = Released.EXPIRED
         if after_release(answer, self.uncertain_at, self.valid_until) is _RELEASED:
             self.state = _RELEASED
             return True

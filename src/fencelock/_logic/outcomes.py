@@ -20,6 +20,8 @@ class Released(enum.Enum):
     RELEASED = "released"       # the key held our token and is gone
     EXPIRED = "expired"         # the key is gone, and nobody was granted the lock after us
     TAKEN = "taken"             # another holder has the lock, or had it after us
+    UNSURE = "unsure"           # the key is gone, and a sending of this release whose reply was lost may have
+    #                             deleted it (the release went again after its connection closed under it)
 
 
 class State(enum.Enum):

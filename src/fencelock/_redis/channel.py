@@ -13,9 +13,10 @@ answered the old request has run or never will (docs/decisions/2026-12-01-order-
 A connection taken idle may have been closed by the server meanwhile (its idle timeout, a load balancer's, a
 restart): that is not a failure. One found closed before the write (`closed_by_peer`) is dropped, and the request
 goes on another. One that closes under a request, with no byte of the reply (`Closed`), leaves the request's fate
-unknown: it goes again once, on a new connection, only if running it twice does what running it once does
-(`RESENDABLE`); any other request reports the error, and its caller keeps what it holds (a release keeps its
-token: the release is retried by its caller, never claimed).
+unknown: it goes again once, on a new connection, if running it twice does what running it once does
+(`RESENDABLE`), or if it is a release, whose second answer "the key is gone" is then marked as maybe our own
+first sending's doing (`Resent`, read by the lease's rule for an unsure release). Any other request reports the
+error, and its caller keeps what it holds.
 
 Written once here and called by both twins: `ScriptRequest`, the order rule's decision (`turn`), a request's bytes
 (`encode`, `packed`; NOSCRIPT's resend is `encode(reload=True)`), what a reply means (`confirmed_reply`,
@@ -35,6 +36,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .._logic.outcomes import Released
 from . import resp
 
 PATIENCE = 2.0
@@ -47,6 +49,14 @@ RESENDABLE = frozenset({"acquire", "fair_acquire", "fair_leave", "extend", "exte
 """Scripts that, sent twice with the same arguments, do what they do once (see each script's header): an acquire
 finds its own grant (and resets its TTL), an extend resets the TTL again, status reads. Not a release (the second
 would find the key gone, and say "expired" of a lock it released) nor a forced one."""
+
+RESENT_RELEASES = frozenset({"release", "redlock_release"})
+"""Releases also go again once after `Closed`, on a new connection: the second sending's integer reply is a
+`Resent`, so that "the key is gone" is read as "our first sending may have deleted it" (`Released.UNSURE`)."""
+
+
+class Resent(int):
+    """The reply of a release's second sending (see `RESENT_RELEASES`)."""
 
 
 class Closed(RedisConnectionError):
@@ -113,7 +123,24 @@ def _tls_closed(sock: ssl.SSLSocket) -> bool:
 def may_resend(lua: Any, error: BaseException) -> bool:
     """A request that failed this way may go again once, on a new connection: it never reached the server, or
     its connection closed under it and running it twice is safe."""
-    return isinstance(error, Unwritten) or (isinstance(error, Closed) and lua.name in RESENDABLE)
+    return isinstance(error, Unwritten) or (
+        isinstance(error, Closed) and (lua.name in RESENDABLE or lua.name in RESENT_RELEASES))
+
+
+_RELEASE_ANSWERS = {1: Released.RELEASED, 0: Released.EXPIRED, -1: Released.TAKEN}
+
+
+def release_answer(code: Any) -> Released:
+    """A single server's release reply (1, 0, -1) as its meaning; "gone" after a second sending is UNSURE."""
+    answer = _RELEASE_ANSWERS[int(code)]
+    return Released.UNSURE if answer is Released.EXPIRED and isinstance(code, Resent) else answer
+
+
+def reply_of(request: ScriptRequest, reply: Any) -> Any:
+    """The reply as the caller sees it: a release's second sending's integer answer marked `Resent`."""
+    if request.resent and request.lua.name in RESENT_RELEASES and type(reply) is int:
+        return Resent(reply)
+    return reply
 
 
 class Finished(Protocol):
@@ -264,10 +291,11 @@ class ScriptRequest(NamedTuple):
     args: list[Any]
     wake: tuple[str, float] | None = None
     confirm: tuple[Any, ...] | None = None
+    resent: bool = False  # the second sending (`again`)
 
     def again(self) -> ScriptRequest:
         """The request to send once more: without its wait (a wake-up it may have taken already; it is tried now)."""
-        return self._replace(wake=None)
+        return self._replace(wake=None, resent=True)
 
 
 class Orphan(NamedTuple):

@@ -41,6 +41,10 @@ import hashlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from .._logic.outcomes import Released
+from .channel import Resent
 
 DEFAULT_REPAIR_DELAY = 60.0
 """Seconds a node that lost its data stays out before it is repaired: must exceed the longest TTL in use."""
@@ -58,6 +62,43 @@ MAX_ROUNDS = 3
 
 def quorum(n: int) -> int:
     return n // 2 + 1
+
+
+NO_ANSWER = -2
+"""A node's release or extend that got no answer (its scripts answer 1, 0 or -1)."""
+UNSURE = 2
+"""A node's release whose second sending found the key gone: its first sending may have deleted it."""
+
+
+def node_code(reply: Any) -> int:
+    """A node's release or extend reply as 1, 0, -1, NO_ANSWER or UNSURE."""
+    if reply is None or isinstance(reply, Exception):
+        return NO_ANSWER
+    code = int(reply)
+    return UNSURE if code == 0 and isinstance(reply, Resent) else code
+
+
+def release_outcome(codes: Sequence[int], n: int) -> Released | None:
+    """A release's result from every node's code: RELEASED on a quorum; UNSURE when a quorum released or may
+    have; None when the nodes that did not answer could make that quorum (whether it held is unknown)."""
+    q = quorum(n)
+    released, unsure = codes.count(1), codes.count(UNSURE)
+    if released >= q:
+        return Released.RELEASED
+    if released + unsure >= q:
+        return Released.UNSURE
+    if released + unsure + codes.count(NO_ANSWER) >= q:
+        return None
+    return Released.TAKEN if -1 in codes else Released.EXPIRED
+
+
+def extend_outcome(codes: Sequence[int], n: int) -> bool | None:
+    """An extend's result: True on a quorum; None when the nodes that did not answer could make it."""
+    q = quorum(n)
+    extended = codes.count(1)
+    if extended >= q:
+        return True
+    return None if extended + codes.count(NO_ANSWER) >= q else False
 
 
 def check_node_count(n: int) -> None:

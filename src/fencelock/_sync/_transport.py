@@ -30,6 +30,7 @@ from .._redis.channel import (
     end,
     may_resend,
     orphaned,
+    reply_of,
     server_error,
     turn,
 )
@@ -204,7 +205,7 @@ def _receive(flight: _InFlight) -> tuple[Any, _InFlight | None]:
         failed = _send(again, encode(flight.conn, flight.request, reload=True))
         return (failed, None) if failed is not None else (None, again)
     flight.request.channel.give_back(flight.conn)
-    return reply, None
+    return reply_of(flight.request, reply), None
 
 
 def _read_reply(conn: Any, skip: int = 0, count: int = 1) -> Any:

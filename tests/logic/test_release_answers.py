@@ -1,0 +1,45 @@
+"""What a release's replies mean when a release went twice (its connection closed under the first sending)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fencelock._logic.outcomes import Released
+from fencelock._redis.channel import Resent, ScriptRequest, release_answer, reply_of
+from fencelock._redis.redlock import NO_ANSWER, UNSURE, node_code, release_outcome
+from fencelock._scripts import RELEASE, STATUS
+
+
+def test_only_a_second_sending_of_a_release_is_marked() -> None:
+    first = ScriptRequest(None, RELEASE, [], [])
+    assert type(reply_of(first, 0)) is int
+    assert isinstance(reply_of(first.again(), 0), Resent)
+    assert not isinstance(reply_of(ScriptRequest(None, STATUS, [], []).again(), 0), Resent)
+    assert isinstance(reply_of(first.again(), ConnectionError()), ConnectionError)  # errors pass as they are
+
+
+@pytest.mark.parametrize(("code", "answer"), [
+    (1, Released.RELEASED), (0, Released.EXPIRED), (-1, Released.TAKEN),
+    (Resent(1), Released.RELEASED), (Resent(0), Released.UNSURE), (Resent(-1), Released.TAKEN),
+])
+def test_a_single_servers_release_answer(code: int, answer: Released) -> None:
+    assert release_answer(code) is answer
+
+
+def test_a_redlock_node_code() -> None:
+    assert node_code(None) == NO_ANSWER
+    assert node_code(TimeoutError()) == NO_ANSWER
+    assert node_code(Resent(0)) == UNSURE
+    assert [node_code(c) for c in (1, 0, -1, Resent(1), Resent(-1))] == [1, 0, -1, 1, -1]
+
+
+@pytest.mark.parametrize(("codes", "outcome"), [
+    ([1, 1, 1, 0, 0], Released.RELEASED),
+    ([1, 1, UNSURE, 0, NO_ANSWER], Released.UNSURE),     # a quorum released or may have
+    ([1, 1, NO_ANSWER, NO_ANSWER, 0], None),             # the silent nodes could make the quorum: unknown
+    ([1, UNSURE, 0, 0, NO_ANSWER], None),
+    ([1, 0, 0, 0, -1], Released.TAKEN),
+    ([1, 0, 0, 0, UNSURE], Released.EXPIRED),
+])
+def test_a_redlock_release_outcome(codes: list[int], outcome: Released | None) -> None:
+    assert release_outcome(codes, len(codes)) is outcome
