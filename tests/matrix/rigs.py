@@ -22,7 +22,7 @@ import fencelock.aio
 from fencelock import _scripts
 from fencelock.testing.faults import FaultProxy, Rule
 from fencelock.testing.redis_deployments import initialise_redlock
-from fencelock.testing.servers import RedisClusterServers, RedisNodes, RedisServer
+from fencelock.testing.servers import RedisClusterServers, RedisNodes, RedisPrimaryReplica, RedisServer
 
 SOCKET_TIMEOUT = 0.25
 """Seconds: every client under test times out this fast, so a fault costs a quarter of a second."""
@@ -106,6 +106,18 @@ class SingleRig(Rig):
 
     def watch_clients(self) -> list[Any]:
         return [self.servers[0].client(socket_timeout=WATCH_TIMEOUT)]
+
+
+class DurableRig(SingleRig):
+    """A primary and its replica, the client under test with `durability="replica"` through a proxy to the
+    primary: a grant's and an extend's WAIT go in the same write as the script, so each fault meets the WAIT's
+    reply as well as the script's. The watcher reads the primary."""
+
+    kind = "durable"
+
+    def connect(self, front: str) -> Any:
+        return (fencelock.connect if front == "sync" else fencelock.aio.connect)(
+            _url(self.proxies[0]), durability="replica", durability_timeout=SOCKET_TIMEOUT / 2)
 
 
 class RedlockRig(Rig):
@@ -204,6 +216,13 @@ def start_rig(kind: str) -> Iterator[Rig]:
     if kind == "redis":
         with RedisServer(name="matrix") as server:
             rig = SingleRig(_proxies([server]), [server])
+            try:
+                yield rig
+            finally:
+                rig.close()
+    elif kind == "durable":
+        with RedisPrimaryReplica() as pair:
+            rig = DurableRig(_proxies([pair.primary]), [pair.primary])
             try:
                 yield rig
             finally:

@@ -54,11 +54,18 @@ _MATCH = {
     "force_release": {"force_release"},
 }
 
+DURABLE_TARGETS = {"acquire", "acquire_fair", "extend_same", "extend_longer", "extend_shorter", "renewal",
+                   "race_extend", "race_release"}
+"""The requests that carry a WAIT with `durability=`."""
+
 _RULES = {"lose": LOSE, "late": LATE, "reset_before": RESET_BEFORE, "reset_after": RESET_AFTER, "pause": PAUSE}
 
 
 def target_of(request: str, kind: str) -> tuple[set[str], int]:
-    """The request names a cell faults, and which of them (the nth)."""
+    """The request names a cell faults, and which of them (the nth). With `durability=`, a grant's or an extend's
+    fault hits the WAIT written after its script: the script ran and answered, its confirmation is what fails."""
+    if kind == "durable" and request in DURABLE_TARGETS:
+        return {"wait"}, 1
     if request.startswith("extend"):
         return _MATCH["extend"], 1
     if request == "exit":

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from .rigs import Rig, start_rig
-from .scenario import FAULTS, REQUESTS, Cell, random_cell, run_cancel_cell, run_cell
+from .scenario import DURABLE_TARGETS, FAULTS, REQUESTS, Cell, random_cell, run_cancel_cell, run_cell
 
 SEED = 14
 FRONTS = ["sync", "async"]
@@ -32,7 +32,7 @@ FRONTS = ["sync", "async"]
 def _cells(kind: str) -> list[Cell]:
     """Every fault x request; the front end alternates by a seeded coin, the Cluster's opposite to the single
     Redis's, so that each fault x request runs on both front ends."""
-    rng = random.Random(f"{SEED}:{kind if kind == 'redlock' else 'redis'}")
+    rng = random.Random(f"{SEED}:{'redis' if kind in ('redis', 'cluster') else kind}")
     cells = []
     for fault, request in itertools.product(FAULTS, REQUESTS):
         front = rng.randrange(2) ^ (kind == "cluster")
@@ -45,8 +45,10 @@ CANCEL_REQUESTS = [r for r in REQUESTS if r != "renewal"]  # the watchdog's own 
 CLUSTER_CANCEL = ["acquire", "extend_same", "release"]
 """The Cluster's cancellation cells: what differs from one Redis there is redis-py's cluster client (a cancelled
 command makes it read the cluster's layout again, seconds per cell), so only one request of each kind."""
-CANCEL_CELLS = [(kind, request) for kind in ("redis", "cluster", "redlock") for request in CANCEL_REQUESTS
-                if kind != "cluster" or request in CLUSTER_CANCEL]
+DURABLE_CANCEL = ["acquire", "acquire_fair", "extend_same", "extend_longer", "exit"]
+"""`durability=`'s cancellation cells: a cancellation while the WAIT's reply is awaited, on grants and extends."""
+_KINDS = {"redis": CANCEL_REQUESTS, "cluster": CLUSTER_CANCEL, "redlock": CANCEL_REQUESTS, "durable": DURABLE_CANCEL}
+CANCEL_CELLS = [(kind, request) for kind, requests in _KINDS.items() for request in requests]
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +60,12 @@ def redis_rig() -> Iterator[Rig]:
 @pytest.fixture(scope="module")
 def cluster_rig() -> Iterator[Rig]:
     with start_rig("cluster") as rig:
+        yield rig
+
+
+@pytest.fixture(scope="module")
+def durable_rig() -> Iterator[Rig]:
+    with start_rig("durable") as rig:
         yield rig
 
 
@@ -90,27 +98,32 @@ def test_cluster(cluster_rig: Rig, cell: Cell) -> None:
     _assert_cell(cluster_rig, cell)
 
 
+@pytest.mark.parametrize("cell", [c for c in _cells("durable") if c.request in DURABLE_TARGETS | {"exit"}], ids=str)
+def test_durable(durable_rig: Rig, cell: Cell) -> None:
+    _assert_cell(durable_rig, cell)
+
+
 @pytest.mark.parametrize("cell", _cells("redlock"), ids=str)
 def test_redlock(redlock_rig: Rig, cell: Cell) -> None:
     _assert_cell(redlock_rig, cell)
 
 
 @pytest.mark.parametrize(("kind", "request_name"), CANCEL_CELLS, ids=[f"{k}-{r}" for k, r in CANCEL_CELLS])
-def test_cancel_at_every_request(kind: str, request_name: str, redis_rig: Rig, cluster_rig: Rig,
-                                 redlock_rig: Rig) -> None:
+def test_cancel_at_every_request(kind: str, request_name: str, request: pytest.FixtureRequest) -> None:
     if kind == "redlock" and request_name == "acquire_fair":
         request_name = "acquire"  # Redlock has no fair mode
-    rig = {"redis": redis_rig, "cluster": cluster_rig, "redlock": redlock_rig}[kind]
+    rig: Rig = request.getfixturevalue(f"{kind}_rig")
     problems = _run(run_cancel_cell(rig, request_name))
     assert not problems, f"{kind} async-cancel-{request_name}:\n  " + "\n  ".join(problems)
 
 
-def test_soak(request: pytest.FixtureRequest, redis_rig: Rig, cluster_rig: Rig, redlock_rig: Rig) -> None:
+def test_soak(request: pytest.FixtureRequest, redis_rig: Rig, cluster_rig: Rig, redlock_rig: Rig,
+              durable_rig: Rig) -> None:
     """Random cells (`--seed`) for `--duration` seconds; without --duration, one of them."""
     seed = int(request.config.getoption("seed", SEED))
     duration = float(request.config.getoption("duration", 0.0))
     rng = random.Random(seed)
-    rigs = {"redis": redis_rig, "cluster": cluster_rig, "redlock": redlock_rig}
+    rigs = {"redis": redis_rig, "cluster": cluster_rig, "redlock": redlock_rig, "durable": durable_rig}
     end = time.monotonic() + duration
     failures = []
     runs = 0
