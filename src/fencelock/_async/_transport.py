@@ -27,6 +27,7 @@ from .._redis.channel import (
     may_resend,
     orphaned,
     packed,
+    reconnect,
     reply_of,
     turn,
 )
@@ -144,6 +145,8 @@ async def _call_script(request: ScriptRequest, cache: Packed, generation: int,
         try:
             conn = await channel.connect(generation)
         except Exception as exc:
+            if reconnect(exc, fresh):  # closed by the server while we connected: the request was never sent
+                return await _call_script(request, cache, generation, None, fresh=True)
             return exc
     if step.action is KILL:
         try:

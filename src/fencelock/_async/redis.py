@@ -6,6 +6,7 @@ turned into `BackendError` here, at this one boundary.
 
 from __future__ import annotations
 
+import contextlib
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -17,12 +18,12 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError, R
 from .._errors import BackendError, NotDurable
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
-from .._redis.channel import RESENDABLE, Confirmed, release_answer
+from .._redis.channel import RESENDABLE, RESENT_RELEASES, Confirmed, release_answer, resent
 from .._redis.durability import Durability, Unsupported
 from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
 from .._redis.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
 from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, FAIR_ACQUIRE, FAIR_LEAVE, FORCE_RELEASE, RELEASE, STATUS, Lua
-from ._cluster import cluster_node, cluster_refresh, drop_closed
+from ._cluster import cluster_node, cluster_refresh, ready_node
 from ._concurrency import sleep
 from ._transport import Channel, call_script
 
@@ -85,13 +86,17 @@ class AsyncRedisBackend:
         if confirm and self._durability is not None:
             return await self._run_confirmed(self._durability, lua, name, keys, args, wake)
         if self._channel is None:
-            await drop_closed(self._client, keys[0])
+            try:
+                await ready_node(self._client, keys[0])
+            except CLIENT_ERRORS as exc:
+                raise _backend_error(exc, f"{lua.name} failed on {self.shown}", name) from exc
             try:
                 return await run_script(self._client, lua, keys, args, name=name, where=self.shown)
             except BackendError as exc:  # a connection closed under it: again once, where that is safe
-                if not (isinstance(exc.__cause__, RedisConnectionError) and lua.name in RESENDABLE):
+                if not (isinstance(exc.__cause__, RedisConnectionError) and (
+                        lua.name in RESENDABLE or lua.name in RESENT_RELEASES)):
                     raise
-            return await run_script(self._client, lua, keys, args, name=name, where=self.shown)
+            return resent(lua, await run_script(self._client, lua, keys, args, name=name, where=self.shown))
         reply = await call_script(self._channel, lua, keys, args, wake)
         if isinstance(reply, Exception):
             raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
@@ -173,7 +178,10 @@ class AsyncRedisBackend:
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
         """A refused or reset connection may succeed at once on a fresh one, once; a timeout is not retried."""
-        return 0.0 if failures == 1 and isinstance(exc.__cause__, RedisConnectionError) else None
+        # (A Cluster client that could not read the layout again, each node's connection closed while it
+        # connected, says so with RedisClusterException.)
+        closed = isinstance(exc.__cause__, (RedisConnectionError, RedisClusterException))
+        return 0.0 if failures == 1 and closed else None
 
     async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0,
                           fair: bool = False) -> Attempt:
@@ -197,6 +205,8 @@ class AsyncRedisBackend:
         server_wait = wait - SERVER_TIMER
         if server_wait >= MIN_BLOCK and self._cluster:
             # redis-py refuses scripts in cluster pipelines: wait, then attempt, in two round trips.
+            with contextlib.suppress(*CLIENT_ERRORS):  # (a failure here ends the wait: the attempt reports it)
+                await ready_node(self._client, wake)
             await wait_for_wake(self._client, wake, wait)
             reply = await self._run(lua, name, script_keys, args, confirm=True)
         elif server_wait >= MIN_BLOCK:

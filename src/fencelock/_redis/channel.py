@@ -136,11 +136,21 @@ def release_answer(code: Any) -> Released:
     return Released.UNSURE if answer is Released.EXPIRED and isinstance(code, Resent) else answer
 
 
+def reconnect(error: BaseException, fresh: bool) -> bool:
+    """Connecting failed with a network error (the server closed the new connection during its handshake, or
+    refused it): the request was never sent, so it may try once more on another new connection. A timeout is not
+    retried (the server may be stalled), nor a second failure."""
+    return not fresh and isinstance(error, RedisConnectionError) and not isinstance(error, RedisTimeoutError)
+
+
 def reply_of(request: ScriptRequest, reply: Any) -> Any:
     """The reply as the caller sees it: a release's second sending's integer answer marked `Resent`."""
-    if request.resent and request.lua.name in RESENT_RELEASES and type(reply) is int:
-        return Resent(reply)
-    return reply
+    return resent(request.lua, reply) if request.resent else reply
+
+
+def resent(lua: Any, reply: Any) -> Any:
+    """The reply of `lua`'s second sending: a release's integer answer marked `Resent`."""
+    return Resent(reply) if lua.name in RESENT_RELEASES and type(reply) is int else reply
 
 
 class Finished(Protocol):

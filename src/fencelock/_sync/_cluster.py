@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from redis import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 
 
@@ -45,6 +46,20 @@ def cluster_refresh(client: Any) -> None:
     client.nodes_manager.initialize()
 
 
-def drop_closed(client: Any, key: str) -> None:
-    """Nothing to do: redis-py's synchronous pools drop an idle connection the server closed before using it
-    (the asyncio twin's cluster client does not)."""
+def ready_node(client: Any, key: str) -> None:
+    """Leave `key`'s node a connected idle connection for the next command: redis-py's pool checks one (and
+    connects it again if the server closed it) here, once more if the server closed it during its set-up, so
+    that such a failure is never mistaken for the command's."""
+    try:
+        pool = client.get_redis_connection(client.get_node_from_key(key)).connection_pool
+    except Exception:
+        return
+    for attempt in range(2):
+        try:
+            conn = pool.get_connection()
+        except RedisConnectionError:
+            if attempt:
+                raise
+            continue
+        pool.release(conn)
+        return

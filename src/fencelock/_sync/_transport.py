@@ -30,6 +30,7 @@ from .._redis.channel import (
     end,
     may_resend,
     orphaned,
+    reconnect,
     reply_of,
     server_error,
     turn,
@@ -289,6 +290,8 @@ def _in_thread(request: ScriptRequest, generation: int, before: tuple[Future[Any
         try:
             conn = channel.connect(generation)
         except Exception as exc:
+            if reconnect(exc, fresh):  # closed by the server while we connected: the request was never sent
+                return _in_thread(request, generation, None, True)
             return exc
     if step.action is KILL:
         try:
