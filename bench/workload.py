@@ -221,6 +221,8 @@ class Contended:
     acquisitions: int = 0
     per_s: float = math.nan
     runs_per_s: list[float] = field(default_factory=list)
+    runs_wait_p99_ms: list[float] = field(default_factory=list)  # each run's own, for targets judged on the median
+    runs_longest_ms: list[float] = field(default_factory=list)
     wait_p50_ms: float = math.nan
     wait_p99_ms: float = math.nan
     longest_ms: float = math.nan
@@ -404,7 +406,11 @@ def summarise(key: str, params: ContendedParams, runs: Sequence[ContendedRun]) -
         out.runs_per_s.append(sum(counts) / (end - start))
         records = [record for report in run.reports for record in report.records]
         inside = [record for record in records if start <= record[0] < end]  # requested inside the window
-        waits_ms.extend((granted - requested) * 1e3 for requested, granted, _ in inside)
+        run_waits_ms = [(granted - requested) * 1e3 for requested, granted, _ in inside]
+        waits_ms.extend(run_waits_ms)
+        if run_waits_ms:
+            out.runs_wait_p99_ms.append(stats.percentile(run_waits_ms, 99))
+            out.runs_longest_ms.append(max(run_waits_ms))
         if inside:
             requested, granted, _ = max(inside, key=lambda record: record[1] - record[0])
             if granted - requested > longest[0]:

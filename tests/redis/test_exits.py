@@ -55,7 +55,8 @@ def assert_not_renewed(raw: redis.Redis, name: str, watch: float = WATCH) -> int
         now = _pttl(raw, name)
         assert now <= last, f"the key's TTL went up from {last} to {now} ms after the exit: it was renewed"
         last = now
-    assert last <= first - int(watch * 1000), (first, last)
+    # (PTTL is whole milliseconds, sampled on the server's clock: a few ms either way are its rounding, not a renewal.)
+    assert last <= first - int(watch * 1000) + 20, (first, last)
     return last
 
 
