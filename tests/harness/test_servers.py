@@ -109,6 +109,20 @@ def test_explicit_port_in_use_fails_fast_with_log() -> None:
         srv.close()
 
 
+def test_an_automatic_port_taken_before_start_is_chosen_again() -> None:
+    srv = RedisServer()
+    try:
+        with socket.socket() as holder:
+            holder.bind(("127.0.0.1", srv.port))
+            holder.listen()
+            taken = srv.port
+            srv.start()
+            assert srv.port != taken
+            assert srv.client().ping() is True
+    finally:
+        srv.close()
+
+
 def test_close_is_idempotent_and_leaves_no_process() -> None:
     srv = RedisServer().start()
     pid = srv.pid
