@@ -234,7 +234,7 @@ class ProcessServer(ServerProcess, Harness):
         """Spawn the server and wait (at most `start_timeout`) until its probe answers; returns `self`.
 
         RuntimeError with the last log lines if it exits early or does not answer in time. A port chosen here and
-        taken meanwhile is chosen again (an explicit port is never changed)."""
+        taken before the first start is chosen again; an explicit port, or one served on once, is never changed."""
         self._start_until(time.monotonic() + self.start_timeout, allow_new_port=self._auto_port)
         return self
 
@@ -276,6 +276,7 @@ class ProcessServer(ServerProcess, Harness):
             self.spawn()
             try:
                 self._wait_ready(deadline)
+                self._auto_port = False  # clients know this port now: a later start keeps it
                 return
             except StartError as exc:
                 if allow_new_port and exc.port_in_use and attempts < 3 and time.monotonic() < deadline:
