@@ -12,6 +12,7 @@ import base64
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -779,3 +780,26 @@ def test_killing_the_leader_keeps_the_lock_exclusive_and_the_fences_increasing(e
     finally:
         holder_client.close()
         other_client.close()
+
+
+def test_the_harness_gives_a_member_new_ports_when_its_first_were_taken() -> None:
+    require_etcd_binary()
+    with socket.socket() as holder:
+        server = EtcdServer(memory=True)
+        try:
+            member = server.members[0]
+            holder.bind(("127.0.0.1", member.client_port))
+            holder.listen()
+            taken = member.client_port
+            server.start()
+            assert member.client_port != taken
+            assert server.request("/v3/kv/range", {"key": "eA=="}).get("kvs") is None
+            server.pause()
+            assert member.paused
+            server.resume()
+            server.kill(0)
+            assert server.pids() == [None]
+            server.restart(0)
+            assert server.pids() != [None]
+        finally:
+            server.close()

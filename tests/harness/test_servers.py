@@ -109,6 +109,29 @@ def test_explicit_port_in_use_fails_fast_with_log() -> None:
         srv.close()
 
 
+def test_an_automatic_port_taken_before_the_first_start_is_chosen_again_and_then_kept() -> None:
+    srv = RedisServer()
+    try:
+        with socket.socket() as holder:
+            holder.bind(("127.0.0.1", srv.port))
+            holder.listen()
+            taken = srv.port
+            srv.start()
+            assert srv.port != taken
+            assert srv.client().ping() is True
+        srv.kill()
+        with socket.socket() as holder:  # once served on, the port is the server's: a later start keeps it
+            holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # our client's connection is in TIME_WAIT
+            holder.bind(("127.0.0.1", srv.port))
+            holder.listen()
+            port = srv.port
+            with pytest.raises(RuntimeError, match="Address already in use"):
+                srv.start()
+            assert srv.port == port
+    finally:
+        srv.close()
+
+
 def test_close_is_idempotent_and_leaves_no_process() -> None:
     srv = RedisServer().start()
     pid = srv.pid

@@ -21,8 +21,8 @@ import pytest
 import fencelock
 from fencelock._zk.rules import Session
 from fencelock.testing.timing import slack
-from fencelock.testing.zookeeper import ZooKeeperDeployment, four_letter_word
-from tests.conftest import until
+from fencelock.testing.zookeeper import ZooKeeperDeployment, ZooKeeperServer, four_letter_word
+from tests.conftest import _require_zookeeper, until
 
 
 def _received(zk: ZooKeeperDeployment) -> int:
@@ -470,3 +470,29 @@ def test_a_lease_outlives_a_server_restart_within_its_session(own_zk: ZooKeeperD
     lease.release()
     assert own_zk.nodes(name) == []
     locks.close()
+
+
+def test_the_harness_chooses_a_new_port_when_its_first_was_taken_and_pause_stops_every_thread() -> None:
+    _require_zookeeper()
+    with socket.socket() as holder:
+        server = ZooKeeperServer(name="zk-port")
+        try:
+            holder.bind(("127.0.0.1", server.port))
+            holder.listen()
+            taken = server.port
+            server.start()
+            assert server.port != taken
+            server.pause()
+            assert server.paused
+            assert four_letter_word(server.host, server.port, "srvr", timeout=0.5) == ""
+            server.resume()
+            assert "Zookeeper version" in four_letter_word(server.host, server.port, "srvr")
+            pid = server.pid
+            server.kill()
+            assert server.pid is None
+            assert server.exit_code == -signal.SIGKILL
+            server.restart()
+            assert server.pid not in (None, pid)
+        finally:
+            server.close()
+        assert not os.path.exists(server.dir)

@@ -12,28 +12,25 @@ Protocol: one JSON object per line each way.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from .._errors import StaleFence
 from .._guards_sql import SQLGuard
-from ..testing.proxy import wind_down
+from ..testing._threaded import ThreadedServer
 from .history import Event
 
-START_TIMEOUT = 5.0
 
-
-class Resource:
+class Resource(ThreadedServer):
     """One counter store on a free loopback port. `guarded=False` accepts every write (the unfenced configs)."""
 
     def __init__(self, *, guarded: bool) -> None:
+        super().__init__("lab-resource")
         self.guarded = guarded
-        self.host = "127.0.0.1"
-        self.port = 0
         self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
         self._db.execute("CREATE TABLE counter (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
         self._db.execute("CREATE TABLE log (seq INTEGER PRIMARY KEY, t REAL, kind TEXT, worker TEXT, fence INTEGER, "
@@ -41,46 +38,19 @@ class Resource:
         self._guard = SQLGuard()
         self._guard.create_table(self._db.cursor())
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._transports: set[asyncio.Transport] = set()
-        self._closing = False
-        self._server: asyncio.Server | None = None
+        self._clients: set[asyncio.BaseTransport] = set()
 
     @property
     def address(self) -> tuple[str, int]:
         return self.host, self.port
 
-    def start(self) -> Resource:
-        self._thread = threading.Thread(target=self._run, name="fencelock-lab-resource", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(START_TIMEOUT) or not self.port:
-            raise RuntimeError(f"the lab's resource did not start within {START_TIMEOUT:g} s")
-        return self
-
     def close(self) -> None:
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):
-                asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
-            if self._thread is not None:
-                self._thread.join(START_TIMEOUT)
+        """Stop serving (see `ThreadedServer.close`) and close the store. Idempotent."""
+        super().close()
         self._db.close()
 
-    async def _shutdown(self) -> None:
-        self._closing = True
-        try:
-            assert self._server is not None
-            await wind_down(self._server, lambda: list(self._transports))
-        finally:
-            asyncio.get_running_loop().stop()
-
-    def __enter__(self) -> Resource:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _connections(self) -> Iterable[asyncio.BaseTransport]:
+        return list(self._clients)
 
     def value(self, name: str) -> int:
         with self._lock:
@@ -99,25 +69,9 @@ class Resource:
 
     # -- the service --------------------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            server = loop.run_until_complete(asyncio.start_server(self._serve, self.host, 0))
-            self.port = int(server.sockets[0].getsockname()[1])
-            self._server = server
-            self._ready.set()
-            loop.run_forever()  # until `_shutdown` has closed every connection
-        finally:
-            self._ready.set()
-            loop.close()
-
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        transport: Any = writer.transport
-        if self._closing:
-            transport.abort()
-            return
-        self._transports.add(transport)
+        transport = writer.transport
+        self._clients.add(transport)
         try:
             while line := await reader.readline():
                 try:
@@ -130,7 +84,7 @@ class Resource:
             pass  # a worker went away, or the lab is shutting the resource down
         finally:
             writer.transport.abort()
-            self._transports.discard(transport)
+            self._clients.discard(transport)
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         name, op = str(request["name"]), request["op"]

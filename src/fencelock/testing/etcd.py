@@ -26,9 +26,7 @@ import base64
 import json
 import os
 import shutil
-import signal
 import ssl
-import subprocess
 import tempfile
 import time
 import urllib.error
@@ -41,7 +39,7 @@ from .._etcd.rules import name_dir, range_end, retry_after
 from .._etcd.url import DEFAULT_TIMEOUT
 from ._harness import Harness
 from .deployment import Deployment
-from .servers import free_port
+from .servers._child import ServerProcess, free_port
 
 __all__ = ["EtcdCluster", "EtcdDeployment", "EtcdServer", "find_etcd_binary"]
 
@@ -84,8 +82,10 @@ def _post(url: str, path: str, body: dict[str, Any], timeout: float,
 C = TypeVar("C", bound="EtcdCluster")
 
 
-class _Member:
+class _Member(ServerProcess):
     """One etcd process of a cluster."""
+
+    dir: Path
 
     def __init__(self, cluster: EtcdCluster, index: int) -> None:
         self.cluster = cluster
@@ -95,8 +95,9 @@ class _Member:
         self.peer_port = free_port()
         self.dir = Path(cluster.dir) / self.name
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.paused = False
+
+    def __repr__(self) -> str:
+        return f"<etcd member {self.name} :{self.client_port}>"
 
     @property
     def client_url(self) -> str:
@@ -105,10 +106,6 @@ class _Member:
     @property
     def peer_url(self) -> str:
         return f"http://127.0.0.1:{self.peer_port}"
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def command_line(self) -> list[str]:
         initial = ",".join(f"{m.name}={m.peer_url}" for m in self.cluster.members)
@@ -124,13 +121,8 @@ class _Member:
             *(["--cert-file", self.cluster.tls[0], "--key-file", self.cluster.tls[1]] if self.cluster.tls else []),
         ]
 
-    def spawn(self) -> None:
-        if self.running:
-            raise RuntimeError(f"member {self.name} is already running")
-        with open(self.dir / "stdio.log", "ab") as stdio:
-            self.proc = subprocess.Popen(self.command_line(), stdin=subprocess.DEVNULL, stdout=stdio,
-                                         stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True)
-        self.paused = False
+    def log_paths(self) -> tuple[Path, Path]:
+        return self.dir / "stdio.log", self.dir / "etcd.log"
 
     def healthy(self) -> bool:
         try:
@@ -139,30 +131,6 @@ class _Member:
                 return bool(json.loads(response.read()).get("health") == "true")
         except (OSError, ValueError):
             return False
-
-    def log_tail(self, lines: int = 15) -> str:
-        parts = []
-        for path in (self.dir / "stdio.log", self.dir / "etcd.log"):
-            try:
-                parts += path.read_text(errors="replace").splitlines()[-lines:]
-            except OSError:
-                pass
-        return "\n".join(parts) or "(no log output)"
-
-    def signal(self, sig: signal.Signals) -> None:
-        if not self.running or self.proc is None:
-            raise RuntimeError(f"member {self.name} is not running")
-        os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            try:
-                proc.kill()  # SIGKILL also ends a SIGSTOPped process
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        self.paused = False
 
 
 class EtcdCluster(Harness):
@@ -207,30 +175,45 @@ class EtcdCluster(Harness):
         return f"{scheme}://" + ",".join(f"127.0.0.1:{m.client_port}" for m in self.members)
 
     def pids(self) -> list[int | None]:
-        return [m.proc.pid if m.running and m.proc is not None else None for m in self.members]
+        return [m.pid for m in self.members]
 
     def start(self: C) -> C:
-        """Start every member and wait until each one is healthy (it has a leader)."""
+        """Start every member and wait until each one is healthy (it has a leader). A member whose ports were
+        taken between `free_port` and its bind gets new ones, and the members start afresh (three tries)."""
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
         self._live()
-        for member in self.members:
-            member.spawn()
-        self._wait_healthy(self.members, time.monotonic() + START_TIMEOUT)
+        deadline = time.monotonic() + START_TIMEOUT
+        for attempt in range(3):
+            for member in self.members:
+                member.spawn()
+            taken = self._wait_healthy(self.members, deadline, new_ports=attempt < 2)
+            if not taken:
+                break
+            for member in self.members:
+                member.kill()
+                shutil.rmtree(member.dir / "data", ignore_errors=True)
+            for member in taken:
+                member.client_port, member.peer_port = free_port(), free_port()
         return self
 
-    def _wait_healthy(self, members: list[_Member], deadline: float) -> None:
+    def _wait_healthy(self, members: list[_Member], deadline: float, *, new_ports: bool = False) -> list[_Member]:
+        """Wait until every one of `members` is healthy; with `new_ports`, return at once the members that exited
+        because their ports were taken. Any other exit, or the deadline, closes the cluster with RuntimeError."""
         waiting = list(members)
-        while waiting:
+        while True:
             for member in list(waiting):
-                if member.proc is not None and member.proc.poll() is not None:
+                if member.exit_code is not None:
+                    taken = [m for m in members if m.exit_code is not None and m._port_in_use_logged()]
+                    if new_ports and member in taken and time.monotonic() < deadline:
+                        return taken
                     self.close()
-                    raise RuntimeError(f"etcd member {member.name} exited with code {member.proc.returncode}\n"
+                    raise RuntimeError(f"etcd member {member.name} exited with code {member.exit_code}\n"
                                        f"{member.log_tail()}")
                 if member.healthy():
                     waiting.remove(member)
             if not waiting:
-                return
+                return []
             if time.monotonic() >= deadline:
                 tails = "\n".join(m.log_tail() for m in waiting)
                 self.close()
@@ -292,14 +275,12 @@ class EtcdCluster(Harness):
     def pause(self, index: int | None = None) -> None:
         """SIGSTOP one member (or all): connections open, nothing answers."""
         for member in self.members if index is None else [self.members[index]]:
-            member.signal(signal.SIGSTOP)
-            member.paused = True
+            member.pause()
 
     def resume(self, index: int | None = None) -> None:
         for member in self.members if index is None else [self.members[index]]:
             if member.running:
-                member.signal(signal.SIGCONT)
-                member.paused = False
+                member.resume()
 
     def kill(self, index: int) -> None:
         """SIGKILL one member; its data directory stays for `restart`."""

@@ -28,13 +28,12 @@ import fnmatch
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _scripts
-from ._harness import Harness
-from .proxy import START_TIMEOUT, wind_down
+from ._threaded import ThreadedServer
 
 __all__ = ["CLOSE", "KINDS", "LATE", "LOSE", "PAUSE", "RESET_AFTER", "RESET_BEFORE", "FaultProxy", "Request",
            "Rule", "script_names"]
@@ -194,16 +193,14 @@ class _Link:
         self.forwarding = 0    # chunks taken off a queue and not yet written
 
 
-class FaultProxy(Harness):
+class FaultProxy(ThreadedServer):
     """Forward connections from ``host:port`` (a free loopback port) to ``target_host:target_port``, reading the
     RESP requests and replies that pass, and applying the armed `Rule`s. Every request is logged in `requests`."""
 
     def __init__(self, target_host: str, target_port: int, *, name: str = "faults") -> None:
+        super().__init__(name)
         self.target_host = target_host
         self.target_port = target_port
-        self.host = "127.0.0.1"
-        self.port = 0
-        self.name = name
         self.requests: list[Request] = []
         self.connections = 0
         #: server port -> the port of the proxy in front of it: a Cluster's MOVED/ASK redirections are rewritten
@@ -213,19 +210,10 @@ class FaultProxy(Harness):
         self._fired: list[Rule] = []
         self._guard = threading.Lock()
         self._links: dict[int, _Link] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._server: asyncio.Server | None = None
-        self._ready = threading.Event()
-        self._closing = False
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"<FaultProxy {self.name} :{self.port} -> {self.target_host}:{self.target_port}>"
-
-    @property
-    def started(self) -> bool:
-        return self._thread is not None
 
     # -- what a test calls (from any thread) ---------------------------------------------------------------------
 
@@ -253,31 +241,11 @@ class FaultProxy(Harness):
         """Reset every connection (RST), whatever it was doing."""
         return int(self._call(self._reset_all(), timeout))
 
-    def start(self) -> FaultProxy:
-        self._thread = threading.Thread(target=self._run, name=f"fencelock-{self.name}", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(START_TIMEOUT) or self._server is None:
-            raise RuntimeError(f"{self.name}: the proxy did not start within {START_TIMEOUT:g} s")
-        self._live()
-        return self
-
-    def close(self) -> None:
-        """Stop listening and cut every connection. Idempotent."""
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):
-                asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
-            if self._thread is not None:
-                self._thread.join(START_TIMEOUT)
-        self._gone()
-
     # -- the loop thread -----------------------------------------------------------------------------------------
 
-    def _call(self, coro: Any, timeout: float) -> Any:
-        if self._loop is None:
-            coro.close()
-            raise RuntimeError(f"{self.name} is not running")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+    def _connections(self) -> Iterable[asyncio.BaseTransport]:
+        return [w.transport for link in self._links.values() for w in (link.client_w, link.server_w)
+                if w is not None]
 
     async def _close_idle(self) -> int:
         closed = 0
@@ -292,28 +260,6 @@ class FaultProxy(Harness):
         for link in links:
             self._end(link, reset=True)
         return len(links)
-
-    async def _shutdown(self) -> None:
-        self._closing = True
-        try:
-            assert self._server is not None
-            writers = lambda: [w.transport for link in self._links.values()  # noqa: E731
-                               for w in (link.client_w, link.server_w) if w is not None]
-            await wind_down(self._server, writers)
-        finally:
-            asyncio.get_running_loop().stop()
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            self._server = loop.run_until_complete(asyncio.start_server(self._serve, self.host, 0))
-            self.port = int(self._server.sockets[0].getsockname()[1])
-            self._ready.set()
-            loop.run_forever()
-        finally:
-            self._ready.set()
-            loop.close()
 
     def _end(self, link: _Link, *, reset: bool) -> None:
         """Close both sides: RST (abort) or FIN (close). Requests still held are dropped, and their rules end."""
@@ -353,9 +299,6 @@ class FaultProxy(Harness):
         return None
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        if self._closing:
-            client_w.transport.abort()
-            return
         self.connections += 1
         link = _Link(self.connections, client_w)
         self._links[link.number] = link

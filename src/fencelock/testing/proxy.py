@@ -9,56 +9,24 @@ between a client and a server::
         proxy.heal()           # what open connections held back is delivered, as TCP would after a partition
                                # heals; a connection its client closed or reset meanwhile is dropped with it
 
-It runs its own asyncio loop in a daemon thread, so it keeps forwarding while the caller sleeps or blocks.
+It runs its own asyncio loop in a daemon thread (`ThreadedServer`), so it keeps forwarding while the caller sleeps or
+blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
-from ._harness import Harness
+from ._threaded import START_TIMEOUT as START_TIMEOUT
+from ._threaded import ThreadedServer, wind_down
 
 __all__ = ["Proxy", "wind_down"]
 
-#: Seconds `Proxy.start` waits for the listening socket.
-START_TIMEOUT = 5.0
 
-
-async def wind_down(server: asyncio.Server, transports: Callable[[], Iterable[asyncio.BaseTransport]],
-                    timeout: float = 2.0) -> None:
-    """End a server so that no socket is left open, from inside its running loop: stop accepting, then abort every
-    connection and let every task finish by itself (a connection accepted a moment ago still reaches its
-    handler, which must abort it at once when it sees the server closing), and only then cancel what is left."""
-    server.close()
-    me = asyncio.current_task()
-    deadline = time.monotonic() + timeout
-    while True:
-        for transport in list(transports()):
-            abort: Any = getattr(transport, "abort", transport.close)
-            abort()
-        pending = asyncio.all_tasks() - {me}
-        if not pending or time.monotonic() >= deadline:
-            break
-        await asyncio.wait(pending, timeout=0.05)
-    for task in pending:
-        task.cancel()
-    if pending:
-        await asyncio.gather(*pending, return_exceptions=True)
-    # A connection accepted as the server closed can be left with its protocol never told (connection_made not
-    # run, so no handler to abort it); the loop still knows it by its file descriptor.
-    known: Any = getattr(asyncio.get_running_loop(), "_transports", {})
-    for transport in list(known.values()):
-        if not transport.is_closing():
-            transport.abort()
-    await asyncio.sleep(0.01)  # let the aborted transports finish closing
-
-
-class Proxy(Harness):
+class Proxy(ThreadedServer):
     """Forward connections from ``host:port`` (a free loopback port) to ``target_host:target_port``.
 
     ``delay`` (seconds, settable at any time) applies to bytes read after it was set, in both directions by default
@@ -68,21 +36,14 @@ class Proxy(Harness):
 
     def __init__(self, target_host: str, target_port: int, *, delay: float = 0.0, delay_replies: bool = True,
                  name: str = "proxy") -> None:
+        super().__init__(name)
         self.target_host = target_host
         self.target_port = target_port
-        self.host = "127.0.0.1"
-        self.port = 0
         self.delay = delay
         self.delay_replies = delay_replies
-        self.name = name
         self._open = threading.Event()          # set: bytes flow; clear: stalled
         self._open.set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._server: asyncio.Server | None = None
-        self._ready = threading.Event()
         self._writers: set[asyncio.StreamWriter] = set()
-        self._closing = False
         #: connections accepted so far
         self.connections = 0
         #: bytes read from clients so far (a test can wait until what it sent has reached the proxy)
@@ -91,10 +52,6 @@ class Proxy(Harness):
     def __repr__(self) -> str:
         state = "stalled" if self.stalled else f"delay={self.delay:g}s"
         return f"<Proxy {self.name} :{self.port} -> {self.target_host}:{self.target_port} {state}>"
-
-    @property
-    def started(self) -> bool:
-        return self._thread is not None
 
     @property
     def stalled(self) -> bool:
@@ -108,50 +65,12 @@ class Proxy(Harness):
         """Let bytes pass again, the held-back ones first."""
         self._open.set()
 
-    def start(self) -> Proxy:
-        self._thread = threading.Thread(target=self._run, name=f"fencelock-{self.name}", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(START_TIMEOUT) or self._server is None:
-            raise RuntimeError(f"{self.name}: the proxy did not start within {START_TIMEOUT:g} s")
-        return self
-
-    def close(self) -> None:
-        """Stop listening and cut every connection (what is held back is dropped). Idempotent."""
-        loop, self._loop = self._loop, None
-        if loop is None:
-            return
-        with contextlib.suppress(RuntimeError):  # the loop already ended
-            asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
-        if self._thread is not None:
-            self._thread.join(START_TIMEOUT)
-
-    async def _shutdown(self) -> None:
-        self._closing = True
-        try:
-            assert self._server is not None
-            await wind_down(self._server, lambda: [w.transport for w in self._writers])
-        finally:
-            asyncio.get_running_loop().stop()
-
+    def _connections(self) -> Iterable[asyncio.BaseTransport]:
+        return [w.transport for w in self._writers]
 
     # -- the loop thread -------------------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            self._server = loop.run_until_complete(asyncio.start_server(self._serve, self.host, 0))
-            self.port = int(self._server.sockets[0].getsockname()[1])
-            self._ready.set()
-            loop.run_forever()  # until `_shutdown` has closed every connection
-        finally:
-            self._ready.set()
-            loop.close()
-
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        if self._closing:
-            client_w.transport.abort()
-            return
         self.connections += 1
         self._writers.add(client_w)
         try:

@@ -24,19 +24,15 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._harness import Harness
 from .deployment import Deployment
-from .servers import free_port
+from .servers._child import ProcessServer
 
 __all__ = ["ZooKeeperDeployment", "ZooKeeperServer", "find_zookeeper"]
 
@@ -86,28 +82,26 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> s
     return b"".join(chunks).decode(errors="replace")
 
 
-class ZooKeeperServer(Harness):
+class ZooKeeperServer(ProcessServer):
     """One standalone ZooKeeper server process on a loopback port, with its own directory and zoo.cfg."""
+
+    program = "ZooKeeper"
+    awaited = "answer srvr"
+    start_timeout = START_TIMEOUT
+    poll_first = poll_later = 0.05
 
     def __init__(self, *, port: int | None = None, name: str = "zookeeper", durable: bool = False,
                  myid: int | None = None, extra_config: Sequence[str] = (), heap_mb: int = 256) -> None:
         """`myid`, `extra_config` (more `zoo.cfg` lines) and `heap_mb` serve ensemble members
         (`fencelock.testing.zookeeper_ensemble`); a standalone server needs none of them."""
         self.java, self.classpath = find_zookeeper()
-        self.host = "127.0.0.1"
-        self.port = port if port is not None else free_port()
-        self.name = name
         self.durable = durable
         self.myid = myid
         self.extra_config = tuple(extra_config)
         self.heap_mb = heap_mb
-        self.dir = tempfile.mkdtemp(prefix=f"fencelock-{name}-")
+        super().__init__(port=port, name=name)
         self.config_path = os.path.join(self.dir, "zoo.cfg")
         self.log_path = os.path.join(self.dir, "stdio.log")
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._paused = False
-        self._closed = False
-        self._live()
 
     def __repr__(self) -> str:
         return f"<ZooKeeperServer {self.name} {self.host}:{self.port} pid={self.pid}>"
@@ -120,17 +114,7 @@ class ZooKeeperServer(Harness):
         """`zookeeper://127.0.0.1:<port><chroot>`; give every test a chroot of its own."""
         return f"zookeeper://{self.address}{chroot}"
 
-    @property
-    def pid(self) -> int | None:
-        if self._proc is None or self._proc.poll() is not None:
-            return None
-        return self._proc.pid
-
-    @property
-    def running(self) -> bool:
-        return self.pid is not None
-
-    def _write_config(self) -> None:
+    def _prepare(self) -> None:
         data = os.path.join(self.dir, "data")
         os.makedirs(data, exist_ok=True)
         with open(self.config_path, "w") as f:
@@ -152,54 +136,16 @@ class ZooKeeperServer(Harness):
                 "-cp", ":".join(["/etc/zookeeper/conf_example", *self.classpath]),
                 "org.apache.zookeeper.server.quorum.QuorumPeerMain", self.config_path]
 
-    def spawn(self) -> None:
-        """Start the process without waiting for it to serve (an ensemble member serves only once a quorum
-        of members runs)."""
-        if self._closed:
-            raise RuntimeError(f"{self!r} is closed")
-        if self.running:
-            raise RuntimeError(f"{self!r} is already running")
-        self._write_config()
-        with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(self.command_line(), stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True)
-        self._paused = False
+    def log_paths(self) -> tuple[str]:
+        return (self.log_path,)
 
-    def start(self) -> ZooKeeperServer:
-        """Start the server and wait (at most `START_TIMEOUT`) until `srvr` answers."""
-        self.spawn()
-        assert self._proc is not None
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"{self.name}: ZooKeeper exited with code {self._proc.returncode} before "
-                                   f"answering on port {self.port}\n{self.log_tail()}")
-            if "Zookeeper version" in four_letter_word(self.host, self.port, "srvr", timeout=0.5):
-                return self
-            if time.monotonic() >= deadline:
-                self.kill()
-                raise RuntimeError(f"{self.name}: ZooKeeper did not answer srvr on port {self.port} within "
-                                   f"{START_TIMEOUT:g} s\n{self.log_tail()}")
-            time.sleep(0.05)
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "\n".join(f.read().splitlines()[-lines:])
-        except OSError:
-            return "(no log output)"
-
-    def _signal(self, sig: signal.Signals) -> None:
-        pid = self.pid
-        if pid is None:
-            raise RuntimeError(f"{self!r} is not running")
-        os.kill(pid, sig)
+    def _ready(self) -> bool:
+        return "Zookeeper version" in four_letter_word(self.host, self.port, "srvr", timeout=0.5)
 
     def pause(self) -> None:
         """SIGSTOP: connects still succeed (the kernel accepts them), nothing answers, sessions do not expire
         (the server's clock stops with it)."""
-        self._signal(signal.SIGSTOP)
-        self._paused = True
+        super().pause()
         self._wait_stopped()
 
     def _wait_stopped(self, timeout: float = 2.0) -> None:
@@ -217,32 +163,9 @@ class ZooKeeperServer(Harness):
                 return
             time.sleep(0.001)
 
-    def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-        self._paused = False
-
-    def kill(self) -> None:
-        """SIGKILL and reap."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.kill()
-        proc.wait(10)
-        self._paused = False
-
-    def restart(self) -> None:
-        """Start again on the same port and data directory (after `kill`)."""
+    def stop(self) -> None:
+        """SIGKILL and reap, as `close` and `restart` do (a ZooKeeper server needs no shutdown to keep its data)."""
         self.kill()
-        self.start()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self.kill()
-        self._closed = True
-        self._gone()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
 
 
 class ZooKeeperDeployment(Deployment):

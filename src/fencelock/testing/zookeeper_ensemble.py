@@ -110,9 +110,9 @@ class ZooKeeperEnsemble(Harness):
         deadline = time.monotonic() + timeout
         while True:
             for member in self.members:
-                proc = member._proc
-                if proc is not None and proc.poll() is not None and proc.returncode != -signal.SIGKILL:
-                    raise RuntimeError(f"{member.name} exited with code {proc.returncode}\n{member.log_tail()}")
+                code = member.exit_code
+                if code is not None and code != -signal.SIGKILL:
+                    raise RuntimeError(f"{member.name} exited with code {code}\n{member.log_tail()}")
             running = [i for i, member in enumerate(self.members) if member.running]
             modes = {i: self.mode(i) for i in running}
             leaders = [i for i, mode in modes.items() if mode == "leader"]

@@ -17,15 +17,16 @@ Not thread-safe: drive one server from one thread at a time. Typical use::
         rc = cluster.client() # redis.RedisCluster
         rc.set("a", 1)
 
-Modules: ``_process`` (binary lookup, ports, a raw RESP probe), ``_server`` (one process), ``_groups`` (nodes and
-primary/replica), ``_cluster`` (the cluster).
+Modules: ``_child`` (the process base every server of the harness shares, free ports), ``_process`` (binary
+lookup, a raw RESP probe), ``_server`` (one process), ``_groups`` (nodes and primary/replica), ``_cluster``.
 """
 
+from ._child import free_port
 from ._cluster import CLUSTER_SLOTS as CLUSTER_SLOTS
 from ._cluster import CLUSTER_TIMEOUT as CLUSTER_TIMEOUT
 from ._cluster import RedisClusterServers
 from ._groups import RedisNodes, RedisPrimaryReplica
-from ._process import find_server_binary, free_port, server_version
+from ._process import find_server_binary, server_version
 from ._server import START_TIMEOUT as START_TIMEOUT
 from ._server import STOP_TIMEOUT as STOP_TIMEOUT
 from ._server import RedisServer

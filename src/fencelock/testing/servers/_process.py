@@ -1,4 +1,4 @@
-"""What every Redis harness shares: finding the server binary, free loopback ports, and a raw RESP probe."""
+"""What every Redis harness shares: finding the server binary, its version, and a raw RESP probe."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+
+from ._child import free_port as free_port
 
 _INSTALL_HINT = (
     "No redis-server or valkey-server binary found. Install one of:\n"
@@ -85,26 +87,6 @@ def find_server_binary() -> str:
         if _executable(candidate):
             return str(candidate)
     raise RuntimeError(_INSTALL_HINT)
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago (bind to port 0).
-
-    The port is released before it is returned, so another process may take it
-    in between; :meth:`RedisServer.start` retries with a new port in that case
-    when the port was chosen automatically.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _file_size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
 
 
 def _port_is_free(port: int) -> bool:
