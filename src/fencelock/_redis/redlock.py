@@ -399,8 +399,8 @@ def repaired(others: Sequence[tuple[int, Mapping[str, int]]], n: int, clock: boo
 
 
 GATE_TIMEOUT = 1.0
-"""Seconds: the least time a look at every node's gate (or a mark) is given; it must hear every node to call a
-deployment new, cold connections on a busy machine included."""
+"""Seconds: the least time a look at every node's gate (or a mark) is given; it must hear every node, over cold
+connections too, to call a deployment new."""
 
 
 def look_timeout(timeout: float) -> float:

@@ -262,7 +262,7 @@ class RedlockBackend:
         script_keys = ([keys.lock, keys.fence, keys.waiters, keys.wake, keys.queue, deadlines] if removing
                        else [keys.lock, keys.fence, deadlines])
         requests = [ScriptRequest(channel, lua, script_keys, []) for channel in self._channels]
-        done, _ = run_scripts(requests, max(GATE_TIMEOUT, self._timeout(DEFAULT_TTL)),
+        done, _ = run_scripts(requests, look_timeout(self._timeout(DEFAULT_TTL)),
                                     lambda so_far: len(so_far) == self._n)
         views: list[NodeView | None] = []
         for i in range(self._n):
