@@ -1,8 +1,8 @@
 """The Redlock backend: one lock over N independent Redis masters, with fencing tokens.
 
-Every request goes to all nodes at once (`fan_out`), each with a per-node timeout, and an attempt ends as soon as
-its outcome is known: about one round trip to the slowest node of the quorum. The rules (quorum, what a set of
-answers means, the next proposal, repair) are in `fencelock._redis.redlock`; this module only carries them.
+The backend carries bytes and the model decides: every rule (quorum, tallies, rounds, heal, repair) is a pure
+function in `fencelock._redis.redlock`; this module sends to every node at once what the model says, each with a
+per-node timeout, and feeds the replies back.
 """
 
 from __future__ import annotations
@@ -26,31 +26,44 @@ from .._redis.channel import ScriptRequest
 from .._redis.keys import PREFIX, RedisKeys, fair_keys, redis_keys
 from .._redis.redlock import (
     DEFAULT_REPAIR_DELAY,
+    GATE_TIMEOUT,
     MAX_ROUNDS,
+    NEW_DEPLOYMENT,
     NO_ANSWER,
+    REPAIR_BATCH,
     Answer,
     GateView,
+    Heal,
+    Next,
     NodesReport,
-    NodeState,
-    Outcome,
     Repair,
-    Reply,
     decide,
-    decode,
     default_node_timeout,
     deployment_id,
+    deployment_step,
     extend_outcome,
+    fallback_pause,
     fresh_window,
-    holder_ttl,
+    learned,
+    look_timeout,
+    mark_args,
+    marked,
+    marker_floor,
     next_proposal,
+    next_step,
+    node_answer,
     node_code,
     node_states,
     plan_heal,
     quorum,
     release_outcome,
+    repair_marks,
+    repair_progress,
     repaired,
+    settled,
+    tally,
+    unavailable,
     verdict,
-    worth_another_round,
 )
 from .._scripts import (
     FORCE_RELEASE,
@@ -68,22 +81,14 @@ from ._multiplex import run_scripts
 from ._transport import Channel, call_script
 from .redis import BATCH, CLIENT_ERRORS, MIN_BLOCK, run_script, scan_names, socket_timeout, wait_for_wake
 
-_FAILED = Answer(Reply.FAILED)
-
-
-def _answer(reply: Any) -> Answer:
-    """A node's acquire reply as an Answer: no reply, or an error, is a failure."""
-    return _FAILED if reply is None or isinstance(reply, Exception) else decode(reply)
-
-
-_REPAIR_BATCH = 200
-GATE_TIMEOUT = 1.0  # seconds: the least time a look at every node's gate is given
 SCAN_TIMEOUT = 10.0  # seconds: the longest one node's SCAN for `list` is given
-_FALLBACK_PAUSE = 0.05  # seconds: the longest retry pause of a waiter whose home node cannot be reached
 
 
 class AsyncRedlockBackend:
-    """Locks held by a quorum of independent Redis masters (not replicas, not a Cluster)."""
+    """Locks held by a quorum of independent Redis masters (not replicas, not a Cluster).
+
+    It carries bytes and the model decides: each reply goes back to a `fencelock._redis.redlock` function, which
+    says what to send next."""
 
     def __init__(self, clients: list[Redis], *, owns_clients: bool, shown: list[str], prefix: str = PREFIX,
                  node_timeout: float | None = None, repair: bool = True,
@@ -148,59 +153,41 @@ class AsyncRedlockBackend:
             woken = await wait_for_wake(home, keys.wake, wait)
             if woken is None:
                 # That node failed: a short jittered pause instead, so that contenders do not collide again.
-                await sleep(self._rng.uniform(0.0, min(wait, _FALLBACK_PAUSE)))
+                await sleep(self._rng.uniform(0.0, fallback_pause(wait)))
             elif woken:
-                released = woken
-                if woken > self._known.get(name, 0):
-                    self._known[name] = woken  # the release told us its fence: propose above it at once
+                released = woken  # the release told us its fence: propose above it at once
+                self._known[name] = max(self._known.get(name, 0), woken)
         timeout = self._timeout(ttl_ms / 1000.0)
         n = self._n
         t = next_proposal(self._known.get(name, 0), ())
-        for _ in range(MAX_ROUNDS):
+        for rounds in range(1, MAX_ROUNDS + 1):
             script_keys, args = [keys.lock, keys.fence, self._marker, keys.waiters], [token, ttl_ms, t]
             requests = [ScriptRequest(channel, REDLOCK_ACQUIRE, script_keys, args) for channel in self._channels]
             done, handles = await run_scripts(requests, timeout,
-                                              lambda so_far: decide(map(_answer, so_far.values()), n) is not None)
-            answers = [_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
+                                              lambda so_far: decide(map(node_answer, so_far.values()), n) is not None)
+            answers = [node_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
             self._learn(name, answers, t)
-            outcome = decide(answers, n)
-            unready = any(a.reply is Reply.UNREADY for a in answers)
-            if outcome is Outcome.GRANTED:
-                if unready and not self._healing:
-                    in_background(partial(self._heal, timeout))  # bring the node back, but not on our time
-                return Attempt(True, t, None)
-            # Give back what this round got, each after its own request finished: on the nodes that granted it,
-            # and on those that did not answer in time (they may still grant it). Matching t, so no later round's
-            # grant is touched.
-            for i, handle in enumerate(handles):
-                if answers[i].reply in (Reply.GRANTED, Reply.FAILED):
-                    then(handle, partial(self._release_on, i, keys, token, t))
-            # Nodes without their data: worth a look only if, ready again, they could make up a quorum.
-            reachable = sum(1 for a in answers if a.reply is not Reply.FAILED)
-            healed, views = await self._heal(timeout) if unready and reachable >= self._q else (False, None)
-            if outcome is Outcome.UNAVAILABLE:
-                raise self._unavailable(f"only {reachable} of {n} nodes answered within {timeout:.3f} s; "
-                                        f"{self._q} are needed", name, answers, views)
-            usable = sum(1 for a in answers if a.reply not in (Reply.FAILED, Reply.UNREADY))
-            if not healed and usable < self._q:
-                # Nobody holds it: too few nodes count. Say which, and until when (never "the lock is busy").
-                raise self._unavailable(f"only {usable} of {n} nodes are ready; {self._q} are needed",
-                                        name, answers, views)
-            if not (healed or worth_another_round(answers, n, released)):
-                return Attempt(False, 0, holder_ttl(answers, n))
-            t = next_proposal(t, answers)
-        return Attempt(False, 0, None)
+            counted = tally(answers, n, self._healing)
+            if counted.heal is Heal.BACKGROUND:
+                in_background(partial(self._heal, timeout))
+            # Give back each after its own request finished, matching t, so no later round's grant is touched.
+            for i in counted.give_back:
+                then(handles[i], partial(self._release_on, i, keys, token, t))
+            healed, views = await self._heal(timeout) if counted.heal is Heal.NOW else (False, None)
+            step = next_step(answers, counted, t, n, rounds=rounds, healed=healed, released=released,
+                             timeout=timeout)
+            if step.next is Next.UNAVAILABLE:
+                raise self._unavailable(step.why, name, answers, views)
+            if step.next is not Next.PROPOSE:
+                return Attempt(step.next is Next.GRANT, step.t, step.retry_in)
+            t = step.t
+        raise AssertionError("next_step proposes no round past MAX_ROUNDS")
 
     def _learn(self, name: str, answers: list[Answer], t: int) -> None:
-        """Remember the highest hwm the answers showed, and at least `t`: the next attempt proposes above both.
-
-        Above `t` too, because a failed round's give-backs may still be on their way (each waits for its own
-        request): they match this token and `t`, so the retry of the same acquisition (same token) must never
-        win with that `t` again, or a late give-back would delete its grant.
-        """
+        """Remember where the next attempt's proposal starts (`learned`)."""
         if len(self._known) > 10_000:
             self._known.clear()  # only a hint for the first proposal: forgetting costs one round
-        self._known[name] = max(t, next_proposal(self._known.get(name, 0), answers) - 1)
+        self._known[name] = learned(self._known.get(name, 0), answers, t)
 
     async def release(self, name: str, token: str, fence: int) -> Released:
         keys = redis_keys(name, self._prefix)
@@ -232,8 +219,7 @@ class AsyncRedlockBackend:
         return False
 
     def _settled(self, done: dict[int, Any]) -> bool:
-        """A release or extend is decided once a quorum did it, or every node answered."""
-        return len(done) == self._n or sum(1 for reply in done.values() if node_code(reply) == 1) >= self._q
+        return settled([node_code(reply) for reply in done.values()], self._n)
 
     async def leave(self, name: str, token: str) -> None:
         """Redlock has no fair queue: nothing to leave."""
@@ -244,13 +230,9 @@ class AsyncRedlockBackend:
         longest = max(ttl for _, _, _, ttl in leases) / 1000.0
         done, _ = await fan_out(calls, self._timeout(longest), lambda so_far: len(so_far) == self._n,
                                 lanes=self._channels)
-        results: list[bool | None] = []
-        for i in range(len(leases)):
-            codes = [done.get(j) for j in range(self._n)]
-            extended = sum(1 for c in codes if c is not None and c[i] == 1)
-            unknown = sum(1 for c in codes if c is None)
-            results.append(True if extended >= self._q else None if extended + unknown >= self._q else False)
-        return results
+        replies = [done.get(j) for j in range(self._n)]
+        return [extend_outcome([NO_ANSWER if c is None else c[i] for c in replies], self._n)
+                for i in range(len(leases))]
 
     async def _extend_many_on(self, j: int, leases: list[tuple[str, str, int, int]]) -> list[int] | None:
         codes: list[int] = []
@@ -279,7 +261,7 @@ class AsyncRedlockBackend:
         script_keys = ([keys.lock, keys.fence, keys.waiters, keys.wake, keys.queue, deadlines] if removing
                        else [keys.lock, keys.fence, deadlines])
         requests = [ScriptRequest(channel, lua, script_keys, []) for channel in self._channels]
-        done, _ = await run_scripts(requests, max(GATE_TIMEOUT, self._timeout(DEFAULT_TTL)),
+        done, _ = await run_scripts(requests, look_timeout(self._timeout(DEFAULT_TTL)),
                                     lambda so_far: len(so_far) == self._n)
         views: list[NodeView | None] = []
         for i in range(self._n):
@@ -332,23 +314,12 @@ class AsyncRedlockBackend:
 
     def _unavailable(self, why: str, name: str, answers: list[Answer],
                      views: list[GateView | None] | None) -> QuorumUnavailable:
-        """QuorumUnavailable naming every node, its state and when its quarantine ends."""
-        if views is None:  # no look at the gates (too few nodes answered): what the attempt itself saw
-            states = [NodeState(where, a.reply is not Reply.FAILED, a.reply not in (Reply.FAILED, Reply.UNREADY),
-                                {Reply.FAILED: "unreachable", Reply.UNREADY: "not ready"}.get(a.reply, "ready"),
-                                None, None, False) for where, a in zip(self._shown, answers, strict=True)]
-        else:
-            states = node_states(self._shown, views, time.time())
-            for i, answer in enumerate(answers):
-                if answer.reply is Reply.FAILED and states[i].reachable:  # it answered the look, not the attempt
-                    states[i] = NodeState(self._shown[i], False, False, "unreachable", None, None, False)
-        found = verdict(states, self._n)
-        parts = "; ".join(state.describe() for state in states)
+        """QuorumUnavailable naming every node, its state and when its quarantine ends (`unavailable`)."""
+        text, states, found = unavailable(why, self._shown, answers, views, time.time())
         for state in states:
             if not state.ready:
                 emit("node_out", name, "redlock", "acquire", error=state.describe())
-        return QuorumUnavailable(f"{why}: {parts}. {found.text}", name=name, nodes=tuple(states),
-                                 retry_in=found.eta)
+        return QuorumUnavailable(text, name=name, nodes=tuple(states), retry_in=found.eta)
 
     async def nodes(self) -> NodesReport:
         """Every node's bookkeeping as an operator sees it, read without changing anything, and the verdict."""
@@ -366,9 +337,7 @@ class AsyncRedlockBackend:
             return None
 
     async def _look(self, timeout: float, peek: bool = False) -> list[GateView | None]:
-        # Rare (only when a node is not ready), and it must hear every node to call a deployment new: allow it
-        # more than an attempt's per-node timeout, enough for cold connections on a busy machine.
-        done, _ = await fan_out([partial(self._gate, i, peek) for i in range(self._n)], max(timeout, GATE_TIMEOUT),
+        done, _ = await fan_out([partial(self._gate, i, peek) for i in range(self._n)], look_timeout(timeout),
                                 lambda so_far: len(so_far) == self._n)
         return [done.get(i) for i in range(self._n)]
 
@@ -380,14 +349,14 @@ class AsyncRedlockBackend:
         self._healing = True
         try:
             views = await self._look(timeout)
-            plan = plan_heal(views, self._n, self._repair)
+            plan = plan_heal(views, self._n, self._repair, busy=self._repairing)
             if plan.fresh:
                 return await self._mark_new(views, timeout), views
-            calls = ([partial(self._mark, i, views[i], "plain") for i in plan.plain]
-                     + [partial(self._repair_node, r) for r in plan.repairs if r.node not in self._repairing])
-            if not calls:
+            if not plan:
                 return False, views
-            done, _ = await fan_out(calls, max(timeout, GATE_TIMEOUT) * 2, lambda so_far: len(so_far) == len(calls))
+            calls = ([partial(self._mark, i, views[i], "plain") for i in plan.plain]
+                     + [partial(self._repair_node, r) for r in plan.repairs])
+            done, _ = await fan_out(calls, look_timeout(timeout) * 2, lambda so_far: len(so_far) == len(calls))
             return any(done.values()), views
         finally:
             self._healing = False
@@ -395,29 +364,25 @@ class AsyncRedlockBackend:
     async def _mark_new(self, views: list[GateView | None], timeout: float) -> bool:
         """A new deployment (every node fresh): claim every node for it, then, if every claim held, mark all."""
         deployment = deployment_id(views)
-        for mode in ("claim", "fresh"):
+        for mode in NEW_DEPLOYMENT:
             calls = [partial(self._mark, i, views[i], mode, deployment) for i in range(self._n)]
-            done, _ = await fan_out(calls, max(timeout, GATE_TIMEOUT), lambda so_far: len(so_far) == self._n)
-            if not all(done.get(i) for i in range(self._n)):
-                return mode == "fresh" and any(done.values())
+            done, _ = await fan_out(calls, look_timeout(timeout), lambda so_far: len(so_far) == self._n)
+            step = deployment_step(mode, [bool(done.get(i)) for i in range(self._n)])
+            if step is not None:
+                return step
         return True
 
     async def _mark(self, i: int, view: GateView | None, mode: str, deployment: str = "0") -> bool:
-        """Claim or mark node i (claim, fresh: a new deployment; plain: repair=False), if it is still the data
-        set we saw. A plain mark gives the node a fence floor from its own clock, so that the fences it lost are
-        not handed out again (docs/decisions/2026-12-01-redlock-plain-floor.md)."""
-        nonce = "" if view is None else view.nonce
+        """Claim or mark node i (claim, fresh: a new deployment; plain: repair=False) as `mark_args` says."""
         try:
             code = await run_script(self._nodes[i], REDLOCK_MARK, self._gate_keys[:2],
-                                    [nonce, mode, deployment, 1 if mode == "plain" else 0], name="",
-                                    where=self._shown[i])
+                                    mark_args(view, mode, deployment), name="", where=self._shown[i])
         except BackendError:
             return False
-        return int(code) >= 0
+        return marked(int(code))
 
     async def _repair_node(self, repair: Repair) -> bool:
-        """Raise node i's hwm to the maximum over the ready others (a quorum of them, or fewer plus its clock),
-        then mark it: the last batch and the mark are one script, on the incarnation that was looked at."""
+        """Raise node i's hwm to what `repaired` merges from the ready others, then mark it (`repair_marks`)."""
         i = repair.node
         self._repairing.add(i)
         try:
@@ -429,20 +394,12 @@ class AsyncRedlockBackend:
             merged = repaired(others, self._n, repair.clock)
             if merged is None:
                 return False  # not enough ready nodes answered: it stays out, and a later attempt tries again
-            floor, hwm = merged
-            items = sorted(hwm.items())
-            keys = self._gate_keys[:2]
-            for start in range(0, max(1, len(items)), _REPAIR_BATCH):
-                batch = items[start:start + _REPAIR_BATCH]
-                last = start + _REPAIR_BATCH >= len(items)
-                mode = "repair" if last else "raise"
-                code = int(await run_script(self._nodes[i], REDLOCK_MARK, keys + [key for key, _ in batch],
-                                            [repair.nonce, mode, floor, 1 if repair.clock else 0,
-                                             *(value for _, value in batch)], name="", where=self._shown[i]))
-                if code < 0:
-                    return False  # it lost its data again, or is still quarantined: a later look starts over
-                if code == 0:
-                    return True   # another client marked it meanwhile
+            for fence_keys, args in repair_marks(repair, *merged):
+                code = int(await run_script(self._nodes[i], REDLOCK_MARK, self._gate_keys[:2] + fence_keys, args,
+                                            name="", where=self._shown[i]))
+                progress = repair_progress(code)
+                if progress is not None:
+                    return progress
             return True
         except BackendError:
             return False
@@ -457,12 +414,11 @@ class AsyncRedlockBackend:
             marker = await client.get(self._marker)
             if marker is None:
                 return None
-            text = marker.decode() if isinstance(marker, bytes) else str(marker)
-            floor = int(text[6:]) if text.startswith("floor:") and text[6:].isdigit() else 0
+            floor = marker_floor(marker.decode() if isinstance(marker, bytes) else str(marker))
             keys = [key async for key in client.scan_iter(match=pattern, count=1000)]
             values: dict[str, int] = {}
-            for start in range(0, len(keys), _REPAIR_BATCH):
-                batch = keys[start:start + _REPAIR_BATCH]
+            for start in range(0, len(keys), REPAIR_BATCH):
+                batch = keys[start:start + REPAIR_BATCH]
                 for key, value in zip(batch, await client.mget(batch), strict=True):
                     if value is not None:
                         values[key.decode() if isinstance(key, bytes) else key] = int(value)

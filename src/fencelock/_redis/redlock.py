@@ -39,7 +39,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +101,12 @@ def extend_outcome(codes: Sequence[int], n: int) -> bool | None:
     return None if extended + codes.count(NO_ANSWER) >= q else False
 
 
+def settled(codes: Sequence[int], n: int) -> bool:
+    """A release or extend is decided once a quorum did it (`codes`: those of the nodes that answered so far),
+    or every node answered."""
+    return len(codes) == n or codes.count(1) >= quorum(n)
+
+
 def check_node_count(n: int) -> None:
     if n < 3:
         raise ValueError(f"url: Redlock needs at least 3 independent nodes (5 recommended), got {n}")
@@ -140,6 +146,14 @@ def decode(raw: Sequence[int]) -> Answer:
     if pttl >= 0:
         return Answer(Reply.HELD, int(raw[1]), pttl / 1000.0)
     return Answer(Reply.STALE, int(raw[1]))
+
+
+_FAILED = Answer(Reply.FAILED)
+
+
+def node_answer(reply: Any) -> Answer:
+    """A node's acquire reply as an Answer: no reply, or an error, is a failure."""
+    return _FAILED if reply is None or isinstance(reply, Exception) else decode(reply)
 
 
 class Outcome(enum.Enum):
@@ -198,6 +212,94 @@ def holder_ttl(answers: Iterable[Answer | None], n: int) -> float | None:
     if needed <= 0:
         return 0.0
     return ttls[needed - 1] if needed <= len(ttls) else None
+
+
+def learned(known: int, answers: Iterable[Answer | None], t: int) -> int:
+    """Where the next proposal for a name starts: the highest hwm the answers showed, and at least `t`.
+
+    At least `t`, because a failed round's give-backs may still be on their way and match this token and `t`."""
+    return max(t, next_proposal(known, answers) - 1)
+
+
+FALLBACK_PAUSE = 0.05
+"""Seconds: the longest retry pause of a waiter whose home node cannot be reached."""
+
+
+def fallback_pause(wait: float) -> float:
+    """The longest pause of a waiter whose home node could not be reached (the pause itself is drawn at random)."""
+    return min(wait, FALLBACK_PAUSE)
+
+
+class Heal(enum.Enum):
+    """Whether a round's answers call for a look at every node's gate."""
+
+    NO = "no"
+    BACKGROUND = "background"   # granted while a node is out: bring it back, but not on the caller's time
+    NOW = "now"                 # refused while a node is out that, ready again, could make up a quorum
+
+
+@dataclass(frozen=True)
+class Tally:
+    """One round's answers counted: its outcome, the nodes to give its `t` back on, and whether to heal."""
+
+    outcome: Outcome
+    reachable: int                  # nodes that answered
+    usable: int                     # ... and have their data
+    give_back: tuple[int, ...]      # refused: the nodes that granted `t`, or did not answer (they may still)
+    heal: Heal
+
+
+def tally(answers: Sequence[Answer], n: int, healing: bool = False) -> Tally:
+    """Count one round's answers, one per node (no answer in time is FAILED); `healing`: a heal is running."""
+    outcome = decide(answers, n)
+    if outcome is None or len(answers) != n:
+        raise ValueError(f"answers: a round is counted with one answer per node ({n}), got {len(answers)}")
+    unready = any(a.reply is Reply.UNREADY for a in answers)
+    reachable = sum(1 for a in answers if a.reply is not Reply.FAILED)
+    usable = sum(1 for a in answers if a.reply not in (Reply.FAILED, Reply.UNREADY))
+    if outcome is Outcome.GRANTED:
+        return Tally(outcome, reachable, usable, (), Heal.BACKGROUND if unready and not healing else Heal.NO)
+    give_back = tuple(i for i, a in enumerate(answers) if a.reply in (Reply.GRANTED, Reply.FAILED))
+    return Tally(outcome, reachable, usable, give_back, Heal.NOW if unready and reachable >= quorum(n) else Heal.NO)
+
+
+class Next(enum.Enum):
+    GRANT = "grant"               # the lease is ours, with fence `t`
+    REFUSE = "refuse"             # the lock is held (or the rounds are used up): retry after `retry_in`
+    PROPOSE = "propose"           # propose `t` at once
+    UNAVAILABLE = "unavailable"   # too few nodes count: raise QuorumUnavailable saying `why`
+
+
+@dataclass(frozen=True)
+class Step:
+    """What an attempt does after a round (and the heal it called for)."""
+
+    next: Next
+    t: int = 0                      # GRANT: the fence; PROPOSE: the next proposal
+    retry_in: float | None = None   # REFUSE: when a quorum could be free again (None: unknown)
+    why: str = ""                   # UNAVAILABLE: the error's reason, before the nodes' states
+
+
+def next_step(answers: Sequence[Answer], counted: Tally, t: int, n: int, *, rounds: int, healed: bool = False,
+              released: int = 0, timeout: float = 0.0) -> Step:
+    """After round `rounds` (from 1) proposed `t`: grant, refuse, propose again, or give up as unavailable.
+
+    `healed`: the heal this round called for brought some node back; `released`: the fence of the release that
+    woke this waiter (see `worth_another_round`); `timeout`: the per-node timeout, for the error."""
+    q = quorum(n)
+    if counted.outcome is Outcome.GRANTED:
+        return Step(Next.GRANT, t)
+    if counted.outcome is Outcome.UNAVAILABLE:
+        return Step(Next.UNAVAILABLE, why=f"only {counted.reachable} of {n} nodes answered within {timeout:.3f} s; "
+                                          f"{q} are needed")
+    if not healed and counted.usable < q:
+        # Nobody holds it: too few nodes count. Say which, and until when (never "the lock is busy").
+        return Step(Next.UNAVAILABLE, why=f"only {counted.usable} of {n} nodes are ready; {q} are needed")
+    if not (healed or worth_another_round(answers, n, released)):
+        return Step(Next.REFUSE, retry_in=holder_ttl(answers, n))
+    if rounds >= MAX_ROUNDS:
+        return Step(Next.REFUSE)
+    return Step(Next.PROPOSE, next_proposal(t, answers))
 
 
 def repaired_hwm(others: Sequence[Mapping[str, int]], n: int) -> dict[str, int] | None:
@@ -270,8 +372,10 @@ def deployment_id(views: Sequence[GateView | None]) -> str:
     return hashlib.sha256(joined.encode()).hexdigest()[:32]
 
 
-def plan_heal(views: Sequence[GateView | None], n: int, repair: bool = True) -> HealPlan:
-    """What a client does after one look at every node's gate (None: no answer)."""
+def plan_heal(views: Sequence[GateView | None], n: int, repair: bool = True,
+              busy: Collection[int] = ()) -> HealPlan:
+    """What a client does after one look at every node's gate (None: no answer); `busy`: nodes this client is
+    repairing already, left out of the repairs."""
     if all(v is not None and v.gate is Gate.FRESH for v in views):
         return HealPlan(fresh=tuple(range(n)))  # every node answered, none was ever used: a new deployment
     answered = [(i, v) for i, v in enumerate(views) if v is not None and v.gate is not Gate.UNKNOWN]
@@ -279,7 +383,7 @@ def plan_heal(views: Sequence[GateView | None], n: int, repair: bool = True) -> 
         return HealPlan(plain=tuple(i for i, v in answered if v.gate is not Gate.READY))
     ready = tuple(i for i, v in answered if v.gate is Gate.READY)
     return HealPlan(repairs=tuple(Repair(i, v.nonce, ready, len(ready) < quorum(n))
-                                  for i, v in answered if v.gate is Gate.REPAIRABLE))
+                                  for i, v in answered if v.gate is Gate.REPAIRABLE and i not in busy))
 
 
 def repaired(others: Sequence[tuple[int, Mapping[str, int]]], n: int, clock: bool) -> tuple[int, dict[str, int]] | None:
@@ -292,6 +396,73 @@ def repaired(others: Sequence[tuple[int, Mapping[str, int]]], n: int, clock: boo
         return None
     merged = repaired_hwm([values for _, values in others], 0) or {}
     return max((floor for floor, _ in others), default=0), merged
+
+
+GATE_TIMEOUT = 1.0
+"""Seconds: the least time a look at every node's gate (or a mark) is given; it must hear every node, over cold
+connections too, to call a deployment new."""
+
+
+def look_timeout(timeout: float) -> float:
+    """How long a look at the gates, a claim or a fresh mark may take, given the attempt's per-node timeout."""
+    return max(timeout, GATE_TIMEOUT)
+
+
+NEW_DEPLOYMENT = ("claim", "fresh")
+"""The marks a new deployment takes, in order, each on every node: claim each for its digest, then mark all."""
+
+
+def deployment_step(mode: str, held: Sequence[bool]) -> bool | None:
+    """After `mode` ran on every node (`held`: it held there): None to go on, or whether some node counts now.
+
+    A claim that failed anywhere ends it (another look has another digest); a fresh mark counts where it held."""
+    if mode not in NEW_DEPLOYMENT:
+        raise ValueError(f"mode: a new deployment's marks are {NEW_DEPLOYMENT}, got {mode!r}")
+    if all(held):
+        return True if mode == NEW_DEPLOYMENT[-1] else None
+    return mode == "fresh" and any(held)
+
+
+def mark_args(view: GateView | None, mode: str, deployment: str = "0") -> list[object]:
+    """`redlock_mark.lua`'s ARGV for a claim, a fresh mark or a plain one: on the incarnation looked at, and a
+    plain mark (repair=False) takes a fence floor from the node's own clock."""
+    return ["" if view is None else view.nonce, mode, deployment, 1 if mode == "plain" else 0]
+
+
+def marked(code: int) -> bool:
+    """A claim or mark held (1 done, 0 already marked), or not (another data set, or still quarantined)."""
+    return code >= 0
+
+
+REPAIR_BATCH = 200
+"""Fence keys per request when a repair reads or raises them."""
+
+
+def repair_marks(repair: Repair, floor: int, hwm: Mapping[str, int],
+                 batch: int = REPAIR_BATCH) -> list[tuple[list[str], list[object]]]:
+    """A repair's `redlock_mark.lua` calls, in order, as (fence keys, ARGV): every batch raises the hwm, and the
+    last one also marks the node ("repair"), so that it counts only once every value landed."""
+    items = sorted(hwm.items())
+    calls: list[tuple[list[str], list[object]]] = []
+    for start in range(0, max(1, len(items)), batch):
+        chunk = items[start:start + batch]
+        mode = "repair" if start + batch >= len(items) else "raise"
+        calls.append(([key for key, _ in chunk],
+                      [repair.nonce, mode, floor, 1 if repair.clock else 0, *(value for _, value in chunk)]))
+    return calls
+
+
+def repair_progress(code: int) -> bool | None:
+    """After one of a repair's marks: None to go on; False when the node lost its data again or is still
+    quarantined (a later look starts over); True when another client marked it meanwhile."""
+    if code < 0:
+        return False
+    return True if code == 0 else None
+
+
+def marker_floor(marker: str) -> int:
+    """The fence floor a node's marker carries (`floor:<n>`; any other marker has none)."""
+    return int(marker[6:]) if marker.startswith("floor:") and marker[6:].isdigit() else 0
 
 
 @dataclass(frozen=True)
@@ -377,6 +548,31 @@ def verdict(states: Sequence[NodeState], n: int) -> Verdict:
     eta = lefts[q - ready - 1]
     return Verdict(False, ready, q, eta, f"unavailable: {ready} of {n} nodes ready, {q} needed; the next acquire "
                                          f"repairs enough of them in {eta:.1f} s at the latest")
+
+
+def attempt_states(shown: Sequence[str], answers: Sequence[Answer], views: Sequence[GateView | None] | None,
+                   now: float) -> list[NodeState]:
+    """Every node's record for an attempt's error: from the look at the gates, or without one (`views` None)
+    from the attempt's answers. A node that answered the look but not the attempt is unreachable."""
+    if views is None:
+        return [NodeState(where, a.reply is not Reply.FAILED, a.reply not in (Reply.FAILED, Reply.UNREADY),
+                          {Reply.FAILED: "unreachable", Reply.UNREADY: "not ready"}.get(a.reply, "ready"),
+                          None, None, False) for where, a in zip(shown, answers, strict=True)]
+    states = node_states(shown, views, now)
+    for i, answer in enumerate(answers):
+        if answer.reply is Reply.FAILED and states[i].reachable:
+            states[i] = NodeState(shown[i], False, False, "unreachable", None, None, False)
+    return states
+
+
+def unavailable(why: str, shown: Sequence[str], answers: Sequence[Answer], views: Sequence[GateView | None] | None,
+                now: float) -> tuple[str, list[NodeState], Verdict]:
+    """An attempt's QuorumUnavailable: its message naming every node, its state and when its quarantine ends,
+    the records, and the verdict (whose `eta` is the error's retry_in)."""
+    states = attempt_states(shown, answers, views, now)
+    found = verdict(states, len(shown))
+    parts = "; ".join(state.describe() for state in states)
+    return f"{why}: {parts}. {found.text}", states, found
 
 
 @dataclass
