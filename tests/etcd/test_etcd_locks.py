@@ -18,6 +18,19 @@ from fencelock.testing.timing import slack
 from tests.conftest import until
 from tests.etcd.helpers import keys_of, lease_ttl, leases_of, queued
 
+
+@pytest.fixture
+def etcd(etcd_server: EtcdServer) -> EtcdDeployment:
+    return EtcdDeployment(etcd_server)
+
+
+@pytest.fixture
+def locks(etcd_server: EtcdServer) -> Any:
+    client = fencelock.connect(etcd_server.url)
+    yield client
+    client.close()
+
+
 # ------------------------------------------------------------------------------------------------ the basics
 
 
