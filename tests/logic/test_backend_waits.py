@@ -49,51 +49,52 @@ def test_a_wait_never_ends_early_nor_watches_past_its_end(wait: float, start: fl
     assert deadline.remaining(now) == pytest.approx(max(0.0, wait - elapsed), abs=1e-6)
 
 
-def _node(token: str) -> Node:
-    return Node(cast(Any, None), "/locks/n", Child(1, token), czxid=1)
+class Expired:
+    """An `Expiry` on a fake clock, recording the tokens of the nodes it expires, in order."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.tokens: list[str] = []
+        self._fired = threading.Condition()
+        self.expiry = Expiry(self._fire, clock)
+
+    def _fire(self, key: tuple[str, str], node: Node) -> None:
+        with self._fired:
+            self.tokens.append(key[1])
+            self._fired.notify_all()
+
+    def hold(self, token: str, ttl: float) -> None:
+        node = Node(cast(Any, None), "/locks/n", Child(1, token), czxid=1)
+        node.expires = Deadline.after(ttl, self.clock())
+        self.expiry.schedule(("n", token), node)
+
+    def wait_for(self, count: int, timeout: float) -> bool:
+        with self._fired:
+            return self._fired.wait_for(lambda: len(self.tokens) >= count, timeout)
 
 
 def test_a_held_node_expires_by_the_backends_clock_not_the_real_one() -> None:
     clock = FakeClock()
-    fired: list[str] = []
-    done = threading.Event()
-
-    def fire(key: tuple[str, str], node: Node) -> None:
-        fired.append(key[1])
-        done.set()
-
-    expiry = Expiry(fire, clock)
+    expired = Expired(clock)
     try:
-        node = _node("t")
-        node.expires = Deadline.after(0.05, clock())
-        expiry.schedule(("n", "t"), node)
+        expired.hold("t", 0.05)
         time.sleep(0.3)  # six TTLs of real time, none of the backend's
-        assert fired == []
+        assert expired.tokens == []
         clock.now += 0.05
-        assert done.wait(5.0), "the node was not expired once the backend's clock passed its TTL"
-        assert fired == ["t"]
+        assert expired.wait_for(1, 5.0), "the node was not expired once the backend's clock passed its TTL"
+        assert expired.tokens == ["t"]
     finally:
-        expiry.close()
+        expired.expiry.close()
 
 
 def test_nodes_expire_in_the_order_of_their_ttls() -> None:
     clock = FakeClock()
-    fired: list[str] = []
-    both = threading.Event()
-
-    def fire(key: tuple[str, str], node: Node) -> None:
-        fired.append(key[1])
-        if len(fired) == 2:
-            both.set()
-
-    expiry = Expiry(fire, clock)
+    expired = Expired(clock)
     try:
-        for token, ttl in (("late", 2.0), ("early", 1.0)):
-            node = _node(token)
-            node.expires = Deadline.after(ttl, clock())
-            expiry.schedule(("n", token), node)
+        expired.hold("late", 2.0)
+        expired.hold("early", 1.0)
         clock.now += 2.0
-        assert both.wait(5.0)
-        assert fired == ["early", "late"]
+        assert expired.wait_for(2, 5.0)
+        assert expired.tokens == ["early", "late"]
     finally:
-        expiry.close()
+        expired.expiry.close()
