@@ -2,8 +2,8 @@
 (`--only redlock,fencelock` limits a run to the Redlock rows and the single-node row they are compared with;
 `--only watchdog` to the renewal watchdog section).
 
-    contenders.py   the registry: name -> factory giving acquire/release callables (single node, Redlock; add
-                    etcd, ... here)
+    contenders/     the registry: name -> factory giving acquire/release callables, one module per service
+                    (one Redis, Redlock, etcd and ZooKeeper), fencelock's own factories apart
     services.py     starts the servers the chosen contenders need (one Redis; N independent Redlock nodes)
     workload.py     the workloads: uncontended acquire+release, and contended hand-off between processes
     watchdog.py     the renewal watchdog section: 10,000 renewed leases in a process of their own (CPU, script

@@ -28,9 +28,10 @@ from ._events import LockEvent, subscribe
 from ._guards_sql import SQLGuard
 from ._logic.args import DEFAULT_TTL, DEFAULT_WAIT
 from ._logic.status import LockStatus
-from ._sync.client import Lease, LockContext, Locks
+from ._sync.client import LockContext, Locks
 from ._sync.connect import connect
 from ._sync.guards import RedisGuard
+from ._sync.lease import Lease
 from ._version import __version__ as __version__
 
 __all__ = [

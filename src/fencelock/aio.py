@@ -10,11 +10,11 @@ The errors are the same classes as in `fencelock`.
 
 from __future__ import annotations
 
-from ._async.client import AsyncLease as Lease
 from ._async.client import AsyncLockContext as LockContext
 from ._async.client import AsyncLocks as Locks
 from ._async.connect import connect
 from ._async.guards import AsyncRedisGuard as RedisGuard
+from ._async.lease import AsyncLease as Lease
 from ._logic.status import LockStatus
 
 __all__ = ["Lease", "LockContext", "LockStatus", "Locks", "RedisGuard", "connect"]

@@ -36,8 +36,9 @@ except ImportError as exc:
 from ._errors import LockError, LockLost, NotAcquired
 from ._logic.args import DEFAULT_TTL, DEFAULT_WAIT
 from ._logic.celery import LockOptions, OnBusy, check_options, checked_name, default_name, format_name
-from ._sync.client import Lease, Locks
+from ._sync.client import Locks
 from ._sync.connect import connect
+from ._sync.lease import Lease
 
 __all__ = ["LockedTask", "Skipped", "current_lease"]
 

@@ -496,3 +496,56 @@ def test_the_harness_chooses_a_new_port_when_its_first_was_taken_and_pause_stops
         finally:
             server.close()
         assert not os.path.exists(server.dir)
+
+
+# -- the client's clock -----------------------------------------------------------------------------------------
+
+class SetClock:
+    """A fake monotonic clock: it stands still, or jumps `step` seconds at every read."""
+
+    def __init__(self, step: float = 0.0) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_waits_and_held_ttls_count_on_the_clock_the_client_was_given(zk: ZooKeeperDeployment,
+                                                                     name: str) -> None:
+    from fencelock._sync.zookeeper import ZooKeeperBackend
+    from fencelock._zk.url import parse_zookeeper_url
+
+    clock = SetClock(step=1e6)  # every read is past the end of any wait below
+    client = fencelock.Locks(ZooKeeperBackend(parse_zookeeper_url(zk.target), prefix=zk.prefix, clock=clock),
+                             clock=clock)
+    holder = zk.connect()
+    try:
+        with holder.lock(name, ttl=10.0) as lease:
+            # An hour's wait by the real clock; by the client's, over at the first look at the queue.
+            answers: list[Any] = []
+            watcher = threading.Thread(target=lambda: answers.append(
+                client.backend.try_acquire(name, "f" * 32, 10_000, 3600.0, False)), daemon=True)
+            watcher.start()
+            watcher.join(slack(30.0))
+            assert answers, "the backend's wait went by the real clock, not the client's"
+            assert not answers[0].granted
+            assert zk.holder(name) == lease.token
+            assert len(zk.nodes(name)) == 2  # the holder's, and the waiter's behind it
+            client.backend.leave(name, "f" * 32)
+            with pytest.raises(fencelock.AcquireTimeout):
+                client.acquire(name, ttl=10.0, wait=3600.0)
+            assert lease.held  # the holder kept the lock all along: the waiter gave up before any release
+            assert len(zk.nodes(name)) == 1
+        # A held node is deleted when its TTL ends by the client's clock: not while that clock stands still,
+        # however long the real one runs; at once when it moves past the TTL.
+        clock.step = 0.0
+        mine = client.acquire(name, ttl=1.0, wait=0)
+        time.sleep(2.5)
+        assert zk.holder(name) == mine.token, "the held node's TTL ran by the real clock"
+        clock.now += 10.0
+        until(lambda: zk.nodes(name) == [], slack(5.0), "the held node is deleted once the client's clock "
+              "passed its TTL")
+    finally:
+        client.close()
+        holder.close()

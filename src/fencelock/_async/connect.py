@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,7 +83,8 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
         _redlock_only(given, "ZooKeeper")
         zookeeper = parse_zookeeper_url(target)   # a bad URL fails here, before kazoo is even imported
         from .zookeeper import AsyncZooKeeperBackend  # the optional extra: imported only when asked for
-        return AsyncLocks(AsyncZooKeeperBackend(zookeeper, prefix=prefix))
+        clock = time.monotonic  # one clock for the client and its backend's waits
+        return AsyncLocks(AsyncZooKeeperBackend(zookeeper, prefix=prefix, clock=clock), clock=clock)
     _not_another_client(target)
     if isinstance(target, (list, tuple)):
         return _redlock(list(target), prefix=prefix, node_timeout=node_timeout,
@@ -110,7 +112,8 @@ def _etcd(url: str, prefix: str) -> AsyncLocks:
     target = parse_etcd_url(url)
     from .etcd import AsyncEtcdBackend  # raises ImportError naming the extra when httpx is missing
 
-    return AsyncLocks(AsyncEtcdBackend(target, prefix=prefix))
+    clock = time.monotonic  # one clock for the client and its backend's waits
+    return AsyncLocks(AsyncEtcdBackend(target, prefix=prefix, clock=clock), clock=clock)
 
 
 def _fence_retention_refused(target: object) -> None:

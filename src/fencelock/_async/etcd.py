@@ -36,7 +36,7 @@ from .._etcd.rules import (
 from .._etcd.url import EtcdTarget
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
-from .._logic.timing import Deadline
+from .._logic.timing import Clock, Deadline
 from .etcd_gateway import AsyncGateway
 
 SPARE_LEASES = 16
@@ -67,8 +67,9 @@ class _Held:
 class AsyncEtcdBackend:
     """Locks in etcd, one lease and one key per acquisition (see `fencelock._etcd.rules` for the layout)."""
 
-    def __init__(self, target: EtcdTarget, *, prefix: str) -> None:
+    def __init__(self, target: EtcdTarget, *, prefix: str, clock: Clock = time.monotonic) -> None:
         self._gateway = AsyncGateway(target)
+        self._clock = clock  # the client's: every wait here is counted on it
         self._prefix = prefix
         self.shown = self._gateway.shown
         self.block_cap = BLOCK_CAP
@@ -102,17 +103,17 @@ class AsyncEtcdBackend:
 
         Idempotent for one token: a retry after a lost answer finds its own lease and key.
         """
-        started = time.monotonic()
+        deadline = Deadline.after(wait, self._clock())
         value = token.encode()
         held, mine, owner, before, revision = await self._join(name, token, ttl_ms)
         state = verdict(mine, value, owner)
-        while state is Verdict.WAITING and time.monotonic() - started < wait:
+        while state is Verdict.WAITING and not deadline.expired(self._clock()):
             if before is None:
                 mine, owner, before, revision = await self._look(name, held)
                 state = verdict(mine, value, owner)
                 if state is not Verdict.WAITING or before is None:
                     break
-            if not await self._gateway.watch_delete(before.key, revision + 1, wait - (time.monotonic() - started)):
+            if not await self._gateway.watch_delete(before.key, revision + 1, deadline.remaining(self._clock())):
                 break  # the wait ended with our predecessor still there: not granted, nothing to look at
             # After a wake-up, look again, our own key first: it may have gone with our lease meanwhile.
             mine, owner, before, revision = await self._look(name, held)
@@ -356,9 +357,9 @@ class AsyncEtcdBackend:
         the connections."""
         spare, self._spare = self._spare, {}
         if self._spare_pid == os.getpid():
-            deadline = Deadline.after(CLOSE_TIMEOUT, time.monotonic())
+            deadline = Deadline.after(CLOSE_TIMEOUT, self._clock())
             for lease in [lease for leases in spare.values() for lease, _ in leases]:
-                left = min(deadline.remaining(time.monotonic()), self._gateway.timeout)
+                left = min(deadline.remaining(self._clock()), self._gateway.timeout)
                 if left <= 0:
                     break
                 try:

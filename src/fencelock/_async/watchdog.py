@@ -31,7 +31,8 @@ from .._logic.timing import Clock
 from ._concurrency import Runner, Signal, alive, in_background, join, spawn
 
 if TYPE_CHECKING:
-    from .client import AsyncBackend, AsyncLease
+    from .client import AsyncBackend
+    from .lease import AsyncLease
 
 
 # Module constants: an Enum member's lookup costs about 80 ns, and these are compared per lease and renewal.

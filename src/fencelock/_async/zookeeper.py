@@ -17,6 +17,7 @@ from .._errors import BackendError, MissingExtra
 from .._logic.args import DEFAULT_TTL, ttl_ms
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
+from .._logic.timing import Clock, Deadline
 from .._zk.nodes import Expiry, Node
 from .._zk.rules import (
     Position,
@@ -56,8 +57,9 @@ on a live session; this only bounds the wait after one was dropped with a connec
 class AsyncZooKeeperBackend:
     """Locks kept as ephemeral sequential nodes in ZooKeeper (docs/design/zookeeper.md)."""
 
-    def __init__(self, target: ZooKeeperTarget, *, prefix: str) -> None:
+    def __init__(self, target: ZooKeeperTarget, *, prefix: str, clock: Clock = time.monotonic) -> None:
         self._target = target
+        self._clock = clock  # the client's: waits and the TTLs of held nodes are counted on it
         self._timeout = target.timeout
         self._root = root_path(target.chroot, encode_name(prefix))
         self.shown = f"zookeeper at {target.hosts_string}{target.chroot}"
@@ -72,7 +74,7 @@ class AsyncZooKeeperBackend:
         self._sent: set[tuple[str, str]] = set()          # a create went out, no answer yet: a retry looks first
         self._directories: set[str] = set()               # lock paths known to exist
         self._root_made = False                           # the root path exists (made or found)
-        self._expiry = Expiry(self._expire)
+        self._expiry = Expiry(self._expire, self._clock)
         self._closed = False
         self._pid = os.getpid()
 
@@ -87,7 +89,7 @@ class AsyncZooKeeperBackend:
             self._pid = os.getpid()
             self._sessions, self._server_min_ms = {}, None
             self._queued, self._held, self._sent = {}, {}, set()
-            self._expiry = Expiry(self._expire)
+            self._expiry = Expiry(self._expire, self._clock)
 
     # -- sessions -----------------------------------------------------------------------------------------
 
@@ -162,7 +164,7 @@ class AsyncZooKeeperBackend:
         up to `wait` seconds, looking at the queue again after every change, and is refused when time is up."""
         self._forked()
         key = (name, token)
-        started = time.monotonic()
+        deadline = Deadline.after(wait, self._clock())
         node = self._queued.get(key)
         session = node.session if node is not None else await self._session_for(ttl_ms, name)
         directory = lock_path(self._root, name)
@@ -188,14 +190,14 @@ class AsyncZooKeeperBackend:
                 self._grant(key, node, ttl_ms)
                 return Attempt(True, node.czxid, None)
             node.waited = True
-            left = wait - (time.monotonic() - started)
-            if left <= 0 or before is None:
+            now = self._clock()
+            if deadline.expired(now) or before is None:
                 return Attempt(False, 0, None)
             wakeup = Wakeup()
             watched = await self._czxid(session, f"{directory}/{child_name(before)}", name,
                                         watch=lambda _event, w=wakeup: w.set())
             if watched is not None:
-                await wakeup.wait(left)
+                await wakeup.wait(deadline.remaining(now))
 
     async def _join(self, session: ZKSession, directory: str, key: tuple[str, str], ttl_ms: int) -> Node:
         """Our node in the queue: the one an earlier create of this token made, else a new one."""
@@ -249,7 +251,7 @@ class AsyncZooKeeperBackend:
     def _grant(self, key: tuple[str, str], node: Node, ms: int) -> None:
         self._queued.pop(key, None)
         self._sent.discard(key)
-        node.expires_at = time.monotonic() + ms / 1000.0
+        node.expires = Deadline.after(ms / 1000.0, self._clock())
         with self._lock:
             self._held[key] = node
         self._expiry.schedule(key, node)
@@ -259,7 +261,7 @@ class AsyncZooKeeperBackend:
         with self._lock:
             if self._held.get(key) is not node:
                 return
-            if time.monotonic() < node.expires_at:
+            if not node.expires.expired(self._clock()):
                 again = True
             else:
                 again = False
@@ -332,7 +334,7 @@ class AsyncZooKeeperBackend:
         """Check that each lease's node still exists, and restart its TTL. Every request goes out before any
         answer is awaited (kazoo pipelines them on each session's connection)."""
         self._forked()
-        sent_at = time.monotonic()
+        sent_at = self._clock()
         requests: list[tuple[int, Node, Any]] = []
         results: list[bool | None] = [False] * len(leases)
         for i, (name, token, _fence, _ms) in enumerate(leases):
@@ -360,7 +362,7 @@ class AsyncZooKeeperBackend:
                 if self._held.get(key) is not node:
                     answer = False  # the TTL ran out meanwhile and the node was deleted
                 elif answer:
-                    node.expires_at = sent_at + ms / 1000.0
+                    node.expires = Deadline.after(ms / 1000.0, sent_at)
                 elif answer is False:
                     del self._held[key]
             results[i] = answer

@@ -27,7 +27,8 @@ from types import FrameType
 from typing import Any
 
 from .._errors import BackendError, LockLost, NotAcquired
-from .._sync.client import Lease, Locks
+from .._sync.client import Locks
+from .._sync.lease import Lease
 from . import exits
 from .exits import KILL_WAIT, OnLost, after_exit, after_loss, shell_status
 from .show import describe, error, note

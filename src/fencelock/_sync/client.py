@@ -1,21 +1,17 @@
 # Generated from _async/client.py by scripts/unasync.py: do not edit, edit that file instead.
-"""The front end every backend shares: argument checks, the acquire loop, leases and the `lock()` context.
-
-A lease is the ownership of one acquisition: its token lives in the lease and nowhere else, so two tasks or
-threads sharing one client can never release each other's locks.
+"""The front end every backend shares: the backend's interface, argument checks, the acquire loop and the `lock()`
+context. The lease it grants is `lease.Lease`: the token lives there and nowhere else, so two tasks or threads
+sharing one client can never release each other's locks.
 """
 
 from __future__ import annotations
 
 import builtins
-import logging
-import os
 import secrets
 import time
-from collections.abc import Callable
 from functools import partial
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Protocol
 
 from .._errors import BackendError, LockError, LockLost
 from .._events import backend_kind, emit
@@ -27,17 +23,13 @@ from .._logic.args import (
     check_acquire,
     check_name,
     check_pattern,
-    check_ttl,
     ttl_ms,
 )
-from .._logic.lease import LeaseState
 from .._logic.outcomes import Attempt, Released, State
 from .._logic.status import LockStatus
 from .._logic.timing import Clock
 from .._redis.redlock import NodesReport
 from ._concurrency import (
-    Signal,
-    cancel,
     current_task,
     in_background,
     is_cancellation,
@@ -46,23 +38,9 @@ from ._concurrency import (
     uncancel,
     undo_if_interrupted,
 )
+from .lease import Lease, OnLost
 from .waiting import Seat, WaitingRooms
 from .watchdog import Watchdog
-
-log = logging.getLogger("fencelock")
-
-OnLost = Callable[["Lease"], object]
-"""Called once, with the lease, when it is lost (from the watchdog's thread or task, or the caller's)."""
-
-_pid = os.getpid()
-
-
-def _forked() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_forked)
 
 TOKEN_BYTES = 16
 """128 bits from `secrets`, one token per acquisition."""
@@ -113,167 +91,6 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class Lease:
-    """One granted acquisition of a lock: its name, token and fence, and the right to extend or release it."""
-
-    __slots__ = ("_backend", "_clock", "_granted_at", "_life", "_on_lost", "_pid", "_task", "fence", "name",
-                 "token", "ttl")
-
-    def __init__(self, backend: Backend, clock: Clock, name: str, token: str, fence: int, ttl: float,
-                 valid_until: float, *, renew_every: float | None = None, on_lost: OnLost | None = None) -> None:
-        self._backend = backend
-        self._clock = clock
-        self._pid = _pid
-        # Its validity, next due time, renewal in flight (a Signal) and state, shared with the watchdog.
-        self._life: LeaseState[Signal] = LeaseState(ttl, valid_until, renew_every)
-        self._on_lost = on_lost
-        self._task: Any = None  # the task to cancel when the lease is lost (asyncio lock() only)
-        self._granted_at = clock()
-        self.name = name
-        self.token = token
-        self.fence = fence
-        self.ttl = ttl
-
-    def __repr__(self) -> str:
-        # The token is a capability (it releases the lock): it is never printed.
-        return (f"<Lease {self.name!r} fence={self.fence} {self._life.state.value} "
-                f"remaining={self.remaining():.3f}s>")
-
-    @property
-    def _valid_until(self) -> float:
-        return self._life.valid_until
-
-    @property
-    def _in_flight(self) -> Signal | None:
-        return self._life.renewal
-
-    def remaining(self) -> float:
-        """Seconds of validity left, by the local monotonic clock (0 once released or lost)."""
-        return self._life.remaining(self._clock())
-
-    @property
-    def held(self) -> bool:
-        """True while the lease is neither released nor known to be lost, and its validity has not run out."""
-        return self.remaining() > 0.0
-
-    @property
-    def lost(self) -> bool:
-        """True once the lease is known lost: the server said so, or its validity ran out unrenewed.
-
-        Read by the local monotonic clock: it turns true on time even when the network gives no answer.
-        """
-        return self._life.is_lost(self._clock())
-
-    def ensure(self) -> None:
-        """Raise `LockLost` if the lease is lost. Call it before each critical write, and send the fence along."""
-        if self.lost:
-            raise LockLost(f"the lease was lost: {self._life.lost_reason or 'its validity ran out'}", name=self.name)
-        if self._life.state is State.RELEASED:
-            raise LockLost("the lease was released", name=self.name)
-
-    def _lose(self, reason: str, op: str = "renew") -> None:
-        """Mark the lease lost (once): tell the `on_lost` callback, and cancel the task holding it (asyncio)."""
-        if not self._life.lose(reason):
-            return
-        emit("lost", self.name, backend_kind(self._backend), op, fence=self.fence,
-             held=self._clock() - self._granted_at, error=reason)
-        if self._task is not None and self._task is not current_task():
-            cancel(self._task)
-        if self._on_lost is not None:
-            try:
-                self._on_lost(self)
-            except Exception:
-                log.exception("the on_lost callback of lock %r failed", self.name)
-
-    def _check_owner(self, action: str) -> None:
-        if _pid != self._pid:
-            raise LockError(f"cannot {action} a lease acquired by process {self._pid} from its forked child "
-                            f"{_pid}", name=self.name)
-
-    def extend(self, ttl: float | None = None) -> None:
-        """Reset the lease to `ttl` seconds (default: its TTL) from now. Raises `LockLost` if no longer ours."""
-        self._check_owner("extend")
-        new_ttl = self.ttl if ttl is None else check_ttl(ttl, self.name)
-        if self._life.state is not State.HELD:
-            raise LockLost(f"cannot extend a lease that is {self._life.state.value}", name=self.name)
-        sent_at = self._clock()
-        kind = backend_kind(self._backend)
-        try:
-            extended = self._backend.extend(self.name, self.token, self.fence, ttl_ms(new_ttl))
-        except BaseException as exc:
-            # Unknown outcome (no reply, a reset, a cancellation): the server may have applied the new TTL. A
-            # shorter one then bounds what the lease may claim; a longer one is not counted until confirmed.
-            self._life.extend_unknown(new_ttl, sent_at)
-            if isinstance(exc, BackendError):
-                emit("failed", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at,
-                     error=str(exc))
-            raise
-        if not extended:
-            self._lose("the server says it expired or was taken by another holder", "extend")
-            raise LockLost("the lock expired or was taken by another holder before it could be extended",
-                           name=self.name)
-        self.ttl = new_ttl
-        self._life.extended(new_ttl, sent_at)
-        emit("extend", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at)
-
-    def release(self) -> None:
-        """Give the lock back. Raises `LockLost` if it had expired or been taken; a second release does nothing.
-
-        Renewal stops at the call, whatever its outcome. On a network error or a cancellation the lease keeps its
-        token and stays releasable until its validity ends: call it again (the error's `lease` is this lease).
-        """
-        self._check_owner("release")
-        if self._life.state is State.RELEASED:
-            return
-        # Whatever happens next, the holder wants out: renewal ends now, so a release that fails (or is cancelled)
-        # leaves a key that its TTL frees, never one renewed for ever. Still held until then: release again.
-        self._life.stop_renewing()
-        try:
-            self._release()
-        except LockError as exc:
-            exc.lease = self  # so that the caller can retry: `err.lease.release()`
-            raise
-
-    def _release(self) -> None:
-        flight = self._life.renewal
-        if flight is not None:
-            flight.wait(None)  # a renewal on the wire must not land after our release
-        if self._life.state is State.LOST:
-            # Lost by our clock, maybe not on the server (it was slow, not gone): delete our key if it is still
-            # there, so it does not block others for a TTL. The loss is reported either way.
-            try:
-                self._backend.release(self.name, self.token, self.fence)
-            except BackendError:
-                pass
-            raise LockLost(f"the lease was lost: {self._life.lost_reason}", name=self.name)
-        sent_at = self._clock()
-        try:
-            answer = self._backend.release(self.name, self.token, self.fence)
-        except BaseException as exc:
-            # The server may or may not have deleted the key; only a confirmed answer changes the state.
-            self._life.release_unknown(sent_at)
-            if isinstance(exc, BackendError):
-                emit("failed", self.name, backend_kind(self._backend), "release", fence=self.fence,
-                     duration=self._clock() - sent_at, error=str(exc))
-            raise
-        if self._life.release_answered(answer, sent_at):
-            now = self._clock()
-            emit("release", self.name, backend_kind(self._backend), "release", fence=self.fence,
-                 held=now - self._granted_at, duration=now - sent_at)
-            return
-        why = "expired" if answer in (Released.EXPIRED, Released.UNSURE) else "was taken by another holder"
-        self._lose(f"it {why}", "release")
-        raise LockLost(f"the lease {why} before it was released", name=self.name)
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        if _pid == self._pid:
-            self.release()
 
 
 class Locks:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,7 +84,8 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
         _redlock_only(given, "ZooKeeper")
         zookeeper = parse_zookeeper_url(target)   # a bad URL fails here, before kazoo is even imported
         from .zookeeper import ZooKeeperBackend  # the optional extra: imported only when asked for
-        return Locks(ZooKeeperBackend(zookeeper, prefix=prefix))
+        clock = time.monotonic  # one clock for the client and its backend's waits
+        return Locks(ZooKeeperBackend(zookeeper, prefix=prefix, clock=clock), clock=clock)
     _not_another_client(target)
     if isinstance(target, (list, tuple)):
         return _redlock(list(target), prefix=prefix, node_timeout=node_timeout,
@@ -111,7 +113,8 @@ def _etcd(url: str, prefix: str) -> Locks:
     target = parse_etcd_url(url)
     from .etcd import EtcdBackend  # raises ImportError naming the extra when httpx is missing
 
-    return Locks(EtcdBackend(target, prefix=prefix))
+    clock = time.monotonic  # one clock for the client and its backend's waits
+    return Locks(EtcdBackend(target, prefix=prefix, clock=clock), clock=clock)
 
 
 def _fence_retention_refused(target: object) -> None:

@@ -37,7 +37,7 @@ from .._etcd.rules import (
 from .._etcd.url import EtcdTarget
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
-from .._logic.timing import Deadline
+from .._logic.timing import Clock, Deadline
 from .etcd_gateway import Gateway
 
 SPARE_LEASES = 16
@@ -68,8 +68,9 @@ class _Held:
 class EtcdBackend:
     """Locks in etcd, one lease and one key per acquisition (see `fencelock._etcd.rules` for the layout)."""
 
-    def __init__(self, target: EtcdTarget, *, prefix: str) -> None:
+    def __init__(self, target: EtcdTarget, *, prefix: str, clock: Clock = time.monotonic) -> None:
         self._gateway = Gateway(target)
+        self._clock = clock  # the client's: every wait here is counted on it
         self._prefix = prefix
         self.shown = self._gateway.shown
         self.block_cap = BLOCK_CAP
@@ -103,17 +104,17 @@ class EtcdBackend:
 
         Idempotent for one token: a retry after a lost answer finds its own lease and key.
         """
-        started = time.monotonic()
+        deadline = Deadline.after(wait, self._clock())
         value = token.encode()
         held, mine, owner, before, revision = self._join(name, token, ttl_ms)
         state = verdict(mine, value, owner)
-        while state is Verdict.WAITING and time.monotonic() - started < wait:
+        while state is Verdict.WAITING and not deadline.expired(self._clock()):
             if before is None:
                 mine, owner, before, revision = self._look(name, held)
                 state = verdict(mine, value, owner)
                 if state is not Verdict.WAITING or before is None:
                     break
-            if not self._gateway.watch_delete(before.key, revision + 1, wait - (time.monotonic() - started)):
+            if not self._gateway.watch_delete(before.key, revision + 1, deadline.remaining(self._clock())):
                 break  # the wait ended with our predecessor still there: not granted, nothing to look at
             # After a wake-up, look again, our own key first: it may have gone with our lease meanwhile.
             mine, owner, before, revision = self._look(name, held)
@@ -357,9 +358,9 @@ class EtcdBackend:
         the connections."""
         spare, self._spare = self._spare, {}
         if self._spare_pid == os.getpid():
-            deadline = Deadline.after(CLOSE_TIMEOUT, time.monotonic())
+            deadline = Deadline.after(CLOSE_TIMEOUT, self._clock())
             for lease in [lease for leases in spare.values() for lease, _ in leases]:
-                left = min(deadline.remaining(time.monotonic()), self._gateway.timeout)
+                left = min(deadline.remaining(self._clock()), self._gateway.timeout)
                 if left <= 0:
                     break
                 try:

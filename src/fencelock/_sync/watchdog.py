@@ -32,7 +32,8 @@ from .._logic.timing import Clock
 from ._concurrency import Runner, Signal, alive, in_background, join, spawn
 
 if TYPE_CHECKING:
-    from .client import Backend, Lease
+    from .client import Backend
+    from .lease import Lease
 
 
 # Module constants: an Enum member's lookup costs about 80 ns, and these are compared per lease and renewal.

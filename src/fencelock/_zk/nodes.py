@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .._logic.timing import Clock, Deadline
 from .rules import Child, child_name
 from .session import Committed, ZKSession, nothing
 
@@ -21,7 +22,7 @@ class Node:
     directory: str
     child: Child
     czxid: int
-    expires_at: float = 0.0   # monotonic; held nodes only: the client deletes the node then unless extended
+    expires: Deadline = field(default_factory=lambda: Deadline(0.0))  # held only: deleted then unless extended
     waited: bool = False      # it was not at the head of the queue at once
 
     @property
@@ -44,6 +45,7 @@ class Expiry:
     """One daemon thread that deletes held nodes whose TTL ran out unextended (a heap of due times)."""
 
     fire: Callable[[tuple[str, str], Node], None]
+    clock: Clock = time.monotonic
     _heap: list[tuple[float, int, tuple[str, str], Node]] = field(default_factory=list)
     _order: itertools.count[int] = field(default_factory=itertools.count)
     _cond: threading.Condition = field(default_factory=threading.Condition)
@@ -54,7 +56,7 @@ class Expiry:
         with self._cond:
             if self._closed:
                 return
-            heapq.heappush(self._heap, (node.expires_at, next(self._order), key, node))
+            heapq.heappush(self._heap, (node.expires.at, next(self._order), key, node))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="fencelock-zk-expiry", daemon=True)
                 self._thread.start()
@@ -65,9 +67,10 @@ class Expiry:
             with self._cond:
                 if self._closed:
                     return
-                now = time.monotonic()
-                if not self._heap or self._heap[0][0] > now:
-                    self._cond.wait(None if not self._heap else self._heap[0][0] - now)
+                now = self.clock()
+                due = Deadline(self._heap[0][0]) if self._heap else None
+                if due is None or not due.expired(now):
+                    self._cond.wait(None if due is None else due.remaining(now))
                     continue
                 _, _, key, node = heapq.heappop(self._heap)
             try:
