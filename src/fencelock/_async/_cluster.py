@@ -55,7 +55,10 @@ async def ready_node(client: Any, key: str) -> None:
     for conn in list(free):
         if conn.is_connected and _closed_by_peer(conn):
             await conn.disconnect(nowait=True)
-    if any(conn.is_connected for conn in free):
+    ready = next((conn for conn in free if conn.is_connected), None)
+    if ready is not None:  # the next command takes the first idle connection: this one
+        free.remove(ready)
+        free.appendleft(ready)
         return
     for attempt in range(2):
         try:
