@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fencelock
 from fencelock.testing.invariants import History, LeaseRecord, Op, Sample, check
 
 TTL = 1.0
@@ -37,3 +38,16 @@ def test_a_minority_straggler_is_allowed_up_to_straggle() -> None:
 def test_a_quorum_past_its_ttl_is_reported_whatever_the_straggle() -> None:
     sample = _sample([600, 600, 600, 500, 500])
     assert any("outlives its TTL" in line for line in check(_history(), [sample], quorum=3, straggle=0.25))
+
+
+def test_a_call_that_raised_may_have_its_requests_land_up_to_straggle_later_on_a_quorum() -> None:
+    # an extend that gave up at 10.2 (no quorum answer in time): its requests still land, by 10.3, on 3 of 5 nodes
+    history = _history()
+    record = history.leases[0]
+    history.ops.append(Op("extend", "job", record, start=10.05, ttl=TTL, end=10.2,
+                          error=fencelock.BackendError("no quorum answered in time", name="job")))
+    sample = _sample([800, 800, 800, 500, 500])  # kept until 11.3
+    assert check(history, [sample], quorum=3, straggle=0.25) == []
+    assert any("outlives its TTL" in line for line in check(history, [sample], quorum=3, straggle=0.05))
+    history.ops[-1].error = None  # a call that returned had its quorum by its end: no straggle for the quorum
+    assert any("outlives its TTL" in line for line in check(history, [sample], quorum=3, straggle=0.25))

@@ -253,7 +253,8 @@ def check(history: History, samples: Iterable[Sample], *, quorum: int = 1, epsil
     """Every broken invariant, one line each (empty: all held).
 
     `straggle`: how much longer than its TTL a minority of nodes (fewer than `quorum`) may keep a key, because the
-    request that set it waited on that node's connection behind an earlier one after the call had its quorum.
+    request that set it waited on that node's connection behind an earlier one after the call had its quorum. A
+    call that raised (its outcome unknown) may have requests that land up to `straggle` after it, on any node.
     """
     found: list[str] = []
     by_name: dict[str, list[Sample]] = {}
@@ -321,7 +322,7 @@ def check(history: History, samples: Iterable[Sample], *, quorum: int = 1, epsil
                 if token is None or pttl is None or token in reported:
                     continue
                 if token not in deadlines:
-                    deadlines[token] = _deadline(history, name, known.get(token), slack)
+                    deadlines[token] = _deadline(history, name, known.get(token), slack, straggle)
                 deadline = deadlines[token]
                 lives_until = math.inf if pttl < 0 else s.start + pttl / 1000
                 if deadline is not None and lives_until > deadline + epsilon:
@@ -349,9 +350,11 @@ def check(history: History, samples: Iterable[Sample], *, quorum: int = 1, epsil
     return found
 
 
-def _deadline(history: History, name: str, lease: LeaseRecord | None, slack: float) -> float | None:
+def _deadline(history: History, name: str, lease: LeaseRecord | None, slack: float,
+              straggle: float = 0.0) -> float | None:
     """The latest moment a key may live: the last TTL its client could have set, counted from the end of the
-    call that set it (or from when a held-back request finally arrived). None: alive and renewing."""
+    call that set it (or from when a held-back request finally arrived; `straggle` later for a call that raised,
+    whose requests go on in the background). None: alive and renewing."""
     if lease is not None and lease.renewing and lease.ended_at is None:
         return None
     ends: list[float] = []
@@ -360,7 +363,7 @@ def _deadline(history: History, name: str, lease: LeaseRecord | None, slack: flo
             return None  # still in flight when the history was closed
         mine = op.lease is lease if lease is not None else (op.what == "acquire" and op.name == name)
         if mine and op.ttl is not None and op.what in ("acquire", "extend"):
-            ends.append(max(op.end, slack) + op.ttl)
+            ends.append(max(op.end + (straggle if op.error is not None else 0.0), slack) + op.ttl)
     if lease is not None:
         ends.append(max(lease.acquired_at, slack) + lease.ttl)
         if lease.renewing and lease.ended_at is not None:
