@@ -67,11 +67,11 @@ async def ready_node(client: Any, key: str) -> None:
             return  # (no room for another: the command waits for one as it would)
         try:
             await conn.connect()
-        except RedisConnectionError:
+        except BaseException as exc:  # cut by the server, or cancelled half-way: never left half set up
             await conn.disconnect(nowait=True)
-            if attempt:
+            free.appendleft(conn)
+            if attempt or not isinstance(exc, RedisConnectionError):
                 raise
-        finally:
-            free.appendleft(conn)  # the next command takes it first
-        if conn.is_connected:
-            return
+            continue
+        free.appendleft(conn)  # the next command takes it first
+        return
