@@ -13,7 +13,7 @@ from fencelock.testing.servers import RedisPrimaryReplica
 from .configs import SOCKET_TIMEOUT, redis_url
 from .scenarios import KLEPPMANN, REDLOCK, Cell, Scenario, _acquire, _lock_key_on, _takes_over, always
 
-DURABLE_SOCKET_TIMEOUT = 1.0
+DURABLE_SOCKET_TIMEOUT = 2.0
 """Seconds: A's socket timeout, so that its confirmation may take up to half of it on a busy machine."""
 
 
