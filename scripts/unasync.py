@@ -18,9 +18,8 @@ SOURCE, TARGET = ROOT / "_async", ROOT / "_sync"
 HAND_WRITTEN = {
     "__init__.py",
     "_concurrency.py",  # background work, cancellation, signals, runners
-    "_fanout.py",  # calls to several servers at once
-    "_multiplex.py",  # run_scripts: a task per request / the sync-only select loop
-    "_transport.py",  # Redis's dedicated connections (Channel) and one script call
+    "_multiplex.py",  # run_scripts: a task per request / the deliberate sync-only fork, a select loop
+    "_connection.py",  # one Redis connection's write, read and close, and who owns a Channel's connections
     "_cluster.py",  # Redis Cluster's node lookup and client gaps
     "_kazoo.py",  # bridges to kazoo's threads (its results, watches and events)
 }

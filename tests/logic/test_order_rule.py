@@ -12,16 +12,20 @@ from redis.exceptions import NoScriptError, ResponseError
 from fencelock._redis.channel import (
     KILL,
     REFUSE,
+    RELOAD,
     SEND,
     WAIT,
     Closed,
     Confirmed,
     NotSent,
+    Resent,
     ScriptRequest,
     confirmed_reply,
     end,
     orphaned,
+    outcome,
     packed,
+    reading,
     server_error,
     turn,
 )
@@ -85,3 +89,21 @@ def test_what_a_reply_means() -> None:
     assert confirmed_reply(b"ok", 1) == Confirmed(b"ok", 1)
     error = ResponseError("ERR")
     assert confirmed_reply(error, 1) is error
+
+
+def test_how_a_reply_is_read_and_sent_again_after_noscript() -> None:
+    release = Lua("release", "return 1", "0" * 40)
+    plain = ScriptRequest(None, release, [], [])
+    woken = plain._replace(wake=("list", 1.0))
+    confirmed = plain._replace(confirm=("WAIT", 1, 100))
+    assert reading(plain, False) == (0, 1)
+    assert reading(woken, False) == (1, 1)  # the BLPOP's answer is dropped first
+    assert reading(woken, True) == (0, 1)  # EVAL after NOSCRIPT goes without its BLPOP
+    assert reading(confirmed, False) == (0, 2)
+    noscript = NoScriptError("NOSCRIPT")
+    assert outcome(plain, noscript, False) is RELOAD
+    assert outcome(plain, noscript, True) is noscript  # once only
+    assert outcome(confirmed, [noscript, 1], False) is RELOAD
+    assert outcome(confirmed, [b"ok", 1], False) == Confirmed(b"ok", 1)
+    assert type(outcome(plain, 0, False)) is int
+    assert isinstance(outcome(plain.again(), 0, False), Resent)

@@ -1,4 +1,4 @@
-"""The dedicated server connections of Redlock and the single node (`Channel` in `_transport.py`, both twins), on
+"""The dedicated server connections of Redlock and the single node (`Channel` in `_transport.py`, both trees), on
 real servers: a connection carries one request at a time, a script sent after a wait returns its own reply, a
 late reply is read for its own request and never for a later one, a connection with no reply within its socket
 timeout is dropped, threads sharing a client never share a connection, and a forked child makes connections of
@@ -22,6 +22,7 @@ from fencelock._async import _multiplex as async_multiplex
 from fencelock._async import _transport as async_transport
 from fencelock._redis import channel as _channel
 from fencelock._scripts import Lua
+from fencelock._sync import _connection as sync_connection
 from fencelock._sync import _multiplex as sync_multiplex
 from fencelock._sync import _transport as sync_transport
 from fencelock.testing.servers import RedisNodes, RedisServer
@@ -120,7 +121,7 @@ def test_a_request_that_gets_its_thread_after_close_makes_no_connection(own_serv
     channel = sync_transport.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout=2"))
     before = _connections(own_server)
     gate = threading.Event()
-    busy = [channel.submit(gate.wait, 10.0) for _ in range(sync_transport.LANE_WORKERS)]  # the server's every thread
+    busy = [channel.submit(gate.wait, 10.0) for _ in range(sync_connection.LANE_WORKERS)]  # the server's every thread
     try:
         done, handles = sync_multiplex.run_scripts([_channel.ScriptRequest(channel, ECHO, [], ["late"])], 0.05,
                                                 _one)

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from redis.asyncio import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ._transport import _closed_by_peer
+from ._connection import idle_closed
 
 
 def cluster_from_url(url: str, **options: Any) -> RedisCluster:
@@ -53,7 +53,7 @@ async def ready_node(client: Any, key: str) -> None:
     if free is None:
         return
     for conn in list(free):
-        if conn.is_connected and _closed_by_peer(conn):
+        if conn.is_connected and idle_closed(conn):
             await conn.disconnect(nowait=True)
     ready = next((conn for conn in free if conn.is_connected), None)
     if ready is not None:  # the next command takes the first idle connection: this one

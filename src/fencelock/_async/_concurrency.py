@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 Handle = asyncio.Future
 """A call started by `fan_out` that may still be running."""
+
+Call = Callable[[], Awaitable[T]]
+"""A request to one server, ready to start (for `fan_out`)."""
 
 
 _background: set[asyncio.Future[Any]] = set()
@@ -82,6 +85,13 @@ async def _undo_after(task: asyncio.Future[Any], undo: Callable[[], Awaitable[ob
     except BaseException:
         pass
     await undo()
+
+
+def start(call: Call[T], lane: Any = None) -> Handle[T]:
+    """Start `call` as a task of the running loop (`lane`: its server, for the sync twin's threads; tasks need none)."""
+    task = asyncio.ensure_future(call())
+    _keep(task)
+    return task
 
 
 def then(handle: Handle[Any], work: Callable[[], Awaitable[object]]) -> None:
@@ -165,3 +175,13 @@ def uncancel(task: Any) -> None:
 
 async def sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
+
+
+def now() -> float:
+    """The clock that deadlines are measured on (the running loop's)."""
+    return asyncio.get_running_loop().time()
+
+
+async def wait_first(handles: Collection[Handle[T]], timeout: float) -> tuple[set[Handle[T]], set[Handle[T]]]:
+    """Wait at most `timeout` seconds for the first of `handles` to finish: (the finished ones, the others)."""
+    return await asyncio.wait(handles, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

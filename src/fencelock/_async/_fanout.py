@@ -1,15 +1,11 @@
-"""Calls to several servers at once, returning once enough have answered. Hand-written twin: `_sync/_fanout.py`."""
+"""Calls to several servers at once, returning once enough have answered (written once for both front ends)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from ._concurrency import Handle, T, _keep
+from ._concurrency import Call, Handle, T, now, start, wait_first
 from ._transport import Channel
-
-Call = Callable[[], Awaitable[T]]
-"""A request to one server, ready to start (for `fan_out`)."""
 
 
 async def fan_out(calls: Sequence[Call[T]], timeout: float,
@@ -19,28 +15,26 @@ async def fan_out(calls: Sequence[Call[T]], timeout: float,
 
     Returns the results of the calls that finished, by their index, and every call's handle: calls still
     running go on in the background, and cleanup can be chained after each one (`then`). Calls must not raise.
-    (`lanes`: the servers the calls talk to, for the synchronous twin's threads; tasks need none.)
+    `lanes`: call i talks to the server of `lanes[i]` (the sync twin runs it on that server's own threads).
     """
-    return await _gather([asyncio.ensure_future(call()) for call in calls], timeout, enough)
+    return await _gather([start(call, None if lanes is None else lanes[i]) for i, call in enumerate(calls)],
+                         timeout, enough)
 
 
-async def _gather(tasks: list[asyncio.Future[T]], timeout: float,
+async def _gather(handles: list[Handle[T]], timeout: float,
                   enough: Callable[[dict[int, T]], bool]) -> tuple[dict[int, T], list[Handle[T]]]:
-    """`fan_out` of tasks already started."""
-    for task in tasks:
-        _keep(task)
+    """`fan_out` of calls already started."""
     results: dict[int, T] = {}
-    index = {task: i for i, task in enumerate(tasks)}
-    pending: set[asyncio.Future[T]] = set(tasks)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    index = {handle: i for i, handle in enumerate(handles)}
+    pending: set[Handle[T]] = set(handles)
+    deadline = now() + timeout
     while pending:
-        remaining = deadline - loop.time()
+        remaining = deadline - now()
         if remaining <= 0:
             break
-        done, pending = await asyncio.wait(pending, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            results[index[task]] = task.result()
+        done, pending = await wait_first(pending, remaining)
+        for handle in done:
+            results[index[handle]] = handle.result()
         if enough(results):
             break
-    return results, tasks
+    return results, handles

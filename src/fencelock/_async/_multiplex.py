@@ -11,7 +11,7 @@ from .._redis.channel import (
     Packed,
     ScriptRequest,
 )
-from ._concurrency import Handle, _caller
+from ._concurrency import Handle, _caller, _keep
 from ._fanout import _gather
 from ._transport import _call_script
 
@@ -29,6 +29,7 @@ async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         channel = request.channel
         before = channel.in_flight(caller)  # our previous request there: this one must not overtake it
         tasks.append(asyncio.ensure_future(_call_script(request, packed, channel.generation, before, abandoned)))
+        _keep(tasks[-1])
     try:
         return await _gather(tasks, timeout, enough)
     except asyncio.CancelledError:

@@ -4,7 +4,7 @@
 - `fences`:     how one node hands out fences (counter and clock floor) and how long it keeps them;
 - `durability`: what `durability=` asks of the server (WAIT / WAITAOF) and whether its answer is enough;
 - `redlock`:    Redlock over N masters: quorum, validity, the fencing rule, heal and repair;
-- `channel`:    the wire rule of both transports (`_async/_transport.py`, `_sync/_transport.py`): a request, the
-                per-node order rule, what a reply means;
+- `channel`:    the wire rule of the transport (`_transport.py`) and the sync select loop: a request, the
+                per-node order rule, how a reply is read and what it means;
 - `resp`:       the RESP codec.
 """

@@ -1,5 +1,5 @@
-"""What the two twins' `Channel` share (`_async/_transport.py`, `_sync/_transport.py`): the settings its connections
-are made with, the rule that keeps one caller's requests to one server in order, and a request's bytes.
+"""What both front ends' `Channel` (`_transport.py`) share, with no I/O: the settings its connections are made with,
+the rule that keeps one caller's requests to one server in order, a request's bytes and what its reply means.
 
 The rule: a request waits for the caller's latest request to that server that is still in flight, at most that
 request's own bound (the socket timeout, or its per-server timeout if longer: `track`), and is then sent. If
@@ -18,11 +18,11 @@ unknown: it goes again once, on a new connection, if running it twice does what 
 first sending's doing (`Resent`, read by the lease's rule for an unsure release). Any other request reports the
 error, and its caller keeps what it holds.
 
-Written once here and called by both twins: `ScriptRequest`, the order rule's decision (`turn`), a request's bytes
-(`encode`, `packed`; NOSCRIPT's resend is `encode(reload=True)`), what a reply means (`confirmed_reply`,
-`server_error`, `killed`) and when a request may go again (`may_resend`). The twins differ only in what a request
-in flight is (an `asyncio.Future`, a `concurrent.futures.Future`) and how it is waited for; both have the
-`Finished` methods used here.
+Written once here and used by both front ends' transport (`_transport.py`, generated) and the sync select loop
+(`_sync/_multiplex.py`): `ScriptRequest`, the order rule's decision (`turn`), a request's bytes (`encode`,
+`packed`; NOSCRIPT's resend is `encode(reload=True)`), how its reply is read and what it means (`reading`,
+`outcome`, `server_error`, `killed`) and when a request may go again (`may_resend`). A request in flight is an
+`asyncio.Future` or a `concurrent.futures.Future`; both have the `Finished` methods used here.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def killed(reply: Any) -> bool:
 
 
 class ChannelBase:
-    """One server's dedicated connections, the part both twins share: how to make one (the client's own
+    """One server's dedicated connections, the part both front ends share: how to make one (the client's own
     connection class and settings: address, TLS, credentials, timeouts) and each caller's latest request in
     flight there. A caller is a thread (sync) or a task (asyncio)."""
 
@@ -377,6 +377,24 @@ def packed(cache: Packed, conn: Any, request: ScriptRequest) -> bytes:
 def confirmed_reply(reply: Any, confirmation: Any) -> Any:
     """The reply of a request sent with `confirm`: the script's error as it is, or a `Confirmed`."""
     return reply if isinstance(reply, Exception) else Confirmed(reply, confirmation)
+
+
+RELOAD: Any = object()
+"""`outcome` of a request answered NOSCRIPT: it goes again as EVAL on the same connection, once."""
+
+
+def reading(request: ScriptRequest, reloaded: bool) -> tuple[int, int]:
+    """How many replies to drop first (its BLPOP's, if sent with `wake` and not yet again as EVAL after
+    NOSCRIPT), and how many to read (the script's, and its `confirm` command's)."""
+    return 0 if request.wake is None or reloaded else 1, 1 if request.confirm is None else 2
+
+
+def outcome(request: ScriptRequest, replies: Any, reloaded: bool) -> Any:
+    """What the replies read as `reading` says mean: the request's reply (`Confirmed`, `Resent`), or RELOAD."""
+    reply = replies if request.confirm is None else confirmed_reply(replies[0], replies[1])
+    if isinstance(reply, NoScriptError) and not reloaded:
+        return RELOAD
+    return reply_of(request, reply)
 
 
 def server_error(message: str) -> ResponseError:

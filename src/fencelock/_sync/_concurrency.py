@@ -3,14 +3,12 @@ Hand-written twin: `_async/_concurrency.py` (httpcore's `_synchronization.py` is
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections.abc import Callable, Collection
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
-
-
-
 
 T = TypeVar("T")
 
@@ -51,6 +49,33 @@ def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object]) ->
 
 
 Handle = Future
+
+Call = Callable[[], T]
+"""A request to one server, ready to start (for `fan_out`)."""
+
+
+def _new_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=64, thread_name_prefix="fencelock")
+
+
+_POOL = _new_pool()
+"""Threads that talk to several servers at once (Redlock). Its threads start when needed, shared by every client.
+A forked child gets a pool of its own: the parent's threads do not exist there, and the parent's pool would
+queue work for them for ever."""
+
+
+def _pool_after_fork() -> None:
+    global _POOL
+    _POOL = _new_pool()
+
+
+os.register_at_fork(after_in_child=_pool_after_fork)
+
+
+def start(call: Call[T], lane: Any = None) -> Handle[T]:
+    """Start `call` in a thread: on `lane`'s own (its server's `Channel.submit`), so that a stalled server never
+    holds up the calls to the others, or else in the shared pool."""
+    return _POOL.submit(call) if lane is None else lane.submit(call)
 
 
 def then(handle: Handle[Any], work: Callable[[], object]) -> None:
@@ -121,3 +146,14 @@ def uncancel(task: Any) -> None:
 
 def sleep(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def now() -> float:
+    """The clock that deadlines are measured on."""
+    return time.monotonic()
+
+
+def wait_first(handles: Collection[Handle[T]], timeout: float) -> tuple[set[Handle[T]], set[Handle[T]]]:
+    """Wait at most `timeout` seconds for the first of `handles` to finish: (the finished ones, the others)."""
+    done, pending = wait(handles, timeout=max(0.0, timeout), return_when=FIRST_COMPLETED)
+    return done, pending

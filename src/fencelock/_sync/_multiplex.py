@@ -1,6 +1,6 @@
 """`run_scripts`, the deliberate sync-only fork: one script on each of several servers at once, written to every
 server first and the replies read as they arrive (select), from the caller's thread alone. Hand-written twin:
-`_async/_multiplex.py` (one task per request)."""
+`_async/_multiplex.py` (one task per request); a single request's path is the generated `_transport._call_script`."""
 
 from __future__ import annotations
 
@@ -9,31 +9,111 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from typing import Any
+from typing import Any, NamedTuple
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._redis.channel import (
     KILL,
+    RELOAD,
     SEND,
     WAIT,
     Packed,
     ScriptRequest,
+    Unwritten,
+    encode,
     may_resend,
+    orphaned,
+    outcome,
     packed,
     readable,
+    reading,
     turn,
 )
 from ._concurrency import Handle
-from ._transport import (
-    _DONE,
-    _abandon,
-    _busy,
-    _drop,
-    _finish,
-    _in_thread,
-    _InFlight,
-    _receive,
-    _send,
-)
+from ._connection import read, write
+from ._transport import Channel, _call_script
+
+
+class _InFlight(NamedTuple):
+    """A request written to a dedicated connection, whose reply is still to be read."""
+
+    position: int  # in the requests
+    request: ScriptRequest
+    conn: Any
+    generation: int
+    reloaded: bool = False  # sent again as EVAL after NOSCRIPT
+
+
+_DONE: Future[Any] = Future()
+"""The handle of a request that has nothing left to run."""
+_DONE.set_result(None)
+
+
+def _send(flight: _InFlight, command: Any) -> Exception | None:
+    """Write one request; a connection that fails to write is dropped, and the error is the reply (`Unwritten`
+    when the connection was closed already: nothing reached the server)."""
+    try:
+        write(flight.conn, command)
+    except RedisConnectionError as exc:
+        _drop(flight)
+        unwritten = Unwritten(str(exc))
+        unwritten.__cause__ = exc
+        return unwritten
+    except Exception as exc:
+        _drop(flight)
+        return exc
+    return None
+
+
+def _busy(channel: Channel) -> Exception:
+    """The reply of a request not sent because its server has `LANE_BACKLOG` jobs already: it is stalled."""
+    return RedisTimeoutError(f"not sent: {channel.where} has too many requests waiting for it")
+
+
+def _abandon(flight: _InFlight) -> Exception:
+    """A reply nobody can wait for (its server has `LANE_BACKLOG` jobs already): its connection is dropped."""
+    _drop(flight)
+    return RedisTimeoutError(f"no reply read from {flight.request.channel.where}: too many requests wait for it")
+
+
+def _drop(flight: _InFlight) -> None:
+    """A connection that failed, or whose reply will not be read: closed, and never used again."""
+    flight.conn.disconnect()
+    flight.request.channel.give_back(flight.conn)
+
+
+def _receive(flight: _InFlight) -> tuple[Any, _InFlight | None]:
+    """Read the reply due on the connection: (the reply, None), or (None, the request sent again) after NOSCRIPT.
+
+    The connection goes back to its channel once a reply was read; after a network error it is dropped.
+    """
+    skip, count = reading(flight.request, flight.reloaded)
+    try:
+        replies = read(flight.conn, skip, count)
+    except Exception as exc:
+        orphaned(exc, flight.conn)
+        _drop(flight)
+        return exc, None
+    reply = outcome(flight.request, replies, flight.reloaded)
+    if reply is RELOAD:
+        again = flight._replace(reloaded=True)
+        failed = _send(again, encode(flight.conn, flight.request, reload=True))
+        return (failed, None) if failed is not None else (None, again)
+    flight.request.channel.give_back(flight.conn)
+    return reply, None
+
+
+def _finish(flight: _InFlight, resend: bool = False) -> Any:
+    """Wait for the reply (blocking, at most the socket timeout per read, which then drops the connection); with
+    `resend`, a request that `may_resend` goes again once, on a new connection."""
+    reply, again = _receive(flight)
+    while again is not None:
+        reply, again = _receive(again)
+    if resend and isinstance(reply, Exception) and may_resend(flight.request.lua, reply):
+        return _call_script(flight.request.again(), {}, flight.generation, None, fresh=True)
+    return reply
 
 
 def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
@@ -55,7 +135,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         handles[i] = _DONE  # nothing runs on in the background: cleanup chained after it may start at once
 
     def in_thread(i: int, request: ScriptRequest, generation: int, *, fresh: bool) -> None:
-        future = request.channel.submit(_in_thread, request, generation, None, fresh,
+        future = request.channel.submit(_call_script, request, {}, generation, None, None, fresh,
                                         overflow=partial(_busy, request.channel))
         threads[future] = i
         handles[i] = future
@@ -106,7 +186,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                     elif step.action is SEND:
                         send(i, request, generation)
                     elif step.action is KILL:  # its connection is gone: ended first, from a thread
-                        future = request.channel.submit(_in_thread, request, generation, step.before,
+                        future = request.channel.submit(_call_script, request, {}, generation, step.before,
                                                         overflow=partial(_busy, request.channel))
                         threads[future] = i
                         handles[i] = future
@@ -140,7 +220,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         handles[flight.position] = flight.request.channel.submit(_finish, flight, True,
                                                                  overflow=partial(_abandon, flight))
     for i, (request, generation, before) in deferred.items():  # their turn did not come in time: in a thread
-        handles[i] = request.channel.submit(_in_thread, request, generation, before,
+        handles[i] = request.channel.submit(_call_script, request, {}, generation, before,
                                             overflow=partial(_busy, request.channel))
     for request, handle in zip(requests, handles, strict=True):
         if handle is not _DONE and not handle.done():  # in flight: this thread's next request there waits
