@@ -1,5 +1,5 @@
 -- redlock_acquire: one Redlock node's acceptor. Grant proposal t only if the key is free and t is above the
--- node's high-water mark; see fencelock/_logic/redlock.py (NodeModel is the specification of this script).
+-- node's high-water mark; see fencelock/_redis/redlock_node.py (NodeModel is the specification of this script).
 --
 -- KEYS[1]  lock key      fencelock:{name}:lock
 -- KEYS[2]  hwm key       fencelock:{name}:fence   (the highest proposal this node granted, no TTL)

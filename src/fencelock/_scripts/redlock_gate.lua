@@ -1,4 +1,4 @@
--- redlock_gate: where a Redlock node's data set stands (see fencelock/_logic/redlock.py, NodeModel.gate).
+-- redlock_gate: where a Redlock node's data set stands (see fencelock/_redis/redlock_node.py, NodeModel.gate).
 --
 -- KEYS[1]  marker key       fencelock:redlock:node         (present: the node counts; 'floor:<digits>' or any)
 -- KEYS[2]  incarnation key  fencelock:redlock:incarnation  (hash: nonce, born, until, fresh; server ms)

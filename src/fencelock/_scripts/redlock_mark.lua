@@ -1,5 +1,5 @@
 -- redlock_mark: raise a node's hwm and give it its marker, only on the data set the caller looked at.
--- (See fencelock/_logic/redlock.py, NodeModel.mark: the specification of this script.)
+-- (See fencelock/_redis/redlock_node.py, NodeModel.mark: the specification of this script.)
 --
 -- KEYS[1]    marker key       fencelock:redlock:node
 -- KEYS[2]    incarnation key  fencelock:redlock:incarnation
