@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from redis.asyncio import RedisCluster
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._connection import idle_closed
 
@@ -42,36 +41,13 @@ async def cluster_refresh(client: Any) -> None:
 
 
 async def ready_node(client: Any, key: str) -> None:
-    """Leave `key`'s node a connected idle connection for the next command. redis.asyncio's cluster client takes
-    one without looking at it: those the server closed meanwhile are dropped; and one is connected here, once
-    more if the server closed it during its set-up, so that such a failure is never mistaken for the command's."""
+    """redis.asyncio's cluster client takes an idle connection without looking at it: drop those of `key`'s node
+    that the server closed meanwhile (they connect again when next used). (The synchronous twin also sets one up
+    ahead of the command; here that met cancellations badly, see docs/decisions/2026-12-02-handshake-close.md.)"""
     try:
         node = client.get_node_from_key(key)
     except Exception:
         return
-    free = getattr(node, "_free", None)
-    if free is None:
-        return
-    for conn in list(free):
+    for conn in list(getattr(node, "_free", ())):
         if conn.is_connected and idle_closed(conn):
             await conn.disconnect(nowait=True)
-    ready = next((conn for conn in free if conn.is_connected), None)
-    if ready is not None:  # the next command takes the first idle connection: this one
-        free.remove(ready)
-        free.appendleft(ready)
-        return
-    for attempt in range(2):
-        try:
-            conn = node.acquire_connection()
-        except Exception:
-            return  # (no room for another: the command waits for one as it would)
-        try:
-            await conn.connect()
-        except BaseException as exc:  # cut by the server, or cancelled half-way: never left half set up
-            await conn.disconnect(nowait=True)
-            free.appendleft(conn)
-            if attempt or not isinstance(exc, RedisConnectionError):
-                raise
-            continue
-        free.appendleft(conn)  # the next command takes it first
-        return

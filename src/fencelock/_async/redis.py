@@ -6,7 +6,6 @@ turned into `BackendError` here, at this one boundary.
 
 from __future__ import annotations
 
-import contextlib
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -178,10 +177,7 @@ class AsyncRedisBackend:
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
         """A refused or reset connection may succeed at once on a fresh one, once; a timeout is not retried."""
-        # (A Cluster client that could not read the layout again, each node's connection closed while it
-        # connected, says so with RedisClusterException.)
-        closed = isinstance(exc.__cause__, (RedisConnectionError, RedisClusterException))
-        return 0.0 if failures == 1 and closed else None
+        return 0.0 if failures == 1 and isinstance(exc.__cause__, RedisConnectionError) else None
 
     async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0,
                           fair: bool = False) -> Attempt:
@@ -205,8 +201,6 @@ class AsyncRedisBackend:
         server_wait = wait - SERVER_TIMER
         if server_wait >= MIN_BLOCK and self._cluster:
             # redis-py refuses scripts in cluster pipelines: wait, then attempt, in two round trips.
-            with contextlib.suppress(*CLIENT_ERRORS):  # (a failure here ends the wait: the attempt reports it)
-                await ready_node(self._client, wake)
             await wait_for_wake(self._client, wake, wait)
             reply = await self._run(lua, name, script_keys, args, confirm=True)
         elif server_wait >= MIN_BLOCK:
