@@ -14,6 +14,7 @@ from typing import Any
 
 import fencelock
 
+from . import stats
 from .contenders import REGISTRY, Contender
 from .events import EMITS_PER_CYCLE, EventsResult
 from .placement import Placement
@@ -324,24 +325,18 @@ def _fair_medians(con: Mapping[str, Contended], fair: Contended, bound_ms: float
     out: list[Check] = []
     flock, plain = con.get("floor-flock"), con.get("fencelock")
     if flock is not None and flock.runs_wait_p99_ms and fair.runs_wait_p99_ms:
-        ratio = _median(fair.runs_wait_p99_ms) / _median(flock.runs_wait_p99_ms)
+        ratio = stats.median(fair.runs_wait_p99_ms) / stats.median(flock.runs_wait_p99_ms)
         out.append(Check(f"contended, fair: wait p99 / the no-network flock floor's (median of {fair.runs} runs)",
                          _ratio(ratio, 3), "<= 1.25x", ratio <= 1.25))
     if plain is not None and plain.runs_per_s and fair.runs_per_s:
-        ratio = _median(fair.runs_per_s) / _median(plain.runs_per_s)
+        ratio = stats.median(fair.runs_per_s) / stats.median(plain.runs_per_s)
         out.append(Check(f"contended, fair: throughput / non-fair fencelock's (median of {fair.runs} runs)",
                          _ratio(ratio, 3), ">= 0.95x", ratio >= 0.95))
     if fair.runs_longest_ms:
-        longest = _median(fair.runs_longest_ms)
+        longest = stats.median(fair.runs_longest_ms)
         out.append(Check(f"contended, fair: longest wait, median of {fair.runs} runs' longest", f"{longest:.1f} ms",
                          f"<= {bound_ms:.1f} ms", longest <= bound_ms))
     return out
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _redlock_uncontended(unc: Mapping[str, Mapping[str, Uncontended]], places: Sequence[str]) -> list[Check]:

@@ -29,11 +29,8 @@ def floor_redlock(target: Target) -> Locker:
     ttl_ms = int(TTL * 1000)
     validity = TTL * 0.99 - 0.002  # the Redlock rule: TTL minus 1 % clock drift minus 2 ms
 
-    def everywhere(*args: object) -> list[object]:
-        packed = conns[0].pack_command(*args)
-        for conn in conns:
-            conn.send_packed_command(packed, check_health=False)
-        return [conn.read_response() for conn in conns]
+    def everywhere(*args: object) -> list[Any]:
+        return _everywhere(conns, args)
 
     def acquire(name: str, wait: float) -> object | None:
         if wait != 0:
@@ -80,10 +77,7 @@ def floor_redlock_scripts(target: Target) -> Locker:
     proposals: dict[str, int] = {}
 
     def everywhere(*args: object) -> list[Any]:
-        packed = conns[0].pack_command(*args)
-        for conn in conns:
-            conn.send_packed_command(packed, check_health=False)
-        return [conn.read_response() for conn in conns]
+        return _everywhere(conns, args)
 
     def acquire(name: str, wait: float) -> object | None:
         if wait != 0:
@@ -209,3 +203,11 @@ register(Contender(
     contended=False, cycles_scale=0.25,
     note="fencelock.aio.connect([5 urls]), one task, for information",
 ))
+
+
+def _everywhere(conns: list[Any], args: tuple[object, ...]) -> list[Any]:
+    """One command written to every node's connection before any reply is read; the replies, in node order."""
+    packed = conns[0].pack_command(*args)
+    for conn in conns:
+        conn.send_packed_command(packed, check_health=False)
+    return [conn.read_response() for conn in conns]

@@ -122,9 +122,14 @@ def _tls_closed(sock: ssl.SSLSocket) -> bool:
 
 def may_resend(lua: Any, error: BaseException) -> bool:
     """A request that failed this way may go again once, on a new connection: it never reached the server, or
-    its connection closed under it and running it twice is safe."""
-    return isinstance(error, Unwritten) or (
-        isinstance(error, Closed) and (lua.name in RESENDABLE or lua.name in RESENT_RELEASES))
+    its connection closed under it and it `goes_again`."""
+    return isinstance(error, Unwritten) or (isinstance(error, Closed) and goes_again(lua))
+
+
+def goes_again(lua: Any) -> bool:
+    """A script whose connection closed under it may be sent once more: `RESENDABLE`, or a release (whose second
+    reply is then read through `resent`)."""
+    return lua.name in RESENDABLE or lua.name in RESENT_RELEASES
 
 
 _RELEASE_ANSWERS = {1: Released.RELEASED, 0: Released.EXPIRED, -1: Released.TAKEN}
@@ -138,9 +143,9 @@ def release_answer(code: Any) -> Released:
 
 def reconnect(error: BaseException, fresh: bool) -> bool:
     """Connecting failed with a network error (the server closed the new connection during its handshake, or
-    refused it): the request was never sent, so it may try once more on another new connection. A timeout is not
-    retried (the server may be stalled), nor a second failure."""
-    return not fresh and isinstance(error, RedisConnectionError) and not isinstance(error, RedisTimeoutError)
+    refused it): the request was never sent, so it may try once more on another new connection. A timeout (not a
+    ConnectionError in redis-py) is not retried, the server may be stalled; nor is a second failure."""
+    return not fresh and isinstance(error, RedisConnectionError)
 
 
 def reply_of(request: ScriptRequest, reply: Any) -> Any:

@@ -18,7 +18,7 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError, R
 from .._errors import BackendError, NotDurable
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
-from .._redis.channel import RESENDABLE, RESENT_RELEASES, Confirmed, release_answer, resent
+from .._redis.channel import Confirmed, goes_again, release_answer, resent
 from .._redis.durability import Durability, Unsupported
 from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
 from .._redis.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
@@ -93,8 +93,7 @@ class RedisBackend:
             try:
                 return run_script(self._client, lua, keys, args, name=name, where=self.shown)
             except BackendError as exc:  # a connection closed under it: again once, where that is safe
-                if not (isinstance(exc.__cause__, RedisConnectionError) and (
-                        lua.name in RESENDABLE or lua.name in RESENT_RELEASES)):
+                if not (isinstance(exc.__cause__, RedisConnectionError) and goes_again(lua)):
                     raise
             return resent(lua, run_script(self._client, lua, keys, args, name=name, where=self.shown))
         reply = call_script(self._channel, lua, keys, args, wake)
