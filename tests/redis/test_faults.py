@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import fencelock
+import fencelock.aio
 from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisServer, free_port
 from fencelock.testing.timing import slack
@@ -166,3 +167,42 @@ def test_acl_user_and_password_come_in_through_the_url(own_server: RedisServer, 
     assert "wrong-pw" not in str(info.value)
     assert "s3cret" not in str(info.value)
     wrong.close()
+
+
+
+def test_asyncio_an_acquire_cancelled_in_its_back_off_leaves_no_key(own_server: RedisServer,
+                                                                   monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The first attempt ran on the server but its reply was lost with a reset, and so was its one resend's; the
+    acquire backs off to try again, and is cancelled there, outside any request. The attempt is forgotten all the
+    same: the lock is free long before the key's TTL, and an independent client finds no key."""
+    import fencelock._async.client as client_module
+    from fencelock.testing.faults import RESET_AFTER, FaultProxy, Rule
+
+    backing_off = asyncio.Event()
+    real_sleep = client_module.sleep
+
+    async def long_back_off(seconds: float) -> None:
+        backing_off.set()
+        await real_sleep(30.0)  # (the test cancels it)
+
+    monkeypatch.setattr(client_module, "sleep", long_back_off)
+    with FaultProxy("127.0.0.1", own_server.port) as proxy:
+
+        async def main() -> None:
+            locks = fencelock.aio.connect(f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=2")
+            try:
+                rules = [proxy.arm(Rule(RESET_AFTER, "acquire", nth=k)) for k in (1, 2)]
+                task = asyncio.ensure_future(locks.acquire(name, ttl=30.0, wait=None))
+                await asyncio.wait_for(backing_off.wait(), slack(5.0))
+                assert all(rule.hit.is_set() for rule in rules)
+                assert lock_value(own_server.client(), name) is not None  # the attempt ran: a key to forget
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                lease = await locks.acquire(name, ttl=5.0, wait=slack(5.0))
+                await lease.release()
+                assert lock_value(own_server.client(), name) is None
+            finally:
+                await locks.aclose()
+
+        asyncio.run(main())

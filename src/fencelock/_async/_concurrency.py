@@ -49,10 +49,11 @@ async def shielded(awaitable: Awaitable[T]) -> T:
     return await asyncio.shield(task)
 
 
-def in_background(work: Callable[[], Awaitable[object]]) -> None:
+def in_background(work: Callable[[], Awaitable[object]], *, ours: bool = False) -> None:
     """Start best-effort `work` and return at once; it runs to its end as a task of the running loop.
 
     Its failure is nobody's to report (the caller has moved on, the client may be closed): it is dropped.
+    `ours`: it sends as the caller, so its requests to a server follow the caller's own still in flight there.
     """
 
     async def run() -> None:
@@ -61,7 +62,8 @@ def in_background(work: Callable[[], Awaitable[object]]) -> None:
         except Exception:
             return
 
-    _keep(asyncio.ensure_future(run()))
+    task = asyncio.ensure_future(run())
+    _keep(_on_behalf(task) if ours else task)
 
 
 async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callable[[], Awaitable[object]]) -> T:

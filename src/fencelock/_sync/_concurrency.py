@@ -18,13 +18,25 @@ def shielded(value: T) -> T:
     return value
 
 
-def in_background(work: Callable[[], object]) -> None:
+_sender = threading.local()
+"""`.origin`: the thread a cleanup thread sends for (`in_background(ours=True)`)."""
+
+
+def caller() -> Any:
+    """Who is sending, for the order of requests on `Channel`s: this thread, or the thread it sends for."""
+    return getattr(_sender, "origin", None) or threading.get_ident()
+
+
+def in_background(work: Callable[[], object], *, ours: bool = False) -> None:
     """Start best-effort `work` and return at once; it runs to its end in a daemon thread.
 
     Its failure is nobody's to report (the caller has moved on, the client may be closed): it is dropped.
+    `ours`: it sends as the caller, so its requests to a server follow the caller's own still in flight there.
     """
+    origin = caller() if ours else None
 
     def run() -> None:
+        _sender.origin = origin
         try:
             work()
         except Exception:

@@ -4,7 +4,6 @@ server first and the replies read as they arrive (select), from the caller's thr
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -32,6 +31,7 @@ from .._redis.channel import (
     turn,
 )
 from ._concurrency import Handle
+from ._concurrency import caller as sender
 from ._connection import read, write
 from ._transport import Channel, _call_script
 
@@ -121,7 +121,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
     """Run one script on each of several servers at once, from this thread alone; like `fan_out`: written to an idle
     connection of every server first, the replies read as they arrive, a server with none idle served from its
     own threads (docs/design/redis-transport.md). Handles complete when each reply is in (`then`)."""
-    caller = threading.get_ident()
+    caller = sender()
     results: dict[int, Any] = {}
     handles: list[Handle[Any]] = []
     waiting: dict[Any, _InFlight] = {}  # socket -> the request in flight on it

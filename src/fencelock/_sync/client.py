@@ -160,56 +160,68 @@ class Locks:
         forget_later = partial(self._forget_later, name, token, plan.queued)
         emit("acquire", name, kind, "acquire")
         step: Step = plan.start()
-        while True:
-            if isinstance(step, (Try, Block)) and step.waited is not None:
-                emit("wait", name, kind, "acquire", waited=step.waited)
-            if isinstance(step, Try):
-                request = partial(undo_if_interrupted, partial(backend.try_acquire, name, token, ms, step.block,
-                                                               fair), forget_later)
-                try:
-                    if seat is None or step.block > 0.0:
-                        attempt = request()
-                    else:
-                        with seat.gate():  # a short request: at most the room's slots at once
+        # An interruption (a cancellation) once a request went out forgets the attempt in the background,
+        # after the caller's requests still in flight: one during a request is undone by the request itself.
+        sent = asking = False
+        try:
+            while True:
+                if isinstance(step, (Try, Block)) and step.waited is not None:
+                    emit("wait", name, kind, "acquire", waited=step.waited)
+                if isinstance(step, Try):
+                    request = partial(undo_if_interrupted, partial(backend.try_acquire, name, token, ms, step.block,
+                                                                   fair), forget_later)
+                    try:
+                        if seat is None or step.block > 0.0:
+                            sent = asking = True
                             attempt = request()
-                except BackendError as exc:
-                    step = plan.failed(exc)
-                    continue
-                step = plan.answered(attempt)
-            elif isinstance(step, Grant):
-                lease = Lease(backend, clock, name, token, step.fence, ttl, step.valid_until,
-                                   renew_every=renew_every, on_lost=on_lost)
-                if renew_every is not None or on_lost is not None:
-                    self._watchdog.watch(lease)
-                waited = clock() - plan.started
-                emit("grant", name, kind, "acquire", fence=step.fence, waited=waited, duration=waited)
-                return lease
-            elif isinstance(step, GiveBack):
-                shielded(self._forget(name, token, False))
-                step = plan.given_back()
-            elif isinstance(step, Sleep):
-                sleep(step.seconds)
-                step = plan.slept()
-            elif isinstance(step, Block):
-                assert seat is not None  # only a seated waiter is ever behind another
-                try:
-                    seat.wait_turn(step.timeout)
-                except BaseException:
-                    if step.forget_if_interrupted:
-                        in_background(forget_later)
-                    raise
-                step = plan.turned()
-            else:
-                if step.leave:
-                    shielded(self._leave(name, token))
-                if step.forget:
-                    in_background(forget_later)
-                    if seat is not None and isinstance(step.error, BackendError):
-                        seat.fail(step.error)  # the waiters behind this one would meet the same fault, in turn
-                waited = clock() - plan.started
-                emit(step.event, name, kind, "acquire", waited=waited, duration=waited,
-                     error=str(step.error) if step.forget else None)
-                raise step.error
+                        else:
+                            with seat.gate():  # a short request: at most the room's slots at once
+                                sent = asking = True
+                                attempt = request()
+                    except BackendError as exc:
+                        asking = False
+                        step = plan.failed(exc)
+                        continue
+                    asking = False
+                    step = plan.answered(attempt)
+                elif isinstance(step, Grant):
+                    lease = Lease(backend, clock, name, token, step.fence, ttl, step.valid_until,
+                                       renew_every=renew_every, on_lost=on_lost)
+                    if renew_every is not None or on_lost is not None:
+                        self._watchdog.watch(lease)
+                    waited = clock() - plan.started
+                    emit("grant", name, kind, "acquire", fence=step.fence, waited=waited, duration=waited)
+                    return lease
+                elif isinstance(step, GiveBack):
+                    shielded(self._forget(name, token, False))
+                    step = plan.given_back()
+                elif isinstance(step, Sleep):
+                    sleep(step.seconds)
+                    step = plan.slept()
+                elif isinstance(step, Block):
+                    assert seat is not None  # only a seated waiter is ever behind another
+                    try:
+                        seat.wait_turn(step.timeout)
+                    except BaseException:
+                        if step.forget_if_interrupted:
+                            in_background(forget_later, ours=True)
+                        raise
+                    step = plan.turned()
+                else:
+                    if step.leave:
+                        shielded(self._leave(name, token))
+                    if step.forget:
+                        in_background(forget_later, ours=True)
+                        if seat is not None and isinstance(step.error, BackendError):
+                            seat.fail(step.error)  # the waiters behind this one would meet the same fault, in turn
+                    waited = clock() - plan.started
+                    emit(step.event, name, kind, "acquire", waited=waited, duration=waited,
+                         error=str(step.error) if step.forget else None)
+                    raise step.error
+        except BaseException as exc:
+            if sent and not asking and not isinstance(step, Block) and not isinstance(exc, Exception):
+                in_background(forget_later, ours=True)
+            raise
 
     def _forget(self, name: str, token: str, queued: bool) -> bool:
         """Best effort: delete a key this acquisition may have created (True if there was one), and leave the
