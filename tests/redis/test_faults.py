@@ -179,7 +179,7 @@ def test_asyncio_an_acquire_cancelled_in_its_back_off_leaves_no_key(own_server: 
     from fencelock.testing.faults import RESET_AFTER, FaultProxy, Rule
 
     backing_off = asyncio.Event()
-    real_sleep = client_module.sleep
+    real_sleep = client_module.sleep  # type: ignore[attr-defined]
 
     async def long_back_off(seconds: float) -> None:
         backing_off.set()
