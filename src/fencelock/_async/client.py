@@ -160,7 +160,7 @@ class AsyncLocks:
         emit("acquire", name, kind, "acquire")
         step: Step = plan.start()
         # An interruption (a cancellation) once a request went out forgets the attempt in the background,
-        # after the caller's requests still in flight: one during a request is undone by the request itself.
+        # after the caller's requests still in flight (one during a request, a wait or a give-back has its own).
         sent = asking = False
         try:
             while True:
@@ -218,7 +218,7 @@ class AsyncLocks:
                          error=str(step.error) if step.forget else None)
                     raise step.error
         except BaseException as exc:
-            if sent and not asking and not isinstance(step, Block) and not isinstance(exc, Exception):
+            if sent and not asking and not isinstance(step, (Block, GiveBack)) and not isinstance(exc, Exception):
                 in_background(forget_later, ours=True)
             raise
 
