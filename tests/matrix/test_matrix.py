@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
+from .cells import DURABLE_TARGETS, FAULTS, REQUESTS, Cell, random_cell
 from .rigs import Rig, start_rig
-from .scenario import DURABLE_TARGETS, FAULTS, REQUESTS, Cell, random_cell, run_cancel_cell, run_cell
+from .scenario import run_cancel_cell, run_cell
 
 SEED = 14
 FRONTS = ["sync", "async"]

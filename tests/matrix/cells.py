@@ -1,0 +1,80 @@
+"""The fault matrix's tables: every fault, every request fencelock sends, which request of a cell the fault hits,
+and the cell itself (front end, fault, request). Pure data: `scenario.py` runs a cell, `steps.py` has its steps."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from fencelock.testing.faults import LATE, LOSE, PAUSE, RESET_AFTER, RESET_BEFORE
+
+TTL = 0.8
+RENEW = 0.25         # renewed leases: every this many seconds
+HELD_BACK = 0.4      # a late reply or a paused server: longer than the clients' socket timeout
+OBSERVE = 0.1        # seconds of claims and rival attempts after the request
+FIRE_TIMEOUT = 3.0   # the fault must have fired by then
+
+FAULTS = ["lose", "late", "reset_before", "reset_after", "idle", "handshake", "pause"]
+"""Every fault of the matrix; `cancel` (asyncio only) is its own table. `handshake`: the idle connections are
+closed, and the server then closes the next new connection during its set-up (its first CLIENT command)."""
+_HEALTHY = ("idle", "handshake")
+"""Faults after which the server is healthy: no call may fail."""
+
+REQUESTS = ["acquire", "acquire_fair", "extend_same", "extend_longer", "extend_shorter", "release", "exit", "renewal",
+            "wait", "status", "force_release", "race_extend", "race_release"]
+"""Every request fencelock sends; `exit` is the release at the end of a renewed `with locks.lock()` block; the
+race_* cells are a renewal racing extend() / release() on one lease."""
+
+_MATCH = {
+    "acquire": {"acquire", "redlock_acquire"},
+    "acquire_fair": {"fair_acquire"},
+    "extend": {"extend", "redlock_extend"},
+    "release": {"release", "redlock_release"},
+    "renewal": {"extend_many", "redlock_extend_many"},
+    "wait": {"blpop"},
+    "status": {"status"},
+    "force_release": {"force_release"},
+}
+
+DURABLE_TARGETS = {"acquire", "acquire_fair", "extend_same", "extend_longer", "extend_shorter", "renewal",
+                   "race_extend", "race_release"}
+"""The requests that carry a WAIT with `durability=`."""
+
+_RULES = {"lose": LOSE, "late": LATE, "reset_before": RESET_BEFORE, "reset_after": RESET_AFTER, "pause": PAUSE}
+
+
+def target_of(request: str, kind: str) -> tuple[set[str], int]:
+    """The request names a cell faults, and which of them (the nth). With `durability=`, a grant's or an extend's
+    fault hits the WAIT written after its script: the script ran and answered, its confirmation is what fails."""
+    if kind == "durable" and request in DURABLE_TARGETS:
+        return {"wait"}, 1
+    if request.startswith("extend"):
+        return _MATCH["extend"], 1
+    if request == "exit":
+        return _MATCH["release"], 1
+    if request.startswith("race") or request == "renewal":
+        return _MATCH["renewal"], 1
+    if request == "wait" and kind == "redlock":
+        return _MATCH["acquire"], 2  # Redlock waits by trying again: the second attempt is the one after a wait
+    return _MATCH[request], 1
+
+
+@dataclass(frozen=True)
+class Cell:
+    front: str
+    fault: str
+    request: str
+    nth: int = 1
+    held_back: float = HELD_BACK
+
+    def __str__(self) -> str:
+        return f"{self.front}-{self.fault}-{self.request}"
+
+
+def random_cell(rng: random.Random, kinds: list[str]) -> tuple[str, Cell]:
+    """A soak cell: any backend, front end, fault and request, the k-th matching request, a random hold-back."""
+    kind = rng.choice(kinds)
+    requests = [r for r in REQUESTS if not (kind == "redlock" and r == "acquire_fair")]
+    cell = Cell(rng.choice(["sync", "async"]), rng.choice(FAULTS), rng.choice(requests), nth=1,
+                held_back=rng.uniform(0.3, 0.8))
+    return kind, cell
