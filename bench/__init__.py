@@ -9,7 +9,9 @@
     watchdog.py     the renewal watchdog section: 10,000 renewed leases in a process of their own (CPU, script
                     calls and round trips per 100 renewals, leases lost, how promptly the process exits)
     stats.py        medians, percentiles, overlap and hand-off-gap counting
-    report.py       the machine, the tables, the targets (PASS/FAIL) and the JSON file
+    report.py       the machine, the tables, a check's verdict and the JSON file
+    targets.py      the ratios judged against their targets (PASS/FAIL); latency_report.py,
+                    watchdog_report.py, events_report.py: the same for those sections
     cli.py          the command line: what runs, in which order
 
 It is a benchmark, not a test: it starts its own servers and always measures every contender against the same

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from . import latency_report, report, watchdog_report
+from . import events_report, latency_report, report, targets, watchdog_report
 from .contenders import ONE_REDIS, REGISTRY, Contender, Target
 from .durability import DurabilityResult, durability_section, durability_table
 from .events import EventsResult, events_section
@@ -143,13 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         delays = services.proxy_stats() if args.latency > 0 else []
     wall = time.monotonic() - began
 
-    items = report.checks(unc, [p.name for p in places], con)
+    items = targets.checks(unc, [p.name for p in places], con)
     if args.latency > 0:
         items += latency_report.latency_checks(unc, [p.name for p in places], con, rtt_ms)
     if watchdog is not None:
         items += watchdog_report.watchdog_checks(watchdog)
     if events is not None:
-        items += report.events_checks(events, unc, [p.name for p in places])
+        items += events_report.events_checks(events, unc, [p.name for p in places])
     print()
     print("fencelock benchmark" + (" (--quick: smaller counts, noisier)" if quick else ""))
     print()
@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(watchdog_report.watchdog_table(watchdog))
         print()
     if events is not None:
-        print(report.events_table(events))
+        print(events_report.events_table(events))
         print()
     if durable is not None:
         print(durability_table(durable))
