@@ -266,13 +266,23 @@ def _explore(quarantine: float, repair: bool, limit: int = 3_000_000,
     n, q = 3, quorum(3)
     seen: set[object] = set()
 
-    def key(state: World) -> object:
-        nodes = tuple((nd.ready, tuple(sorted(nd.hwm.items())), tuple(sorted(nd.locks.items())), nd.floor)
-                      for nd in state[0])
-        return (nodes, *state[1:])
+    # A node in a state is never changed once the state is made (a step copies the one node it changes), so
+    # each node's part of the key is computed once, and kept on it.
+    def node_key(nd: NodeModel) -> object:
+        found = nd.__dict__.get("_key")
+        if found is None:
+            found = nd.__dict__["_key"] = (nd.ready, tuple(sorted(nd.hwm.items())), tuple(sorted(nd.locks.items())),
+                                           nd.floor)
+        return found
 
-    def copy_nodes(nodes: tuple[NodeModel, ...]) -> tuple[NodeModel, ...]:
-        return tuple(NodeModel(nd.ready, dict(nd.hwm), dict(nd.locks), nd.floor) for nd in nodes)
+    def key(state: World) -> object:
+        return (tuple(node_key(nd) for nd in state[0]), *state[1:])
+
+    def copy_node(nodes: tuple[NodeModel, ...], i: int) -> tuple[tuple[NodeModel, ...], NodeModel]:
+        """The nodes with node i copied (the others shared), and that copy."""
+        nd = nodes[i]
+        fresh = NodeModel(nd.ready, dict(nd.hwm), dict(nd.locks), nd.floor)
+        return (*nodes[:i], fresh, *nodes[i + 1:]), fresh
 
     # state: nodes, now, ticks, crash (None | (node, at) | "done"), attempts, granted fences, known
     # attempt: (t, token, in_flight, answers, done, started, floor)
@@ -297,8 +307,8 @@ def _explore(quarantine: float, repair: bool, limit: int = 3_000_000,
                     stack.append((nodes, now, ticks, crash, (*attempts, attempt), granted, known))
         for a, (t, token, in_flight, answers, done, started, floor) in enumerate(attempts):
             for i in in_flight:
-                new_nodes = copy_nodes(nodes)
-                answer = new_nodes[i].acquire(NAME, token, t, TTL, now)
+                new_nodes, node = copy_node(nodes, i)
+                answer = node.acquire(NAME, token, t, TTL, now)
                 new_known = max(known, answer.hwm)
                 new_answers, new_done, new_granted = answers, done, granted
                 if not done:
@@ -322,18 +332,18 @@ def _explore(quarantine: float, repair: bool, limit: int = 3_000_000,
             stack.append((nodes, now + TICK, ticks + 1, crash, attempts, granted, known))
         if crash is None:
             for i in range(n):
-                new_nodes = copy_nodes(nodes)
-                new_nodes[i].lose_data()
+                new_nodes, node = copy_node(nodes, i)
+                node.lose_data()
                 stack.append((new_nodes, now, ticks, (i, now), attempts, granted, known))
         if isinstance(crash, tuple) and now >= crash[1] + quarantine:
             i = crash[0]
             others = [j for j in range(n) if j != i]
             for chosen in ([others] if len(others) == q else [others[:q], others[-q:]]):
-                new_nodes = copy_nodes(nodes)
+                new_nodes, node = copy_node(nodes, i)
                 merged = repaired_hwm([nodes[j].hwm for j in chosen], n) if repair else {}
-                new_nodes[i].hwm = dict(merged or {})
-                new_nodes[i].floor = clock_floor
-                new_nodes[i].ready = True
+                node.hwm = dict(merged or {})
+                node.floor = clock_floor
+                node.ready = True
                 stack.append((new_nodes, now, ticks, "done", attempts, granted, known))
     return len(seen), None
 
