@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import fencelock
+import fencelock.aio
 from fencelock._redis.keys import redis_keys
 from fencelock.testing import RedlockDeployment
 from fencelock.testing.timing import slack
@@ -167,3 +168,36 @@ def test_asyncio_redlock_with_two_stalled_nodes_loses_no_renewed_lease(stalled_r
     finally:
         for raw in healthy:
             raw.close()
+
+
+def test_a_renewal_batch_ends_at_the_healthy_quorum_so_releases_never_wait_for_the_stalled_nodes(
+        stalled_redlock: RedlockDeployment, name: str) -> None:
+    """A release waits for its lease's renewal in flight. That renewal is decided once the three healthy nodes
+    answered: ten releases of renewed leases take less than one node timeout in all, where each waited a whole
+    node timeout for the stalled nodes before (sync and asyncio)."""
+    node_timeout, ttl = 3.0, 1.5  # a renewal every 0.5 s: one is nearly always in flight
+
+    locks = fencelock.connect(stalled_redlock.nodes.urls, node_timeout=node_timeout)
+    try:
+        leases = [locks.acquire(f"{name}:s{i}", ttl=ttl, wait=0, renew=True) for i in range(10)]
+        time.sleep(ttl)  # renewals under way
+        started = time.monotonic()
+        for lease in leases:
+            lease.release()
+        assert time.monotonic() - started < node_timeout
+    finally:
+        locks.close()
+
+    async def main() -> None:
+        alocks = fencelock.aio.connect(stalled_redlock.nodes.urls, node_timeout=node_timeout)
+        try:
+            aleases = [await alocks.acquire(f"{name}:a{i}", ttl=ttl, wait=0, renew=True) for i in range(10)]
+            await asyncio.sleep(ttl)
+            started = time.monotonic()
+            for lease in aleases:
+                await lease.release()
+            assert time.monotonic() - started < node_timeout
+        finally:
+            await alocks.aclose()
+
+    asyncio.run(main())

@@ -17,7 +17,7 @@ That holds while no node's `hwm` goes backwards: how a node that lost its data i
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,27 @@ def extend_outcome(codes: Sequence[int], n: int) -> bool | None:
     if extended >= q:
         return True
     return None if extended + codes.count(NO_ANSWER) >= q else False
+
+
+def batch_outcomes(replies: Mapping[int, Sequence[int] | None], count: int, n: int) -> list[bool | None]:
+    """A renewal batch's result per lease, from the nodes' replies so far (node -> a code per lease; None: that
+    node failed): `extend_outcome` of each lease, a node yet to answer counting as no answer."""
+    rows = [replies.get(j) for j in range(n)]
+    return [extend_outcome([NO_ANSWER if row is None else row[i] for row in rows], n) for i in range(count)]
+
+
+def batch_settled(replies: Mapping[int, Sequence[int] | None], count: int, n: int) -> bool:
+    """A renewal batch is decided once every lease's outcome is known, whatever the nodes yet to answer say: a
+    stalled minority never holds the batch (and the releases waiting for it) until the node timeout."""
+    if len(replies) == n:
+        return True
+    rows = [row for row in replies.values() if row is not None]
+    q, missing = quorum(n), n - len(replies)
+    for i in range(count):
+        extended = sum(1 for row in rows if row[i] == 1)
+        if q > extended >= q - missing:
+            return False  # the nodes yet to answer could still make (or fail to make) this lease's quorum
+    return True
 
 
 def settled(codes: Sequence[int], n: int) -> bool:

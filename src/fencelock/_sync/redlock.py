@@ -38,6 +38,8 @@ from .._redis.redlock import (
     Next,
     NodesReport,
     Repair,
+    batch_outcomes,
+    batch_settled,
     decide,
     default_node_timeout,
     deployment_id,
@@ -229,11 +231,10 @@ class RedlockBackend:
         """The watchdog's batch on every node at once; a lease is extended where a quorum extended it."""
         calls = [partial(self._extend_many_on, j, leases) for j in range(self._n)]
         longest = max(ttl for _, _, _, ttl in leases) / 1000.0
-        done, _ = fan_out(calls, self._timeout(longest), lambda so_far: len(so_far) == self._n,
+        count = len(leases)
+        done, _ = fan_out(calls, self._timeout(longest), lambda so_far: batch_settled(so_far, count, self._n),
                                 lanes=self._channels)
-        replies = [done.get(j) for j in range(self._n)]
-        return [extend_outcome([NO_ANSWER if c is None else c[i] for c in replies], self._n)
-                for i in range(len(leases))]
+        return batch_outcomes(done, count, self._n)
 
     def _extend_many_on(self, j: int, leases: list[tuple[str, str, int, int]]) -> list[int] | None:
         codes: list[int] = []
