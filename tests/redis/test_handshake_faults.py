@@ -130,7 +130,13 @@ def test_asyncio_a_fault_on_the_handshake_reply(own_server: RedisServer, proxy: 
                 cancelled = True
             except Exception as exc:
                 error = exc
-            assert cancelled == (fault == "cancel")  # the cancellation came while the handshake waited
+            if fault == "cancel":
+                # The cancellation came while the handshake waited. redis.asyncio's handshake read sometimes absorbs
+                # it (the task counts it, and the read runs on to its socket timeout): then the call fails with a
+                # fencelock error in the same bound, as under `late`. Either way, the invariants below hold.
+                assert cancelled or isinstance(error, fencelock.BackendError), repr(error)
+            else:
+                assert not cancelled
             assert time.monotonic() - started < SOCKET_TIMEOUT + HELD + slack(2.0)
             assert await asyncio.to_thread(rule.hit.wait, 5)  # (set just after on_hit ran)
             await asyncio.to_thread(rule.done.wait, 5)

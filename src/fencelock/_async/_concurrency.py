@@ -4,6 +4,7 @@ Hand-written twin: `_sync/_concurrency.py` (httpcore's `_synchronization.py` is 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import weakref
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
@@ -57,6 +58,7 @@ def in_background(work: Callable[[], Awaitable[object]], *, ours: bool = False) 
     """
 
     async def run() -> None:
+        _given_up.set(None)  # a cleanup always goes, whoever gave up on the request that started it
         try:
             await work()
         except Exception:
@@ -66,17 +68,34 @@ def in_background(work: Callable[[], Awaitable[object]], *, ours: bool = False) 
     _keep(_on_behalf(task) if ours else task)
 
 
+_given_up: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("fencelock_given_up", default=None)
+"""In a request `undo_if_interrupted` runs: [True] once its caller was cancelled."""
+
+
+def given_up() -> bool:
+    """The caller this request runs for was cancelled: what it has not written yet is never sent."""
+    flag = _given_up.get()
+    return flag is not None and flag[0]
+
+
 async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callable[[], Awaitable[object]]) -> T:
     """Send `request`; if the caller is cancelled before the answer, let the request finish, then run `undo`.
 
     A cancelled acquire may already be on the wire: dropping it and deleting "our key" at once could run the
     delete before the server runs the acquire. So the request runs to its end in the background, and `undo`
-    (delete the key with our token) follows it, in that order.
+    (delete the key with our token) follows it, in that order. What it has not written by then is not sent.
     """
-    task = _on_behalf(asyncio.ensure_future(request()))
+    flag = [False]
+
+    async def marked() -> T:
+        _given_up.set(flag)  # (this task's own context, and that of the tasks it starts)
+        return await request()
+
+    task = _on_behalf(asyncio.ensure_future(marked()))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
+        flag[0] = True
         _keep(_on_behalf(asyncio.ensure_future(_undo_after(task, undo))))  # after the request's own requests
         raise
 

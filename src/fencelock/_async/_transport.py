@@ -28,7 +28,7 @@ from .._redis.channel import (
     turn,
 )
 from ._admin import client_id, kill
-from ._concurrency import Handle, now, wait_first
+from ._concurrency import Handle, given_up, now, wait_first
 from ._connection import Connections, connected, discard, drop, idle_closed, read, write
 
 
@@ -133,6 +133,9 @@ async def _call_script(request: ScriptRequest, cache: Packed, generation: int,
         else:
             await channel.give_back(conn)
             return channel.not_sent(step.before)
+    if given_up():  # its caller was cancelled while it waited or connected: only the undo goes now
+        await channel.give_back(conn)
+        return Unwritten(f"not sent to {channel.where}: its caller was cancelled")
     try:
         reply = await _exchange(conn, request, packed(cache, conn, request))
     except BaseException as exc:

@@ -45,6 +45,11 @@ def in_background(work: Callable[[], object], *, ours: bool = False) -> None:
     threading.Thread(target=run, name="fencelock-cleanup", daemon=True).start()
 
 
+def given_up() -> bool:
+    """A thread is never cancelled half-way through a request: never."""
+    return False
+
+
 def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object]) -> T:
     """Send `request`; if it is interrupted (KeyboardInterrupt, SystemExit), run `undo` before re-raising.
 

@@ -24,7 +24,7 @@ from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
 from .._redis.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
 from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, FAIR_ACQUIRE, FAIR_LEAVE, FORCE_RELEASE, RELEASE, STATUS, Lua
 from ._cluster import cluster_node, cluster_refresh, ready_node
-from ._concurrency import sleep
+from ._concurrency import given_up, sleep
 from ._transport import Channel, call_script
 
 AnyRedis = Redis | RedisCluster
@@ -86,6 +86,8 @@ class RedisBackend:
         if confirm and self._durability is not None:
             return self._run_confirmed(self._durability, lua, name, keys, args, wake)
         if self._channel is None:
+            if given_up():  # (see `_call_script`: the Cluster's own client sends these)
+                raise BackendError(f"{lua.name} not sent to {self.shown}: its caller was cancelled", name=name)
             try:
                 ready_node(self._client, keys[0])
             except CLIENT_ERRORS as exc:
