@@ -235,6 +235,12 @@ class LivenessTests:
                 lease = await locks.acquire(name, ttl=5.0, wait=slack(5.0))
                 assert lease.fence > first.fence
                 await lease.release()
+                # Nothing is left behind: a release returns at its quorum, the other nodes' parts land just after.
+                ends = time.monotonic() + slack(2.0)
+                for _ in range(1000):
+                    if (deployment.holder(name) is None and not deployment.leftovers(name)) or time.monotonic() > ends:
+                        break
+                    await asyncio.sleep(0.02)
                 assert deployment.holder(name) is None
                 assert not deployment.leftovers(name), deployment.leftovers(name)
             finally:
