@@ -22,7 +22,7 @@ from fencelock._redis.keys import redis_keys
 from fencelock.testing.faults import RESET_AFTER, FaultProxy, Rule
 from fencelock.testing.servers import RedisServer
 from fencelock.testing.timing import slack
-from tests.conftest import RedisFamily, lock_value
+from tests.conftest import RedisFamily
 
 TTL = 30.0           # the cancelled attempt's: the TTL never frees the lock within the test
 POINTS = 40          # cancellation points per variant: the first few turns of the loop, then spread in time
@@ -82,19 +82,32 @@ async def _attempt(locks: fencelock.aio.Locks, other: fencelock.aio.Locks, proxy
     return lease, running, took
 
 
-async def _cancel_at(locks: fencelock.aio.Locks, other: fencelock.aio.Locks, proxy: FaultProxy,
-                     server: RedisServer, name: str, variant: str, k: int, span: float) -> bool:
-    """One cancellation at point k; True if the acquire was still running when it came."""
+async def _cancel_at(locks: fencelock.aio.Locks, other: fencelock.aio.Locks, proxy: FaultProxy | None,
+                     left: Callable[[str], list[str]], name: str, variant: str, k: int, span: float) -> bool:
+    """One cancellation at point k, then the invariant (`left(name)`: what the servers still hold of `name`);
+    True if the acquire was still running when the cancellation came."""
     lease, running, _ = await _attempt(locks, other, proxy, name, variant, k, span)
     if lease is not None:  # done before the cancellation came: a lease like any other
         await lease.release()
     free = await other.acquire(name, ttl=5.0, wait=slack(5.0))  # long before the cancelled attempt's TTL
     await free.release()
-    raw = server.client()
     # A request of the cancelled attempt still on its way when the cancellation returned (connecting, or on the
-    # wire) may land after this; its undo follows it at once. What must not happen is a key that stays.
-    assert await _eventually(lambda: lock_value(raw, name) is None and not raw.exists(redis_keys(name).queue)), (
-        variant, k, lock_value(raw, name))
+    # wire) may land after this; its undo follows it at once. (Redlock: a release returns at its quorum, the other
+    # nodes' parts land just after.) What must not happen is a key that stays.
+    assert await _eventually(lambda: not left(name)), (variant, k, left(name))
+    return running
+
+
+async def _sweep(locks: fencelock.aio.Locks, other: fencelock.aio.Locks, proxy: FaultProxy | None,
+                 left: Callable[[str], list[str]], name: str, variant: str) -> int:
+    """Every point of the sweep, spread across an uncancelled acquire's own duration; how many came while the
+    acquire was still running."""
+    lease, _, took = await _attempt(locks, other, proxy, f"{name}:measure", variant, None, 0.0)
+    await lease.release()
+    span = 1.5 * took  # the points cover the whole acquire (for the held ones, the hand-off too)
+    running = 0
+    for k in range(POINTS):
+        running += await _cancel_at(locks, other, proxy, left, f"{name}:{k}", variant, k, span)
     return running
 
 
@@ -106,17 +119,17 @@ def test_a_cancellation_at_any_point_of_an_acquire_leaves_the_lock_free(own_serv
         async def main() -> int:
             url = f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=2"
             locks, other = fencelock.aio.connect(url), fencelock.aio.connect(own_server.url)
+            raw = own_server.client()
+
+            def left(lock: str) -> list[str]:
+                return [key for key in (redis_keys(lock).lock, redis_keys(lock).queue) if raw.exists(key)]
+
             try:
-                lease, _, took = await _attempt(locks, other, proxy, f"{name}:measure", variant, None, 0.0)
-                await lease.release()
-                span = 1.5 * took  # the points cover the whole acquire (for the held ones, the hand-off too)
-                running = 0
-                for k in range(POINTS):
-                    running += await _cancel_at(locks, other, proxy, own_server, f"{name}:{k}", variant, k, span)
-                return running
+                return await _sweep(locks, other, proxy, left, name, variant)
             finally:
                 await locks.aclose()
                 await other.aclose()
+                raw.close()
 
         running = asyncio.run(main())
     assert running >= 3, running  # the sweep really cancelled acquires under way, at several points
@@ -128,27 +141,14 @@ def test_the_same_sweep_on_every_redis_deployment(deployment: RedisFamily, name:
     if variant == "held_fair" and not deployment.supports_fair:
         variant = "held"  # Redlock has no fair mode: its plain wait once more
 
+    def left(lock: str) -> list[str]:
+        holder = deployment.holder(lock)
+        return ([] if holder is None else [f"held by {holder}"]) + (deployment.leftovers(lock) or [])
+
     async def main() -> int:
         locks, other = deployment.aconnect(), deployment.aconnect()
         try:
-            lease, _, took = await _attempt(locks, other, None, f"{name}:measure", variant, None, 0.0)
-            await lease.release()
-            running = 0
-            for k in range(POINTS):
-                lock = f"{name}:{k}"
-                lease, still, _ = await _attempt(locks, other, None, lock, variant, k, 1.5 * took)
-                running += still
-                if lease is not None:
-                    await lease.release()
-                free = await other.acquire(lock, ttl=5.0, wait=slack(5.0))
-                await free.release()
-
-                # (As above; and on Redlock a release returns at its quorum, the other nodes' parts land after.)
-                def settled(lock: str = lock) -> bool:
-                    return deployment.holder(lock) is None and not deployment.leftovers(lock)
-
-                assert await _eventually(settled), (variant, k, deployment.leftovers(lock))
-            return running
+            return await _sweep(locks, other, None, left, name, variant)
         finally:
             await locks.aclose()
             await other.aclose()
