@@ -4,6 +4,7 @@ earlier one, without repair (a floor from its clock) and with it (it waits, then
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import os
@@ -18,11 +19,12 @@ import pytest
 
 import fencelock
 from fencelock._redis.keys import redis_keys
+from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import RedisNodes, RedisServer
 from tests.conftest import IN_CI, initialise_redlock
 
 from . import _support
-from ._support import _holds, _urls
+from ._support import _holds
 
 five = _support.five   # the same fixture, for this module's tests
 
@@ -34,24 +36,66 @@ def _hwm(node: RedisServer, name: str) -> int:
     return int(value or 0)
 
 
-def _acquire_while_paused(locks: fencelock.Locks, nodes: list[RedisServer], paused: list[int], name: str,
-                          ttl: float, earlier: int = 0) -> fencelock.Lease:
-    """Acquire while some nodes are stopped, and let the requests queued on them die with their connections
-    (the client times out and closes them) before the nodes resume, so that those nodes never see the lease.
-    `earlier` grants come first, which only the running nodes see: their fences run ahead of the stopped ones."""
-    for i in paused:
-        nodes[i].pause()
-    try:
-        for _ in range(earlier):
-            locks.acquire(name, ttl=ttl, wait=0).release()
+class _Links:
+    """Five nodes behind proxies, one each: `cut_off(i, ...)` stops every byte to and from those nodes, and heals
+    only once the client has given up on what it sent (it times out and hangs up, which drops what the proxy held).
+    So a cut-off node never sees those requests, however late. (A SIGSTOPped node, by contrast, runs what its
+    kernel buffered when it resumes, even from a connection its client closed.)"""
+
+    def __init__(self, nodes: list[RedisServer]) -> None:
+        self.nodes = nodes
+        self.proxies = [Proxy(node.host, node.port, name=f"link{i}").start() for i, node in enumerate(nodes)]
+
+    def urls(self, socket_timeout: float = 0.3) -> list[str]:
+        return [f"redis://127.0.0.1:{proxy.port}/0?socket_timeout={socket_timeout}" for proxy in self.proxies]
+
+    @contextlib.contextmanager
+    def cut_off(self, *indices: int) -> Iterator[None]:
+        cut = [self.proxies[i] for i in indices]
+        for proxy in cut:
+            proxy.stall()
+        try:
+            yield
+        finally:
+            _until_given_up(cut)
+            for proxy in cut:
+                proxy.heal()
+
+    def close(self) -> None:
+        for proxy in self.proxies:
+            proxy.close()
+
+
+def _until_given_up(cut: list[Proxy], quiet: float = 0.5, limit: float = 10.0) -> None:
+    """Wait until nothing sent to `cut` is held back and nothing new arrived for `quiet` seconds (longer than the
+    clients' 0.3 s socket timeout, so a request queued behind a timed-out one had its chance to go out too)."""
+    deadline = time.monotonic() + limit
+    seen, since = -1, time.monotonic()
+    while True:
+        received = sum(proxy.received for proxy in cut)
+        if received != seen or any(proxy.held_back for proxy in cut):
+            seen, since = received, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return
+        assert time.monotonic() < deadline, f"the client still sends to the cut-off nodes after {limit} s"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def links(five: RedisNodes) -> Iterator[_Links]:
+    links = _Links(five.nodes)
+    yield links
+    links.close()
+
+
+def _acquire_while_cut_off(locks: fencelock.Locks, links: _Links, cut: list[int], name: str,
+                           ttl: float) -> fencelock.Lease:
+    """Acquire while some nodes are cut off, so that they never see the lease."""
+    with links.cut_off(*cut):
         lease = locks.acquire(name, ttl=ttl, wait=0)
-        time.sleep(0.5)  # > the 0.3 s socket timeout of these clients
-    finally:
-        for i in paused:
-            nodes[i].resume()
     time.sleep(0.05)
-    for i in paused:
-        assert not _holds(nodes[i], name, lease.token), "a queued request reached a resumed node"
+    for i in cut:
+        assert not _holds(links.nodes[i], name, lease.token), "a held-back request reached a healed node"
     return lease
 
 
@@ -91,14 +135,15 @@ def test_a_clock_jump_on_one_node_lets_leases_overlap_but_fences_still_order_the
         one_node_with_a_clock_to_jump: tuple[RedisNodes, Path], name: str) -> None:
     """Kleppmann's scenario: A holds {0, 1, 2}; node 2's clock jumps and expires A's key; B gets {2, 3, 4}."""
     nodes, stamp = one_node_with_a_clock_to_jump
-    a_client = fencelock.connect(_urls(nodes.nodes))
-    a = _acquire_while_paused(a_client, nodes.nodes, [3, 4], name, ttl=30.0)
+    links = _Links(nodes.nodes)
+    a_client = fencelock.connect(links.urls())
+    a = _acquire_while_cut_off(a_client, links, [3, 4], name, ttl=30.0)
     assert all(_holds(nodes.nodes[i], name, a.token) for i in (0, 1, 2))
     stamp.write_text("+120s")  # node 2 jumps two minutes ahead: A's 30 s key there is gone
     time.sleep(0.2)
     assert not _holds(nodes.nodes[2], name, a.token)
 
-    b_client = fencelock.connect(_urls(nodes.nodes))
+    b_client = fencelock.connect(links.urls())
     b = b_client.acquire(name, ttl=30.0, wait=0)
     # Both leases are valid at once: the clock broke mutual exclusion ...
     assert a.remaining() > 20.0
@@ -114,6 +159,7 @@ def test_a_clock_jump_on_one_node_lets_leases_overlap_but_fences_still_order_the
         a.release()
     a_client.close()
     b_client.close()
+    links.close()
 
 
 # -- a restart without its data ---------------------------------------------------------------------------------
@@ -124,31 +170,26 @@ def _restart_empty(node: RedisServer) -> None:
 
 
 def test_redlock_node_restarted_empty_without_repair_the_next_fence_is_above_every_earlier_fence(
-        five: RedisNodes, name: str) -> None:
+        links: _Links, name: str) -> None:
     """Plain Redlock (repair=False) counts the empty node at once, so leases overlap; but the node is counted again
     with a fence floor from its own clock, so the newer holder's fence is above the older ones' and the guard
     rejects the older writer (it used to hand out a fence below A's)."""
-    nodes = five.nodes
-    locks = fencelock.connect(_urls(nodes))
+    nodes = links.nodes
+    locks = fencelock.connect(links.urls())
     earlier: list[int] = []
-    for i in (3, 4):
-        nodes[i].pause()
-    try:
+    with links.cut_off(3, 4):
         for _ in range(5):  # only nodes 0-2 see these: their counters run ahead of nodes 3 and 4
             lease = locks.acquire(name, ttl=30.0, wait=0)
             earlier.append(lease.fence)
             lease.release()
-    finally:
-        for i in (3, 4):
-            nodes[i].resume()
-    a = _acquire_while_paused(locks, nodes, [3, 4], name, ttl=30.0)
+    a = _acquire_while_cut_off(locks, links, [3, 4], name, ttl=30.0)
     earlier.append(a.fence)
     assert all(x < y for x, y in itertools.pairwise(earlier))
     assert max(earlier) < 100  # counted fences: no floor yet
     _restart_empty(nodes[2])
     # B cannot reach A's other two nodes, and its client counts the empty node at once (plain Redlock).
-    naive = fencelock.connect(_urls(nodes), repair=False)
-    b = _acquire_while_paused(naive, nodes, [0, 1], name, ttl=30.0)
+    naive = fencelock.connect(links.urls(), repair=False)
+    b = _acquire_while_cut_off(naive, links, [0, 1], name, ttl=30.0)
     assert a.remaining() > 20.0               # overlap: both hold the lock (no quarantine without repair) ...
     assert b.fence > max(earlier)             # ... but the newer holder's fence is above every earlier one
     marker: Any = nodes[2].client().get("fencelock:redlock:node")
@@ -162,22 +203,15 @@ def test_redlock_node_restarted_empty_without_repair_the_next_fence_is_above_eve
     locks.close()
 
 
-def test_with_repair_the_restarted_node_waits_then_learns_the_fences_it_lost(five: RedisNodes, name: str) -> None:
-    nodes = five.nodes
-    a = _acquire_while_paused(fencelock.connect(_urls(nodes)), nodes, [3, 4], name, ttl=1.0)
+def test_with_repair_the_restarted_node_waits_then_learns_the_fences_it_lost(links: _Links, name: str) -> None:
+    nodes = links.nodes
+    a = _acquire_while_cut_off(fencelock.connect(links.urls()), links, [3, 4], name, ttl=1.0)
     _restart_empty(nodes[2])
-    careful = fencelock.connect(_urls(nodes), repair=True, repair_delay=1.5)
+    careful = fencelock.connect(links.urls(), repair=True, repair_delay=1.5)
     # While quarantined the empty node does not count: without A's nodes there is no quorum, so no overlap.
     # Nobody holds the lock then: the error says that nodes are out (it used to be NotAcquired, "busy").
-    for i in (0, 1):
-        nodes[i].pause()
-    try:
-        with pytest.raises(fencelock.QuorumUnavailable, match="only 2 of 5 nodes are ready"):
-            careful.acquire(name, ttl=30.0, wait=0)
-        time.sleep(0.5)
-    finally:
-        for i in (0, 1):
-            nodes[i].resume()
+    with links.cut_off(0, 1), pytest.raises(fencelock.QuorumUnavailable, match="only 2 of 5 nodes are ready"):
+        careful.acquire(name, ttl=30.0, wait=0)
     # After the delay (longer than A's TTL) the node is repaired from a quorum of the others, then counts.
     time.sleep(1.2)
     b = careful.acquire(name, ttl=30.0, wait=5.0)

@@ -48,6 +48,7 @@ class Proxy(ThreadedServer):
         self.connections = 0
         #: bytes read from clients so far (a test can wait until what it sent has reached the proxy)
         self.received = 0
+        self._holding: dict[int, int] = {}      # a client->server pump's id: chunks read, not yet forwarded
 
     def __repr__(self) -> str:
         state = "stalled" if self.stalled else f"delay={self.delay:g}s"
@@ -64,6 +65,11 @@ class Proxy(ThreadedServer):
     def heal(self) -> None:
         """Let bytes pass again, the held-back ones first."""
         self._open.set()
+
+    @property
+    def held_back(self) -> int:
+        """Chunks that clients sent and the server has not been given yet (0: nothing is on its way)."""
+        return sum(list(self._holding.values()))
 
     def _connections(self) -> Iterable[asyncio.BaseTransport]:
         return [w.transport for w in self._writers]
@@ -98,6 +104,7 @@ class Proxy(ThreadedServer):
                     from_client: bool = False) -> None:
         """Read as it comes; forward each chunk at (arrival + delay), in order, and only while not stalled."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        me = id(queue)
 
         async def forward() -> None:
             while True:
@@ -111,6 +118,8 @@ class Proxy(ThreadedServer):
                     writer.write_eof() if writer.can_write_eof() else writer.close()
                     return
                 writer.write(data)
+                if from_client:
+                    self._holding[me] -= 1
                 await writer.drain()
 
         sender = asyncio.create_task(forward())
@@ -122,6 +131,7 @@ class Proxy(ThreadedServer):
                 queue.put_nowait((time.monotonic() + (self.delay if delayed else 0.0), data))
                 if from_client:
                     self.received += len(data)
+                    self._holding[me] = self._holding.get(me, 0) + (1 if data else 0)
                 if not data:
                     await sender
                     break
@@ -130,3 +140,4 @@ class Proxy(ThreadedServer):
         finally:
             if not sender.done():
                 sender.cancel()
+            self._holding.pop(me, None)  # a connection that ends takes what it held back with it
