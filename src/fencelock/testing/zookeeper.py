@@ -144,24 +144,8 @@ class ZooKeeperServer(ProcessServer):
 
     def pause(self) -> None:
         """SIGSTOP: connects still succeed (the kernel accepts them), nothing answers, sessions do not expire
-        (the server's clock stops with it)."""
+        (the server's clock stops with it). Returns once every thread of the JVM has stopped."""
         super().pause()
-        self._wait_stopped()
-
-    def _wait_stopped(self, timeout: float = 2.0) -> None:
-        """Return once every thread of the JVM is stopped: `kill` returns before a busy machine has stopped them
-        all, and a request could still be answered in between."""
-        pid = self.pid
-        deadline = time.monotonic() + timeout
-        while pid is not None and time.monotonic() < deadline:
-            try:
-                states = [Path(f"/proc/{pid}/task/{task}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                          for task in os.listdir(f"/proc/{pid}/task")]
-            except (OSError, IndexError):
-                return  # no /proc (not Linux), or the process is gone
-            if all(state in ("T", "t") for state in states):
-                return
-            time.sleep(0.001)
 
     def stop(self) -> None:
         """SIGKILL and reap, as `close` and `restart` do (a ZooKeeper server needs no shutdown to keep its data)."""

@@ -26,6 +26,9 @@ from .._harness import Harness
 #: Seconds `kill` waits for a SIGKILLed process to be reaped.
 KILL_TIMEOUT = 10.0
 
+#: Seconds `pause` waits for every thread of the process to stop.
+PAUSE_TIMEOUT = 5.0
+
 P = TypeVar("P", bound="ProcessServer")
 
 
@@ -46,6 +49,23 @@ def _file_size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """True when every thread of `pid` is stopped (T; t under a tracer) or gone (Z, X), as /proc reports it."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True  # gone: nothing runs
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # the thread ended meanwhile
+        if state not in ("T", "t", "Z", "X"):
+            return False
+    return True
 
 
 class StartError(RuntimeError):
@@ -155,9 +175,17 @@ class ServerProcess:
         os.kill(pid, sig)
 
     def pause(self) -> None:
-        """Freeze the process with SIGSTOP: connects succeed (the kernel accepts them), nothing answers."""
+        """Freeze the process with SIGSTOP: connects succeed (the kernel accepts them), nothing answers. Returns once
+        every thread of it has stopped (a signal is delivered asynchronously; a Go or Java server's other threads may
+        answer one more request meanwhile)."""
         self._signal(signal.SIGSTOP)
         self._paused = True
+        pid = self.pid
+        deadline = time.monotonic() + PAUSE_TIMEOUT
+        while pid is not None and not _all_threads_stopped(pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self!r}: not every thread stopped within {PAUSE_TIMEOUT} s of SIGSTOP")
+            time.sleep(0.001)
 
     def resume(self) -> None:
         """Let a paused process run again (SIGCONT)."""
