@@ -205,3 +205,40 @@ def test_asyncio_an_acquire_cancelled_in_its_back_off_leaves_no_key(own_server: 
                 await locks.aclose()
 
         asyncio.run(main())
+
+
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_a_renewal_batch_that_fails_past_the_error_boundary_still_ends(own_server: RedisServer, name: str,
+                                                                        front: str) -> None:
+    """A renewal that fails with what no backend should raise (a client library's RuntimeError) counts as no
+    answer: the lease is lost on time, `on_lost` is told, and its release does not wait for that batch for ever."""
+    lost: list[Any] = []
+
+    def broken(leases: Any) -> Any:
+        raise RuntimeError("escaped the backend's error boundary")
+
+    async def abroken(leases: Any) -> Any:
+        broken(leases)
+
+    if front == "sync":
+        locks = fencelock.connect(own_server.url)
+        locks.backend.extend_many = broken  # type: ignore[method-assign]
+        lease = locks.acquire(name, ttl=0.3, wait=0, renew=True, on_lost=lost.append)
+        time.sleep(0.45)
+        assert lost == [lease]
+        assert lease.lost
+        with pytest.raises(fencelock.LockLost):
+            lease.release()
+        locks.close()
+    else:
+        async def main() -> None:
+            alocks = fencelock.aio.connect(own_server.url)
+            alocks.backend.extend_many = abroken  # type: ignore[method-assign]
+            lease = await alocks.acquire(name, ttl=0.3, wait=0, renew=True, on_lost=lost.append)
+            await asyncio.sleep(0.45)
+            assert lost == [lease]
+            with pytest.raises(fencelock.LockLost):
+                await asyncio.wait_for(lease.release(), slack(1.0))
+            await alocks.aclose()
+
+        asyncio.run(main())

@@ -24,7 +24,6 @@ import threading
 from functools import partial
 from typing import TYPE_CHECKING
 
-from .._errors import BackendError
 from .._events import backend_kind, emit
 from .._logic.args import ttl_ms
 from .._logic.lease import Renewal, Tick
@@ -129,8 +128,11 @@ class Watchdog:
         try:
             results: list[bool | None] = self._backend.extend_many(
                 [(lease.name, lease.token, lease.fence, ttl_ms(lease.ttl)) for lease in leases])
-        except BackendError:
+        except Exception:  # a BackendError, or a failure that escaped the backend's boundary: no answer either way
             results = [None] * len(leases)
+        except BaseException:
+            flight.set()  # whatever failed, nobody waits for this batch's answer for ever (a release would hang)
+            raise
         now = self._clock()
         wake = False
         for lease, extended in zip(leases, results, strict=True):
