@@ -168,7 +168,14 @@ def alive(runner: Runner) -> bool:
 
 
 async def join(runner: Runner, timeout: float) -> None:
-    """Wait for a runner to stop, at most `timeout` seconds (then cancel it)."""
+    """Wait for a runner to stop, at most `timeout` seconds (then cancel it). A task of another event loop
+    (a client closed by a later `asyncio.run` than the one that used it) cannot be awaited here: it is told to
+    stop, and ends with its loop."""
+    loop = runner.get_loop()
+    if loop is not asyncio.get_running_loop():
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(runner.cancel)
+        return
     try:
         await asyncio.wait_for(asyncio.shield(runner), timeout)
     except asyncio.TimeoutError:
@@ -196,6 +203,11 @@ def uncancel(task: Any) -> None:
 
 async def sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
+
+
+def event_loop() -> object:
+    """What connections belong to: the running event loop (None in the synchronous twin)."""
+    return asyncio.get_running_loop()
 
 
 def now() -> float:

@@ -52,6 +52,15 @@ async def drop(conn: Any) -> None:
     await conn.disconnect(nowait=True)
 
 
+async def close_client(client: Any) -> None:
+    """Close a redis-py client fencelock made. Connections that an ended event loop made (one client, a later
+    `asyncio.run`) cannot be closed through that loop: redis-py tries every one, and those end with their loop."""
+    try:
+        await client.aclose()
+    except RuntimeError:
+        pass
+
+
 def discard(conn: Any) -> None:
     """Close an idle connection the server closed (the transport only: there is nothing to say to it)."""
     conn._close()

@@ -30,6 +30,7 @@ from .._logic.timing import Clock
 from .._redis.redlock import NodesReport
 from ._concurrency import (
     current_task,
+    event_loop,
     in_background,
     is_cancellation,
     shielded,
@@ -92,6 +93,9 @@ class AsyncBackend(Protocol):
     async def aclose(self) -> None: ...
 
 
+_UNUSED = object()  # a client no event loop has used yet
+
+
 class AsyncLocks:
     """A client for one lock service. Thread- and task-safe; holds no per-lock state of its own."""
 
@@ -101,6 +105,7 @@ class AsyncLocks:
         self._watchdog = AsyncWatchdog(backend, clock)
         self._rooms = AsyncWaitingRooms()  # this client's waiters, by name (see `waiting`)
         self._closed = False  # set by aclose: cleanups still running in the background then close after them
+        self._loop: object = _UNUSED  # the event loop this client belongs to, from its first use
 
     @property
     def backend(self) -> AsyncBackend:
@@ -135,6 +140,7 @@ class AsyncLocks:
 
     async def _acquire_checked(self, args: AcquireArgs) -> AsyncLease:
         """`acquire` with its arguments checked: a seat among this client's waiters on the name, then the loop."""
+        self._check_usable(args.name)
         # This client's waiters on one name share its connections (`waiting`); etcd's and ZooKeeper's own queues
         # already make each waiter watch one key over the client's one connection.
         seat = None if self._backend.always_queues else self._rooms.seat(args.name, args.fair)
@@ -273,14 +279,17 @@ class AsyncLocks:
     async def status(self, name: str) -> LockStatus:
         """`name` as the lock service sees it now: held or free, the fence, the seconds its holder's lease has
         left on the server, and the queue length where waiters queue. Never shows a token."""
-        return await self._backend.status(check_name(name))
+        self._check_usable(check_name(name))
+        return await self._backend.status(name)
 
     async def list(self, pattern: str = "*") -> builtins.list[LockStatus]:
         """Every held lock whose name matches `pattern` (an fnmatch glob: `*`, `?`, `[seq]`), sorted by name.
 
         Redis walks its keys with SCAN (on every primary of a Cluster), so a large keyspace never blocks it.
         """
-        return await self._backend.scan(check_pattern(pattern))
+        pattern = check_pattern(pattern)
+        self._check_usable(None)
+        return await self._backend.scan(pattern)
 
     async def force_release(self, name: str) -> LockStatus:
         """Operators only: remove `name` whoever holds it. Returns what was removed (`held=False`: nothing was).
@@ -288,7 +297,8 @@ class AsyncLocks:
         The holder is not told; its watchdog finds the lease lost at its next renewal. The fence counter stays,
         so the next grant still gets a higher fence and guards still reject the old holder.
         """
-        return await self._backend.force_release(check_name(name))
+        self._check_usable(check_name(name))
+        return await self._backend.force_release(name)
 
     async def nodes(self) -> NodesReport:
         """Redlock only: each node's bookkeeping (reachable, ready, quarantined until when, repairable) and the
@@ -296,8 +306,23 @@ class AsyncLocks:
         nodes = getattr(self._backend, "nodes", None)
         if nodes is None:
             raise ValueError(f"nodes() is for Redlock (three or more Redis node URLs), not {self._backend.shown}")
+        self._check_usable(None)
         report: NodesReport = await nodes()
         return report
+
+    def _check_usable(self, name: str | None) -> None:
+        """Nothing more is sent once the client is closed (its watchdog has stopped: a lease granted now would be
+        neither renewed nor reported lost), nor under another event loop than the first one that used it (its
+        connections and watchdog belong to that loop)."""
+        if self._closed:
+            raise LockError(f"this client of {self._backend.shown} is closed; connect() again for a new one",
+                            name=name)
+        loop = event_loop()
+        if self._loop is not loop:
+            if self._loop is not _UNUSED:
+                raise LockError(f"this client of {self._backend.shown} belongs to the event loop that first used "
+                                "it (an earlier asyncio.run?); connect() again under this one", name=name)
+            self._loop = loop
 
     async def aclose(self) -> None:
         """Stop the watchdog and close the connections this client made (leases still held expire by TTL)."""

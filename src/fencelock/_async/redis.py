@@ -24,6 +24,7 @@ from .._redis.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_
 from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, FAIR_ACQUIRE, FAIR_LEAVE, FORCE_RELEASE, RELEASE, STATUS, Lua
 from ._cluster import cluster_node, cluster_refresh, ready_node
 from ._concurrency import given_up, sleep
+from ._connection import close_client
 from ._transport import Channel, call_script
 
 AnyRedis = Redis | RedisCluster
@@ -373,7 +374,7 @@ class AsyncRedisBackend:
             await channel.aclose()
         if self._owns_client:
             client: Any = self._client
-            await client.aclose()
+            await close_client(client)
 
 
 def _apply(results: list[bool | None], members: list[int], reply: Any) -> None:

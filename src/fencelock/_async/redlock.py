@@ -78,6 +78,7 @@ from .._scripts import (
     STATUS,
 )
 from ._concurrency import in_background, sleep, then
+from ._connection import close_client
 from ._fanout import fan_out
 from ._multiplex import run_scripts
 from ._transport import Channel, call_script
@@ -434,4 +435,4 @@ class AsyncRedlockBackend:
         if self._owns_clients:
             for node in self._nodes:
                 client: Any = node
-                await client.aclose()
+                await close_client(client)

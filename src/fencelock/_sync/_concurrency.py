@@ -165,6 +165,11 @@ def sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def event_loop() -> object:
+    """What connections belong to: threads share them (None; asyncio: the running loop)."""
+    return None
+
+
 def now() -> float:
     """The clock that deadlines are measured on."""
     return time.monotonic()

@@ -82,6 +82,11 @@ def drop(conn: Any) -> None:
     conn.disconnect()
 
 
+def close_client(client: Any) -> None:
+    """Close a redis-py client fencelock made."""
+    client.close()
+
+
 def discard(conn: Any) -> None:
     """Close an idle connection the server closed."""
     conn.disconnect()

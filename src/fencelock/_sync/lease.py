@@ -18,7 +18,7 @@ from .._logic.args import check_ttl, ttl_ms
 from .._logic.lease import LeaseState
 from .._logic.outcomes import Released, State
 from .._logic.timing import Clock
-from ._concurrency import Signal, cancel, current_task
+from ._concurrency import Signal, cancel, current_task, event_loop
 
 if TYPE_CHECKING:
     from .client import Backend
@@ -42,14 +42,15 @@ os.register_at_fork(after_in_child=_forked)
 class Lease:
     """One granted acquisition of a lock: its name, token and fence, and the right to extend or release it."""
 
-    __slots__ = ("_backend", "_clock", "_granted_at", "_life", "_on_lost", "_pid", "_task", "fence", "name",
-                 "token", "ttl")
+    __slots__ = ("_backend", "_clock", "_granted_at", "_life", "_loop", "_on_lost", "_pid", "_task", "fence",
+                 "name", "token", "ttl")
 
     def __init__(self, backend: Backend, clock: Clock, name: str, token: str, fence: int, ttl: float,
                  valid_until: float, *, renew_every: float | None = None, on_lost: OnLost | None = None) -> None:
         self._backend = backend
         self._clock = clock
         self._pid = _pid
+        self._loop = event_loop()  # (made by acquire, under its client's loop)
         # Its validity, next due time, renewal in flight (a Signal) and state, shared with the watchdog.
         self._life: LeaseState[Signal] = LeaseState(ttl, valid_until, renew_every)
         self._on_lost = on_lost
@@ -115,6 +116,9 @@ class Lease:
         if _pid != self._pid:
             raise LockError(f"cannot {action} a lease acquired by process {self._pid} from its forked child "
                             f"{_pid}", name=self.name)
+        if event_loop() is not self._loop:
+            raise LockError(f"cannot {action} a lease under another event loop than the one that acquired it "
+                            "(its client's connections belong to that loop)", name=self.name)
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the lease to `ttl` seconds (default: its TTL) from now. Raises `LockLost` if no longer ours."""

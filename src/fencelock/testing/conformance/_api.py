@@ -7,6 +7,7 @@ import math
 import re
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -210,6 +211,68 @@ class ApiTests:
                         pass
 
         asyncio.run(main())
+
+    def test_asyncio_a_client_belongs_to_the_event_loop_that_first_used_it(self, deployment: Deployment,
+                                                                           name: str) -> None:
+        """Under another loop (a module's client, a second `asyncio.run`) it refuses at once, before anything is
+        sent, instead of failing or hanging on connections and a watchdog of a loop that is not running."""
+        locks = deployment.aconnect()
+        ttl = _ttl(deployment, 1.0)
+        first = asyncio.new_event_loop()
+
+        async def hold() -> Any:
+            async with locks.lock(name, ttl=ttl, wait=slack(5.0)) as lease:
+                await asyncio.sleep(ttl * 1.2)  # past its TTL: renewed by this loop's watchdog
+                lease.ensure()
+                assert deployment.holder(name) == lease.token
+            return await locks.acquire(name + ":kept", ttl=ttl * 10, wait=0)
+
+        try:
+            kept = first.run_until_complete(hold())
+
+            async def elsewhere() -> None:
+                with pytest.raises(fencelock.LockError, match="event loop") as refused:
+                    await locks.acquire(name, wait=0)
+                assert type(refused.value) is fencelock.LockError
+                assert refused.value.name == name
+                with pytest.raises(fencelock.LockError, match="event loop"):
+                    await kept.release()
+                with pytest.raises(fencelock.LockError, match="event loop"):
+                    await locks.status(name)
+
+            asyncio.run(elsewhere())
+            assert deployment.holder(name) is None
+            assert deployment.holder(name + ":kept") == kept.token  # refused, and kept: it can still be released
+            first.run_until_complete(kept.release())
+            assert deployment.holder(name + ":kept") is None
+        finally:
+            first.run_until_complete(locks.aclose())
+            first.close()
+
+    def test_a_closed_client_refuses_new_work_before_anything_is_sent(self, deployment: Deployment,
+                                                                      name: str) -> None:
+        """Its watchdog has stopped, so a lease it granted would be neither renewed nor reported lost."""
+        locks = deployment.connect()
+        locks.close()
+        alocks = deployment.aconnect()
+        asyncio.run(alocks.aclose())
+
+        def refused(call: Any) -> None:
+            with pytest.raises(fencelock.LockError, match="closed") as info:
+                call()
+            assert type(info.value) is fencelock.LockError
+            assert info.value.name == name
+
+        refused(lambda: locks.acquire(name, wait=0))
+        refused(lambda: locks.lock(name, wait=0).__enter__())
+        refused(lambda: locks.status(name))
+        refused(lambda: locks.force_release(name))
+        refused(lambda: asyncio.run(alocks.acquire(name, wait=0)))
+        refused(lambda: asyncio.run(alocks.lock(name, wait=0).__aenter__()))
+        refused(lambda: asyncio.run(alocks.status(name)))
+        with pytest.raises(fencelock.LockError, match="closed"):
+            locks.list()
+        assert deployment.holder(name) is None
 
     # -- bad input ----------------------------------------------------------------------------------------------
 
