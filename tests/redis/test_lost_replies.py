@@ -76,14 +76,23 @@ class _LoseFirstReply:
             threading.Thread(target=self._down, args=(server, client, drop), daemon=True).start()
 
     def _up(self, client: socket.socket, server: socket.socket, drop: threading.Event) -> None:
-        with contextlib.suppress(OSError):
-            while data := client.recv(65536):
-                if self.armed and self.marker in data:
-                    self.armed = False
-                    drop.set()
-                server.sendall(data)
+        try:
+            with contextlib.suppress(OSError):
+                while data := client.recv(65536):
+                    if self.armed and self.marker in data:
+                        self.armed = False
+                        drop.set()
+                    server.sendall(data)
+        finally:
+            _end(server, client)  # the client left: end the server's side too, so `_down` ends and nothing leaks
 
     def _down(self, server: socket.socket, client: socket.socket, drop: threading.Event) -> None:
+        try:
+            self._pump_down(server, client, drop)
+        finally:
+            _end(client, server)
+
+    def _pump_down(self, server: socket.socket, client: socket.socket, drop: threading.Event) -> None:
         with contextlib.suppress(OSError):
             while data := server.recv(65536):
                 if drop.is_set():
@@ -97,6 +106,14 @@ class _LoseFirstReply:
 
     def close(self) -> None:
         self.listener.close()
+
+
+def _end(*sockets: socket.socket) -> None:
+    """Shut down (waking a thread blocked in recv on it) and close each socket; one already closed is skipped."""
+    for sock in sockets:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
 
 
 def _claims_no_more_than_the_server(lease: Any, raw: Any, name: str) -> None:
