@@ -67,16 +67,68 @@ def test_a_grant_after_a_wait_counts_from_the_attempt_that_won_not_from_the_star
     assert p.answered(GRANTED) == Grant(7, validity_end(10.0, sent_at))
 
 
-def test_a_grant_that_arrives_with_no_validity_left_is_given_back_and_counts_as_refused() -> None:
+def test_a_grant_that_arrives_with_no_validity_left_is_given_back_and_tried_again_at_once() -> None:
+    """Nobody held the lock: a late grant is never "busy". Even with wait=0 the first is tried again."""
     clock = FakeClock()
     p = plan(clock, ttl=1.0, wait=0)
     p.start()
     clock.now += 1.0  # a slow network ate the whole TTL
     assert p.answered(GRANTED) == GiveBack()
+    assert p.given_back() == Try(0.0, None)
+    sent_at = clock.now
+    clock.now += 0.1
+    assert p.answered(GRANTED) == Grant(7, validity_end(1.0, sent_at))
+
+
+@pytest.mark.parametrize("wait", [0, None])
+def test_a_second_late_grant_in_a_row_raises_backend_error_saying_it_was_too_slow(wait: float | None) -> None:
+    clock = FakeClock()
+    p = plan(clock, ttl=1.0, wait=wait)
+    p.start()
+    for _ in range(2):
+        clock.now += 1.25
+        assert p.answered(GRANTED) == GiveBack()
+        step = p.given_back()
+    assert isinstance(step, Raise)
+    assert type(step.error) is BackendError
+    assert not isinstance(step.error, NotAcquired)
+    assert step.event == "failed"
+    assert not step.forget
+    assert step.error.name == NAME
+    assert "granted too late" in str(step.error)
+    assert "1.250 s" in str(step.error)
+
+
+def test_late_grants_are_tried_again_while_a_finite_wait_lasts_and_a_refusal_resets_the_count() -> None:
+    clock = FakeClock()
+    p = plan(clock, ttl=1.0, wait=5.0)
+    p.start()
+    for _ in range(3):  # within the wait
+        clock.now += 1.0
+        assert p.answered(GRANTED) == GiveBack()
+        assert p.given_back() == Try(0.0, None)
+    clock.now += 1.0
+    assert isinstance(p.answered(REFUSED), Try)  # a real refusal: the lock is busy now
+    clock.now += 1.5  # past the wait's deadline
+    assert p.answered(GRANTED) == GiveBack()
+    assert p.given_back() == Try(0.0, None)  # the first late grant since the refusal: tried once more
+    clock.now += 1.0
+    assert p.answered(GRANTED) == GiveBack()
     step = p.given_back()
     assert isinstance(step, Raise)
-    assert isinstance(step.error, NotAcquired)
-    assert step.event == "busy"
+    assert type(step.error) is BackendError
+
+
+def test_a_queued_waiter_whose_late_grants_end_the_acquire_leaves_the_queue() -> None:
+    clock = FakeClock()
+    p = plan(clock, ttl=1.0, wait=0, fair=True)
+    p.start()
+    for _ in range(2):
+        clock.now += 1.0
+        p.answered(GRANTED)
+        step = p.given_back()
+    assert isinstance(step, Raise)
+    assert step.leave
 
 
 # -- refusals and the one deadline ---------------------------------------------------------------------------------

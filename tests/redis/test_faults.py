@@ -242,3 +242,50 @@ def test_a_renewal_batch_that_fails_past_the_error_boundary_still_ends(own_serve
             await alocks.aclose()
 
         asyncio.run(main())
+
+
+def _acquire_through(proxy_port: int, front: str, name: str, ttl: float) -> fencelock.Lease | fencelock.aio.Lease:
+    url = f"redis://127.0.0.1:{proxy_port}/0?socket_timeout=5"
+    if front == "sync":
+        with fencelock.connect(url) as locks:
+            return locks.acquire(name, ttl=ttl, wait=0)
+
+    async def main() -> fencelock.aio.Lease:
+        async with fencelock.aio.connect(url) as locks:
+            return await locks.acquire(name, ttl=ttl, wait=0)
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_a_grant_that_came_after_its_ttl_is_given_back_and_tried_again_never_reported_busy(
+        own_server: RedisServer, name: str, front: str) -> None:
+    """A reply that took longer than the TTL: the key is given back (nobody held the lock), and with wait=0 the
+    acquire tries once more at once and gets it, instead of claiming the lock "is held by another holder"."""
+    from fencelock.testing.faults import LATE, FaultProxy, Rule
+
+    with FaultProxy("127.0.0.1", own_server.port) as proxy:
+        rule = proxy.arm(Rule(LATE, "acquire", delay=0.3))
+        since = time.monotonic()
+        lease = _acquire_through(proxy.port, front, name, ttl=0.2)
+        assert rule.hit.is_set()
+        sent = [n for n in proxy.names(since) if n in ("acquire", "release")]
+        runs = [n for k, n in enumerate(sent) if k == 0 or sent[k - 1] != n]  # (a NOSCRIPT's EVAL is the same run)
+        assert runs == ["acquire", "release", "acquire"]
+        # An independent client: the key is the second attempt's, with the same token (the grant is the lease's).
+        assert lock_value(own_server.client(), name) == lease.token
+
+
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_grants_that_keep_coming_after_their_ttl_raise_backend_error_and_leave_no_key(
+        own_server: RedisServer, name: str, front: str) -> None:
+    from fencelock.testing.faults import LATE, FaultProxy, Rule
+
+    with FaultProxy("127.0.0.1", own_server.port) as proxy:
+        for k in (1, 2):
+            proxy.arm(Rule(LATE, "acquire", nth=k, delay=0.3))
+        with pytest.raises(fencelock.BackendError, match="granted too late") as caught:
+            _acquire_through(proxy.port, front, name, ttl=0.2)
+        assert not isinstance(caught.value, fencelock.NotAcquired)
+        assert caught.value.name == name
+        assert lock_value(own_server.client(), name) is None  # both grants were given back, not left to the TTL

@@ -236,3 +236,37 @@ def test_closing_a_client_while_give_backs_are_pending_leaves_no_connection_open
             break
         time.sleep(0.05)
     assert open_ == [0] * 5  # (the asking client itself aside)
+
+
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_a_quorum_granted_after_the_ttl_ran_out_is_given_back_and_tried_again_not_called_busy(
+        five: RedisNodes, name: str, front: str) -> None:
+    """Three nodes' grants come back after the TTL: nobody held the lock, so wait=0 gives the grant back on every
+    node and proposes once more, and gets it (before, this raised NotAcquired "held by another holder")."""
+    from fencelock.testing.faults import LATE, FaultProxy, Rule
+
+    proxies = [FaultProxy("127.0.0.1", node.port, name=f"faults-{i}").start() for i, node in enumerate(five.nodes)]
+    try:
+        rules = [p.arm(Rule(LATE, "redlock_acquire", delay=0.25)) for p in proxies[:3]]
+        urls = [f"redis://127.0.0.1:{p.port}/0?socket_timeout=2" for p in proxies]
+        since = time.monotonic()
+        lease: fencelock.Lease | fencelock.aio.Lease
+        if front == "sync":
+            with fencelock.connect(urls, node_timeout=1.0) as locks:
+                lease = locks.acquire(name, ttl=0.2, wait=0)
+        else:
+            async def main() -> fencelock.aio.Lease:
+                async with fencelock.aio.connect(urls, node_timeout=1.0) as locks:
+                    return await locks.acquire(name, ttl=0.2, wait=0)
+
+            lease = asyncio.run(main())
+        assert all(rule.hit.is_set() for rule in rules)
+        for proxy in proxies[:3]:
+            sent = [n for n in proxy.names(since) if n in ("redlock_acquire", "redlock_release")]
+            runs = [n for k, n in enumerate(sent) if k == 0 or sent[k - 1] != n]  # (a NOSCRIPT's EVAL: one run)
+            assert runs[:3] == ["redlock_acquire", "redlock_release", "redlock_acquire"], runs
+        # Independent clients: a quorum of nodes holds the second round's grant, with the lease's token.
+        assert sum(_holds(node, name, lease.token) for node in five.nodes) >= 3
+    finally:
+        for proxy in proxies:
+            proxy.close()

@@ -32,7 +32,8 @@ class Grant(NamedTuple):
 
 
 class GiveBack(NamedTuple):
-    """Granted too late to be of use (a slow network ate the TTL): delete the key, then report `given_back`."""
+    """Granted too late to be of use (a slow network ate the TTL): delete the key, then report `given_back`.
+    Nobody held the lock: a late grant is tried again, never reported as busy."""
 
 
 class Sleep(NamedTuple):
@@ -68,8 +69,8 @@ RetryAfter = Callable[[BackendError, int], "float | None"]
 class Acquiring:
     """One acquisition's decisions, from its first attempt to a grant or an error. One deadline for all of it."""
 
-    __slots__ = ("_behind", "_clock", "_deadline", "_failures", "_fair", "_name", "_retry_after", "_sent_at",
-                 "_ttl", "_wait", "_waiting", "block_cap", "queued", "started")
+    __slots__ = ("_behind", "_clock", "_deadline", "_failures", "_fair", "_late", "_name", "_retry_after",
+                 "_sent_at", "_took", "_ttl", "_wait", "_waiting", "block_cap", "queued", "started")
 
     def __init__(self, name: str, ttl: float, wait: float | None, *, fair: bool, always_queues: bool,
                  block_cap: float, retry_after: RetryAfter, behind: Callable[[], bool], clock: Clock) -> None:
@@ -87,6 +88,8 @@ class Acquiring:
         self.started = clock()
         self._deadline = Deadline.after(wait, self.started)
         self._failures = 0
+        self._late = 0  # grants in a row that came with no validity left
+        self._took = 0.0  # the last late grant's round trip, for the error
         self._waiting = False  # the first refusal was reported ("wait")
         self._sent_at = self.started
 
@@ -102,15 +105,24 @@ class Acquiring:
         """The attempt got an answer: granted (in time, or too late), or refused."""
         self._failures = 0
         if attempt.granted:
+            now = self._clock()
             valid_until = validity_end(self._ttl, self._sent_at)
-            if valid_until > self._clock():
+            if valid_until > now:
                 return Grant(attempt.fence, valid_until)
+            self._late += 1
+            self._took = now - self._sent_at
             return GiveBack()
+        self._late = 0
         return self._refused(attempt.holder_ttl)
 
-    def given_back(self) -> Try | Block | Raise:
-        """The late grant was given back: it counts as refused."""
-        return self._refused(None)
+    def given_back(self) -> Try | Raise:
+        """The late grant was given back. The lock was free, so this is never "busy": like a failed request, the
+        first is tried again at once, more only within a finite wait; then a `BackendError` says it was too slow."""
+        if self._late == 1 or (self._wait is not None and not self._deadline.expired(self._clock())):
+            return self._try(0.0)
+        return Raise(BackendError(f"granted too late to be valid: the attempt took {self._took:.3f} s of the "
+                                  f"ttl's {self._ttl} s (the grant was given back)", name=self._name),
+                     "failed", leave=self.queued)
 
     def _refused(self, holder_ttl: float | None) -> Try | Block | Raise:
         now = self._clock()
