@@ -15,7 +15,6 @@ The nodes are `NodeModel`, the specification of the Lua script; the client side 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import pytest
@@ -36,8 +35,6 @@ from fencelock._redis.redlock import (
     repaired_hwm,
     worth_another_round,
 )
-
-from . import searches
 
 TTL = 10.0
 QUARANTINE = TTL  # the repair delay must be at least the longest TTL
@@ -351,43 +348,31 @@ def _explore(quarantine: float, repair: bool, limit: int = 3_000_000,
     return len(seen), None
 
 
-searches.register("fences", partial(_explore, quarantine=TTL, repair=True))
-searches.register("fences-no-repair", partial(_explore, quarantine=TTL, repair=False))
-searches.register("fences-clock-floor", partial(_explore, quarantine=0.0, repair=False, clock_floor=1_000))
-searches.register("fences-no-quarantine", partial(_explore, quarantine=0.0, repair=True))
-
-
 @pytest.mark.timeout(600)  # a search of most of a million states: about a minute
-@pytest.mark.search("fences")
 def test_exhaustively_for_three_nodes_fences_never_repeat_or_go_backwards() -> None:
-    states, violation = searches.result("fences")
+    states, violation = _explore(quarantine=TTL, repair=True)
     assert violation is None, violation
     assert states > 500_000  # the scope really was explored (722,890 states when this was written)
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.search("fences-no-repair")
 def test_exhaustively_without_repair_a_fence_repeats_or_goes_backwards() -> None:
-    _, violation = searches.result("fences-no-repair")
+    _, violation = _explore(quarantine=TTL, repair=False)
     assert violation is not None
 
 
 @pytest.mark.timeout(600)  # a search of most of a million states: about a minute
-@pytest.mark.search("fences-clock-floor")
 def test_exhaustively_without_repair_or_quarantine_a_clock_floor_keeps_fences_ordered() -> None:
     """repair=False (docs/decisions/2026-12-01-redlock-plain-floor.md): the node counts again at once, with a
     floor from its clock, above every fence of the scope (the clock assumption). Fences never repeat or go
     backwards, although the lock itself may be granted twice at once (the search checks fences only)."""
-    states, violation = searches.result("fences-clock-floor")
+    states, violation = _explore(quarantine=0.0, repair=False, clock_floor=1_000)
     assert violation is None, violation
     assert states > 500_000  # the scope really was explored (818,367 states when this was written)
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.search("fences-no-quarantine")
 def test_exhaustively_repairing_without_the_quarantine_lets_a_fence_repeat() -> None:
     """An attempt in flight when the node crashed can finish after an immediate repair: why the delay exists."""
-    _, violation = searches.result("fences-no-quarantine")
+    _, violation = _explore(quarantine=0.0, repair=True)
     assert violation is not None
 
 

@@ -8,8 +8,6 @@ without a floor show why each exists. The fencing rule itself is checked in `tes
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -17,51 +15,36 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from fencelock._redis.redlock import quorum
 
-from . import searches
 from .redlock_protocol import DELAY, EPS, PTTL, NoClaim, NoFloor, OldProtocol, Protocol, ProtoWorld, explore, moves
 from .test_redlock_model import NAME
 
 SCOPE = {"clients": 2, "crashes": 1, "ticks": 2, "attempts": 2}
 
 
-def _search(protocol: str, down: tuple[int, ...] = ()) -> tuple[int, str | None]:
-    variant = {"new": Protocol, "no-claim": NoClaim, "old": OldProtocol}[protocol]
-    return explore(ProtoWorld.new(variant(), 3, down), **SCOPE)
-
-
-for _down in ((), (2,)):
-    for _protocol in ("new", "old"):
-        searches.register(f"protocol-{_protocol}-down{len(_down)}", partial(_search, _protocol, _down))
-searches.register("protocol-no-claim", partial(_search, "no-claim"))
-
-
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("down", [pytest.param(0, marks=pytest.mark.search("protocol-new-down0")),
-                                  pytest.param(1, marks=pytest.mark.search("protocol-new-down1"))])
-def test_exhaustively_for_three_nodes_startup_and_repair_have_no_dead_end_and_stay_safe(down: int) -> None:
+@pytest.mark.parametrize("down", [(), (2,)])
+def test_exhaustively_for_three_nodes_startup_and_repair_have_no_dead_end_and_stay_safe(down: tuple[int, ...]) -> None:
     """Liveness and safety of start-up and repair, over every interleaving of a small scope: 3 nodes (one of
     them down at first contact, or none), two concurrent clients crashing at any step, one node losing its
     data at any step, the clock passing the window and the quarantine, two attempts anywhere."""
-    states, violation = searches.result(f"protocol-new-down{down}")
+    states, violation = explore(ProtoWorld.new(Protocol(), 3, down), **SCOPE)
     assert violation is None, violation
     assert states > 100_000, states  # the scope really was explored (156,050 and 161,268 when written)
 
 
-@pytest.mark.search("protocol-no-claim")
 def test_exhaustively_marking_a_new_deployment_without_claims_lets_two_grants_share_a_fence() -> None:
     """Why claims: a look that straddles another client's marks and grant and a node's loss sees every node
     fresh; marking from it hands the emptied node fence 1 again while the first grant is valid."""
-    _, violation = searches.result("protocol-no-claim")
+    _, violation = explore(ProtoWorld.new(NoClaim(), 3), **SCOPE)
     assert violation is not None
     assert violation.startswith("fence 1 granted after fence 1"), violation
 
 
-@pytest.mark.parametrize("down", [pytest.param(0, marks=pytest.mark.search("protocol-old-down0")),
-                                  pytest.param(1, marks=pytest.mark.search("protocol-old-down1"))])
-def test_exhaustively_the_old_protocol_has_a_dead_end(down: int) -> None:
+@pytest.mark.parametrize("down", [(), (2,)])
+def test_exhaustively_the_old_protocol_has_a_dead_end(down: tuple[int, ...]) -> None:
     """The bug of issue 13, found by the same search: two clients starting at once (or one node down at first
     contact) leave nodes seen, unmarked and unrepairable for ever."""
-    _, violation = searches.result(f"protocol-old-down{down}")
+    _, violation = explore(ProtoWorld.new(OldProtocol(), 3, down), **SCOPE)
     assert violation is not None
     assert violation.startswith("dead end (old protocol)"), violation
 
