@@ -373,3 +373,52 @@ def test_asyncio_a_request_waiting_for_its_predecessor_is_never_sent_once_its_ca
         await client.aclose()
 
     asyncio.run(main())
+
+
+def test_a_forked_child_is_not_blocked_by_a_lock_a_parents_thread_held_at_the_fork(name: str) -> None:
+    """A node's job that finishes in one of the parent's threads at the moment of the fork holds that node's
+    locks: the child's copies of them would stay held for ever (this hung a child in CI). Here a parent's thread
+    holds every node's locks across the fork, deterministically."""
+    with RedisNodes(5) as nodes:
+        initialise_redlock(nodes.urls)
+        locks = fencelock.connect(nodes.urls)
+        locks.acquire(name + ":warm", ttl=5.0, wait=0).release()
+        channels = locks.backend._channels  # type: ignore[attr-defined]
+        held = [lock for channel in channels for lock in (channel._jobs_lock, channel._latest_lock)]
+        forked, done = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            for lock in held:
+                lock.acquire()
+            forked.wait()
+            for lock in held:
+                lock.release()
+            done.set()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        while not all(lock.locked() for lock in held):
+            time.sleep(0.001)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for _ in range(5):
+                    locks.acquire(name + ":child", ttl=5.0, wait=0).release()
+                code = 0
+            finally:
+                os._exit(code)
+        forked.set()
+        holder.join()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            finished, status = os.waitpid(pid, os.WNOHANG)
+            if finished:
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the child did not finish: blocked on a lock held at the fork")
+        assert os.waitstatus_to_exitcode(status) == 0
+        locks.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,6 +38,7 @@ class Connections(ChannelBase):
         self._workers: ThreadPoolExecutor | None = None
         self._jobs = 0  # submitted and not yet finished
         self._jobs_lock = threading.Lock()
+        _EVERY.add(self)
 
     def _adopt(self) -> None:
         """Forked: those sockets are the parent's, and so are the threads."""
@@ -49,6 +51,7 @@ class Connections(ChannelBase):
     def _let_go(self) -> None:
         self._idle, self._open, self._pid = deque(), set(), os.getpid()
         self._workers, self._jobs = None, 0
+        self._jobs_lock = threading.Lock()  # (a forked child's copy may be held by a parent's thread, for ever)
         self._forget_requests()
 
     def _stop(self) -> None:
@@ -75,6 +78,19 @@ class Connections(ChannelBase):
     def _job_done(self, _: Future[Any]) -> None:
         with self._jobs_lock:
             self._jobs -= 1
+
+
+_EVERY: weakref.WeakSet[Connections] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a forked child, every server's connections, threads and locks are the parent's: let go of them all at
+    once, before the child runs on. A lock that one of the parent's threads held at the fork would stay held."""
+    for connections in list(_EVERY):
+        connections._let_go()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def drop(conn: Any) -> None:
