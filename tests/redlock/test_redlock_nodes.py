@@ -261,10 +261,14 @@ def test_a_quorum_granted_after_the_ttl_ran_out_is_given_back_and_tried_again_no
 
             lease = asyncio.run(main())
         assert all(rule.hit.is_set() for rule in rules)
+        tried_again = 0
         for proxy in proxies[:3]:
             sent = [n for n in proxy.names(since) if n in ("redlock_acquire", "redlock_release")]
             runs = [n for k, n in enumerate(sent) if k == 0 or sent[k - 1] != n]  # (a NOSCRIPT's EVAL: one run)
-            assert runs[:3] == ["redlock_acquire", "redlock_release", "redlock_acquire"], runs
+            assert runs[:2] == ["redlock_acquire", "redlock_release"], runs  # the late grant, given back
+            tried_again += runs[:3] == ["redlock_acquire", "redlock_release", "redlock_acquire"]
+        # The second attempt returns at its quorum: with the two nodes not faulted, one of these is enough.
+        assert tried_again >= 1
         # Independent clients: a quorum of nodes holds the second round's grant, with the lease's token.
         assert sum(_holds(node, name, lease.token) for node in five.nodes) >= 3
     finally:
