@@ -68,8 +68,8 @@ class Connections(ChannelBase):
                 busy: Future[T] = Future()
                 busy.set_result(overflow())
                 return busy
-            if self._workers is None or self._pid != os.getpid():
-                self._workers, self._pid = ThreadPoolExecutor(LANE_WORKERS, f"fencelock-{self.where}"), os.getpid()
+            if self._workers is None:  # (a forked child has none: `_after_fork` let go of the parent's)
+                self._workers = ThreadPoolExecutor(LANE_WORKERS, f"fencelock-{self.where}")
             self._jobs += 1
             future = self._workers.submit(work, *args)
         future.add_done_callback(self._job_done)
