@@ -199,6 +199,19 @@ def test_threads_sharing_a_redlock_client_never_share_a_node_connection(name: st
         assert _our_connections(nodes) == before
 
 
+def _child_status(pid: int, deadline: float, failure: str) -> int:
+    """The forked child's wait status once it exits; killed, and `failure` raised, if it is still running at
+    `deadline` (time.monotonic)."""
+    while time.monotonic() < deadline:
+        finished, status = os.waitpid(pid, os.WNOHANG)
+        if finished:
+            return status
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError(failure)
+
+
 def test_a_forked_child_uses_node_connections_of_its_own(name: str) -> None:
     with RedisNodes(5) as nodes:
         initialise_redlock(nodes.urls)
@@ -220,15 +233,7 @@ def test_a_forked_child_uses_node_connections_of_its_own(name: str) -> None:
         deadline = time.monotonic() + 30
         for _ in range(50):
             locks.acquire(name + ":parent", ttl=5.0, wait=0).release()
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.01)
-        else:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            raise AssertionError("the child did not finish")
+        status = _child_status(pid, deadline, "the child did not finish")
         with os.fdopen(report_r) as report:
             assert os.waitstatus_to_exitcode(status) == 0, report.read()
         locks.acquire(name + ":parent", ttl=5.0, wait=0).release()
@@ -385,7 +390,7 @@ def test_a_forked_child_is_not_blocked_by_a_lock_a_parents_thread_held_at_the_fo
         locks.acquire(name + ":warm", ttl=5.0, wait=0).release()
         channels = locks.backend._channels  # type: ignore[attr-defined]
         held = [lock for channel in channels for lock in (channel._jobs_lock, channel._latest_lock)]
-        forked, done = threading.Event(), threading.Event()
+        forked = threading.Event()
 
         def hold() -> None:
             for lock in held:
@@ -393,7 +398,6 @@ def test_a_forked_child_is_not_blocked_by_a_lock_a_parents_thread_held_at_the_fo
             forked.wait()
             for lock in held:
                 lock.release()
-            done.set()
 
         holder = threading.Thread(target=hold)
         holder.start()
@@ -410,15 +414,7 @@ def test_a_forked_child_is_not_blocked_by_a_lock_a_parents_thread_held_at_the_fo
                 os._exit(code)
         forked.set()
         holder.join()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            finished, status = os.waitpid(pid, os.WNOHANG)
-            if finished:
-                break
-            time.sleep(0.01)
-        else:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            raise AssertionError("the child did not finish: blocked on a lock held at the fork")
+        status = _child_status(pid, time.monotonic() + 20,
+                               "the child did not finish: blocked on a lock held at the fork")
         assert os.waitstatus_to_exitcode(status) == 0
         locks.close()
