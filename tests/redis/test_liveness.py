@@ -65,28 +65,38 @@ def test_ten_thousand_leases_are_renewed_in_batches_and_the_process_exits_prompt
     code = textwrap.dedent(f"""
         import time, fencelock
         locks = fencelock.connect({own_server.url!r})
+        # One request per lease, timed first and alone: the unit the batched renewals are judged in.
+        singles = [locks.acquire(f"one:{{i}}", ttl=3.0, wait=0) for i in range(2_000)]
+        one_before = time.process_time()
+        for lease in singles:
+            lease.extend()
+        one = (time.process_time() - one_before) / len(singles)
+        for lease in singles:
+            lease.release()
         started = time.monotonic()
         leases = [locks.acquire(f"many:{{i}}", ttl=3.0, wait=0, renew=True) for i in range(10_000)]
         took = time.monotonic() - started
-        cpu_before = time.process_time()
+        cpu_before, renewals_before = time.process_time(), locks.watchdog.renewals
         time.sleep(4.0)
         cpu = time.process_time() - cpu_before
+        renewed = locks.watchdog.renewals - renewals_before
         lost = sum(lease.lost for lease in leases)
-        print(took, cpu, lost, locks.watchdog.renewals, locks.backend.renewal_requests, flush=True)
+        print(took, cpu, lost, locks.watchdog.renewals, locks.backend.renewal_requests, one, renewed, flush=True)
         exit_started = time.monotonic()
     """)
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 0, done.stderr
-    took, cpu, lost, renewals, requests = (float(x) for x in done.stdout.split())
+    took, cpu, lost, renewals, requests, one, renewed = (float(x) for x in done.stdout.split())
     assert lost == 0
-    assert renewals >= 10_000  # each lease renewed at least once in 4 s (every second)
+    assert renewed >= 10_000  # each lease renewed at least once in those 4 s (every second)
     assert requests * 100 >= renewals * 0.99  # 100 leases per script call at most ...
     assert requests <= renewals / 100 * 1.5 + 10  # ... and close to that: batches are full
-    # Renewing 10,000 leases takes about a fifth of one core (0.8 s of CPU in 4 s); a third leaves room for a
-    # busy machine, and one request per lease (no batches) would take several times that.
-    assert cpu < 4.0 / 3, cpu
+    # A batched renewal costs less CPU than one lease's own extend() in the same process: a bound in the machine's
+    # own units, not in seconds, so a slower or busier machine moves both sides alike. (It measures about a third
+    # to a half of it: the client's encoding of each lease's keys and arguments is most of what is left.)
+    assert cpu / renewed < one, (cpu, renewed, one)
     # The process does not hang on its leases: it exits right after its last line.
     assert time.monotonic() - started < took + 4.0 + slack(10.0)
     keys: Any = own_server.client().keys("fencelock:{many:*}:lock")

@@ -43,7 +43,10 @@ def test_sync_redlock_with_two_stalled_nodes_loses_no_renewed_lease(stalled_redl
     however many requests the two stalled nodes leave hanging; each lease's key stays, with its token, on every
     healthy node, as an independent client sees it there."""
     healthy = [node.client(socket_timeout=2) for node in stalled_redlock.nodes.nodes[2:]]
-    locks = fencelock.connect(stalled_redlock.nodes.urls)
+    # A node timeout a loaded machine can keep (as in the asyncio test below): with eight threads opening their
+    # first connections at once, CI saw the three healthy nodes miss the 70 ms default for this TTL. A round still
+    # ends once the three healthy nodes answer, and the stalled nodes' requests still pile up behind it.
+    locks = fencelock.connect(stalled_redlock.nodes.urls, node_timeout=slack(0.8))
     lost: list[str] = []
     errors: list[BaseException] = []
     missing: list[tuple[str, list[str | None]]] = []
