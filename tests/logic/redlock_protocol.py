@@ -329,6 +329,7 @@ def moves(world: ProtoWorld, *, clients: int, crashes: int, ticks: int, attempts
 def explore(start: ProtoWorld, limit: int = 400_000, **scope: int) -> tuple[int, str | None]:
     """Depth-first over every interleaving in the scope; returns (states seen, first violation or None)."""
     seen: set[object] = set()
+    recovers: dict[object, bool] = {}  # `recovers()` drops the clients: states that differ only there share it
     stack = [start]
     while stack:
         world = stack.pop()
@@ -340,7 +341,12 @@ def explore(start: ProtoWorld, limit: int = 400_000, **scope: int) -> tuple[int,
             raise AssertionError(f"the scope grew past {limit} states")
         if (why := world.violation()) is not None:
             return len(seen), why
-        if len(world.up) >= quorum(world.n) and not world.recovers():
-            return len(seen), f"dead end ({world.protocol.name} protocol): {world.key()}"
+        if len(world.up) >= quorum(world.n):
+            nodes, up, now, gen = k[:4]  # type: ignore[index]
+            live = recovers.get(r := (nodes, up, now, gen, len(world.grants)))
+            if live is None:
+                live = recovers[r] = world.recovers()
+            if not live:
+                return len(seen), f"dead end ({world.protocol.name} protocol): {world.key()}"
         stack.extend(moves(world, **scope))
     return len(seen), None
