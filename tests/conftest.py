@@ -283,20 +283,9 @@ def until(condition: Callable[..., object], timeout: float, what: str) -> None:
         time.sleep(0.01)
 
 
-_COLLECT_EVERY = 100  # tests between full collections of what earlier tests left (docs/decisions/2026-12-03-test-gc.md)
-_tests_since_collect = [0]
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Each test's garbage collections see only the objects made since it began: everything older (the imported
-    backends, hypothesis, earlier tests' leftovers) is frozen, so a full collection no longer stops every thread
-    of the test (its proxies, watchers and clients) for tens of milliseconds. Every `_COLLECT_EVERY` tests, the
-    leftovers are collected once, before the test starts."""
-    _tests_since_collect[0] += 1
-    if _tests_since_collect[0] >= _COLLECT_EVERY:
-        _tests_since_collect[0] = 0
-        gc.unfreeze()
-        gc.collect()
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Full garbage collections skip what lives for the whole run (every imported module, every collected test):
+    frozen once, before the first test, so a collection during a test walks that test's objects and the
+    session's servers and clients, not the whole interpreter (docs/decisions/2026-12-03-test-gc.md)."""
+    gc.collect()
     gc.freeze()
-
