@@ -173,7 +173,7 @@ class ProtoWorld:
         return ProtoWorld(self.protocol, [_copy(nd) for nd in self.nodes], set(self.up), self.now,
                           list(self.gen), list(self.clients), list(self.grants), self.started, self.ticks)
 
-    def key(self) -> object:
+    def key(self) -> tuple[object, ...]:
         return (tuple(_node_key(nd) for nd in self.nodes), frozenset(self.up), self.now, tuple(self.gen),
                 tuple(sorted(self.clients, key=repr)), tuple(self.grants), self.started, self.ticks)
 
@@ -342,11 +342,11 @@ def explore(start: ProtoWorld, limit: int = 400_000, **scope: int) -> tuple[int,
         if (why := world.violation()) is not None:
             return len(seen), why
         if len(world.up) >= quorum(world.n):
-            nodes, up, now, gen = k[:4]  # type: ignore[index]
+            nodes, up, now, gen = k[:4]
             live = recovers.get(r := (nodes, up, now, gen, len(world.grants)))
             if live is None:
                 live = recovers[r] = world.recovers()
             if not live:
-                return len(seen), f"dead end ({world.protocol.name} protocol): {world.key()}"
+                return len(seen), f"dead end ({world.protocol.name} protocol): {k}"
         stack.extend(moves(world, **scope))
     return len(seen), None
