@@ -136,8 +136,15 @@ def test_an_extend_without_an_answer_may_shorten_but_never_lengthen_the_validity
     assert life.valid_until == before
     life.extend_unknown(0.5, T0 + 0.5)
     assert life.valid_until == validity_end(0.5, T0 + 0.5)
-    life.extended(10.0, T0 + 0.6)
+    assert life.extended(10.0, T0 + 0.6, T0 + 0.7)
     assert life.valid_until == validity_end(10.0, T0 + 0.6)
+
+
+def test_an_extend_confirmed_after_its_ttl_ran_out_grants_nothing() -> None:
+    life = renewed_lease()
+    assert life.extended(0.1, T0 + 0.5, T0 + 0.59)  # in time: the drift (1 % + 2 ms) leaves 0.097 s
+    assert not life.extended(0.1, T0 + 0.5, T0 + 0.5 + 0.1)
+    assert life.remaining(T0 + 0.6) == 0.0
 
 
 def test_a_renewal_may_go_a_share_of_its_interval_early_but_the_end_of_validity_check_never_does() -> None:

@@ -13,10 +13,16 @@ RENEW = 0.25         # renewed leases: every this many seconds
 HELD_BACK = 0.4      # a late reply or a paused server: longer than the clients' socket timeout
 OBSERVE = 0.1        # seconds of claims and rival attempts after the request
 FIRE_TIMEOUT = 3.0   # the fault must have fired by then
+SHORT_TTL = 0.06     # past_ttl cells: the TTL the faulted request asks for...
+PAST_TTL = 0.12      # ...and how late its reply comes: after that TTL, within the socket and node timeouts
 
 FAULTS = ["lose", "late", "reset_before", "reset_after", "idle", "handshake", "pause"]
 """Every fault of the matrix; `cancel` (asyncio only) is its own table. `handshake`: the idle connections are
 closed, and the server then closes the next new connection during its set-up (its first CLIENT command)."""
+PAST_TTL_FAULT = "past_ttl"
+PAST_TTL_REQUESTS = ["acquire", "acquire_fair", "extend_shorter", "wait"]
+"""The `past_ttl` row: the reply to a grant or an extend comes late but still in time for the client's timeouts,
+after the TTL it asked for has run out on the server. Only requests that ask for a TTL are in it."""
 _HEALTHY = ("idle", "handshake")
 """Faults after which the server is healthy: no call may fail."""
 
@@ -40,12 +46,15 @@ DURABLE_TARGETS = {"acquire", "acquire_fair", "extend_same", "extend_longer", "e
                    "race_extend", "race_release"}
 """The requests that carry a WAIT with `durability=`."""
 
-_RULES = {"lose": LOSE, "late": LATE, "reset_before": RESET_BEFORE, "reset_after": RESET_AFTER, "pause": PAUSE}
+_RULES = {"lose": LOSE, "late": LATE, PAST_TTL_FAULT: LATE, "reset_before": RESET_BEFORE, "reset_after": RESET_AFTER,
+          "pause": PAUSE}
 
 
-def target_of(request: str, kind: str) -> tuple[set[str], int]:
+def target_of(request: str, kind: str, fault: str = "") -> tuple[set[str], int]:
     """The request names a cell faults, and which of them (the nth). With `durability=`, a grant's or an extend's
     fault hits the WAIT written after its script: the script ran and answered, its confirmation is what fails."""
+    if fault == PAST_TTL_FAULT and request == "wait":
+        return _MATCH["acquire"], 2  # the grant after the wait, not the wake-up
     if kind == "durable" and request in DURABLE_TARGETS:
         return {"wait"}, 1
     if request.startswith("extend"):
@@ -69,6 +78,11 @@ class Cell:
 
     def __str__(self) -> str:
         return f"{self.front}-{self.fault}-{self.request}"
+
+    @property
+    def ttl(self) -> float:
+        """The TTL the request under test asks for."""
+        return SHORT_TTL if self.fault == PAST_TTL_FAULT else TTL
 
 
 def random_cell(rng: random.Random, kinds: list[str]) -> tuple[str, Cell]:

@@ -25,13 +25,13 @@ import fencelock
 from fencelock.testing.faults import CLOSE, LATE, RESET_AFTER, Request, Rule
 from fencelock.testing.invariants import History, Watcher, check
 
-from .cells import _HEALTHY, _RULES, FIRE_TIMEOUT, HELD_BACK, OBSERVE, RENEW, Cell, target_of
+from .cells import _HEALTHY, _RULES, FIRE_TIMEOUT, HELD_BACK, OBSERVE, PAST_TTL, PAST_TTL_FAULT, RENEW, Cell, target_of
 from .rigs import SOCKET_TIMEOUT, Front, Rig
 from .steps import Story, _prepare, _request, _wait_for
 
 
 def _rule(cell: Cell, rig: Rig, fired: threading.Event) -> Callable[[Any], Rule]:
-    names, nth = target_of(cell.request, rig.kind)
+    names, nth = target_of(cell.request, rig.kind, cell.fault)
     nth = max(nth, cell.nth)
 
     def match(request: Request) -> bool:
@@ -39,7 +39,7 @@ def _rule(cell: Cell, rig: Rig, fired: threading.Event) -> Callable[[Any], Rule]
 
     def make(server: Any) -> Rule:
         kind = _RULES.get(cell.fault, LATE)  # idle: an observer (a late reply by 0 s) that says when it passed
-        delay = 0.0 if cell.fault in _HEALTHY else cell.held_back
+        delay = 0.0 if cell.fault in _HEALTHY else PAST_TTL if cell.fault == PAST_TTL_FAULT else cell.held_back
         if kind == RESET_AFTER:  # the reset comes a while after the reply, but before the client times out
             delay = min(delay, 0.8 * SOCKET_TIMEOUT)
         return Rule(kind, match, nth=nth, delay=delay, on_pause=server.pause, on_resume=server.resume,
@@ -85,8 +85,9 @@ async def run_cell(rig: Rig, cell: Cell, *, healthy_may_fail: bool = False) -> l
                          f"{type(op.error).__name__}: {op.error}" for op in history.ops
                          if isinstance(op.error, fencelock.BackendError) and not healthy_may_fail]
         elif not fired.is_set():
-            problems.append(f"the fault never fired: no {sorted(target_of(cell.request, rig.kind)[0])} request was "
-                            f"seen; the proxies saw {[p.names(started) for p in rig.faulted]}; the calls raised "
+            targets = sorted(target_of(cell.request, rig.kind, cell.fault)[0])
+            problems.append(f"the fault never fired: no {targets} request was seen; the proxies saw "
+                            f"{[p.names(started) for p in rig.faulted]}; the calls raised "
                             f"{[(op.what, repr(op.error)) for op in history.ops if op.error is not None]}")
         for timer in story.timers:
             await asyncio.to_thread(timer.join)

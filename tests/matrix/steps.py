@@ -14,7 +14,7 @@ from typing import Any
 import fencelock
 from fencelock.testing.invariants import History, LeaseRecord, Watcher
 
-from .cells import FIRE_TIMEOUT, RENEW, TTL, Cell
+from .cells import FIRE_TIMEOUT, PAST_TTL_FAULT, RENEW, TTL, Cell, target_of
 from .rigs import Front, Rig
 
 
@@ -180,9 +180,9 @@ async def _request(story: Story, cell: Cell, lease: Any, fired: threading.Event)
     request, locks, name = cell.request, story.locks, story.name
     record = story.live[0].record if story.live else None
     if request in ("acquire", "acquire_fair"):
-        await story.do("acquire", locks.acquire, name, ttl=TTL, wait=0, fair=request == "acquire_fair")
+        await story.do("acquire", locks.acquire, name, ttl=cell.ttl, wait=0, fair=request == "acquire_fair")
     elif request.startswith("extend"):
-        ttl = {"extend_same": TTL, "extend_longer": 2 * TTL, "extend_shorter": TTL / 2}[request]
+        ttl = {"extend_same": TTL, "extend_longer": 2 * TTL, "extend_shorter": min(TTL / 2, cell.ttl)}[request]
         await story.do("extend", lease.extend, ttl, lease=record)
     elif request == "release":
         if await story.do("release", lease.release, lease=record) is None:
@@ -194,19 +194,30 @@ async def _request(story: Story, cell: Cell, lease: Any, fired: threading.Event)
         await _wait_for(fired, FIRE_TIMEOUT)
     elif request == "wait":
         # The holder lets go once the waiter waits (the faulted request was seen), not on a timer: a slow start
-        # of the client must not let the first attempt succeed and leave nothing to fault.
+        # of the client must not let the first attempt succeed and leave nothing to fault. In the past_ttl row
+        # the faulted request is the grant after the wait: the holder lets go once the first attempt was sent.
         assert story.holder is not None
         record_held, held = story.holder
+        since = time.monotonic()
+        attempts = target_of("acquire", story.rig.kind)[0]
+
+        def waiting() -> bool:
+            return any(seen in attempts for proxy in story.rig.faulted for seen in proxy.names(since))
 
         def let_go() -> None:
-            fired.wait(FIRE_TIMEOUT)
+            if cell.fault == PAST_TTL_FAULT:
+                end = time.monotonic() + FIRE_TIMEOUT
+                while not waiting() and time.monotonic() < end:
+                    time.sleep(0.005)
+            else:
+                fired.wait(FIRE_TIMEOUT)
             time.sleep(0.05)
             release_aside(story.history, record_held, held)
 
         timer = threading.Thread(target=let_go, daemon=True)
         timer.start()
         story.timers.append(timer)
-        await story.do("acquire", locks.acquire, name, ttl=TTL, wait=2.0)
+        await story.do("acquire", locks.acquire, name, ttl=cell.ttl, wait=2.0)
     elif request == "status":
         await story.do("status", locks.status, name)
     elif request == "force_release":

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from .cells import DURABLE_TARGETS, FAULTS, REQUESTS, Cell, random_cell
+from .cells import DURABLE_TARGETS, FAULTS, PAST_TTL_FAULT, PAST_TTL_REQUESTS, REQUESTS, Cell, random_cell
 from .rigs import Rig, start_rig
 from .scenario import run_cancel_cell, run_cell
 
@@ -39,6 +39,10 @@ def _cells(kind: str) -> list[Cell]:
         front = rng.randrange(2) ^ (kind == "cluster")
         if not (kind == "redlock" and request == "acquire_fair"):
             cells.append(Cell(FRONTS[front], fault, request))
+    for request in PAST_TTL_REQUESTS:
+        front = rng.randrange(2) ^ (kind == "cluster")
+        if not (kind == "redlock" and request == "acquire_fair"):
+            cells.append(Cell(FRONTS[front], PAST_TTL_FAULT, request))
     return cells
 
 

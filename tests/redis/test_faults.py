@@ -289,3 +289,42 @@ def test_grants_that_keep_coming_after_their_ttl_raise_backend_error_and_leave_n
         assert not isinstance(caught.value, fencelock.NotAcquired)
         assert caught.value.name == name
         assert lock_value(own_server.client(), name) is None  # both grants were given back, not left to the TTL
+
+
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_an_extend_confirmed_after_its_ttl_ran_out_raises_lock_lost_and_claims_nothing(
+        own_server: RedisServer, name: str, front: str) -> None:
+    """The server applied the extend, but its reply came after the TTL it asked for: the lease is lost by then,
+    and extend() says so (before, it returned as if the lease had been extended)."""
+    from fencelock.testing.faults import LATE, FaultProxy, Rule
+
+    url_of = "redis://127.0.0.1:{}/0?socket_timeout=5"
+    lost: list[object] = []
+    with FaultProxy("127.0.0.1", own_server.port) as proxy:
+        if front == "sync":
+            with fencelock.connect(url_of.format(proxy.port)) as locks:
+                lease = locks.acquire(name, ttl=10.0, wait=0, on_lost=lost.append)
+                rule = proxy.arm(Rule(LATE, "extend", delay=0.3))
+                with pytest.raises(fencelock.LockLost, match="after its TTL") as caught:
+                    lease.extend(0.2)
+                assert lease.remaining() == 0.0
+                with pytest.raises(fencelock.LockLost):
+                    lease.ensure()
+        else:
+            async def main() -> tuple[Any, Any, Any]:
+                async with fencelock.aio.connect(url_of.format(proxy.port)) as locks:
+                    lease = await locks.acquire(name, ttl=10.0, wait=0, on_lost=lost.append)
+                    rule = proxy.arm(Rule(LATE, "extend", delay=0.3))
+                    with pytest.raises(fencelock.LockLost, match="after its TTL") as caught:
+                        await lease.extend(0.2)
+                    assert lease.remaining() == 0.0
+                    with pytest.raises(fencelock.LockLost):
+                        lease.ensure()
+                    return lease, rule, caught
+
+            lease, rule, caught = asyncio.run(main())
+    assert rule.hit.is_set()
+    assert caught.value.name == name
+    assert lost == [lease]
+    # An independent client: the key the late extend set has expired, and another holder may take the lock.
+    assert lock_value(own_server.client(), name) is None

@@ -115,9 +115,11 @@ class LeaseState(Generic[F]):
         """The holder is releasing it: no renewal goes out from now on, whatever the release's outcome."""
         self.renew_every = None
 
-    def extended(self, ttl: float, sent_at: float) -> None:
-        """The holder's extend to `ttl`, sent at `sent_at`, was confirmed."""
+    def extended(self, ttl: float, sent_at: float, now: float) -> bool:
+        """The holder's extend to `ttl`, sent at `sent_at`, was confirmed at `now`. False: the confirmation came
+        after that TTL had run out, so it grants nothing (the lease is lost)."""
         self.valid_until = validity_end(ttl, sent_at)
+        return now < self.valid_until
 
     def extend_unknown(self, ttl: float, sent_at: float) -> None:
         """The holder's extend got no answer: the server may have applied it. A shorter TTL then bounds the

@@ -6,6 +6,7 @@ Its state (`_logic.lease.LeaseState`) is shared with the watchdog, which renews 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -121,7 +122,8 @@ class Lease:
                             "(its client's connections belong to that loop)", name=self.name)
 
     def extend(self, ttl: float | None = None) -> None:
-        """Reset the lease to `ttl` seconds (default: its TTL) from now. Raises `LockLost` if no longer ours."""
+        """Reset the lease to `ttl` seconds (default: its TTL) from now. Raises `LockLost` if no longer ours, or if
+        the server confirmed only after `ttl` had run out."""
         self._check_owner("extend")
         new_ttl = self.ttl if ttl is None else check_ttl(ttl, self.name)
         if self._life.state is not State.HELD:
@@ -143,7 +145,12 @@ class Lease:
             raise LockLost("the lock expired or was taken by another holder before it could be extended",
                            name=self.name)
         self.ttl = new_ttl
-        self._life.extended(new_ttl, sent_at)
+        if not self._life.extended(new_ttl, sent_at, self._clock()):
+            # Lost by our clock; the key may still be on the server (the request itself was late): give it back.
+            self._lose("the extension was confirmed only after its TTL had run out", "extend")
+            with contextlib.suppress(BackendError):
+                self._backend.release(self.name, self.token, self.fence)
+            raise LockLost("the extension was confirmed only after its TTL had run out", name=self.name)
         emit("extend", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at)
 
     def release(self) -> None:
