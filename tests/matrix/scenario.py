@@ -89,24 +89,29 @@ async def run_cell(rig: Rig, cell: Cell, *, healthy_may_fail: bool = False) -> l
             problems.append(f"the fault never fired: no {targets} request was seen; the proxies saw "
                             f"{[p.names(started) for p in rig.faulted]}; the calls raised "
                             f"{[(op.what, repr(op.error)) for op in history.ops if op.error is not None]}")
-        for timer in story.timers:
-            await asyncio.to_thread(timer.join)
-        if cell.fault == "lose" and rig.kind == "redlock":
-            # A reply lost on an open connection ends for the client when it gives that connection up, one socket
-            # timeout after the send; until then the per-node order rule counts that node as not answering for
-            # this caller, and a Redlock node answers within its node timeout, which is shorter
-            # (docs/decisions/2026-12-01-order-after-a-lost-reply.md).
-            await asyncio.sleep(SOCKET_TIMEOUT)
-        await story.release_all()
-        await story.liveness()
-        if any(record.renewing for record in history.leases):
-            await asyncio.sleep(RENEW + 0.1)  # a renewal that goes on after the end would show by now
-        watcher.sample(name)
+        await _after_the_fault(story, cell)
     finally:
         rig.clear()
         watcher.stop()
         await front.close(locks)
     return problems + check(history, watcher.samples, quorum=rig.quorum, straggle=rig.straggle)
+
+
+async def _after_the_fault(story: Story, cell: Cell) -> None:
+    """The fault has ended: the same client releases what it holds and works again; the watcher looks last."""
+    for timer in story.timers:
+        await asyncio.to_thread(timer.join)
+    if cell.fault == "lose" and story.rig.kind == "redlock":
+        # A reply lost on an open connection ends for the client when it gives that connection up, one socket
+        # timeout after the send; until then the per-node order rule counts that node as not answering for
+        # this caller, and a Redlock node answers within its node timeout, which is shorter
+        # (docs/decisions/2026-12-01-order-after-a-lost-reply.md).
+        await asyncio.sleep(SOCKET_TIMEOUT)
+    await story.release_all()
+    await story.liveness()
+    if any(record.renewing for record in story.history.leases):
+        await asyncio.sleep(RENEW + 0.1)  # a renewal that goes on after the end would show by now
+    story.watcher.sample(story.name)
 
 
 async def run_cancel_cell(rig: Rig, request: str) -> list[str]:
@@ -189,19 +194,7 @@ async def _story(rig: Rig, request: str, body: Any, cancel_after: int | None) ->
             if rule.hit.is_set():
                 await _wait_for(rule.done, FIRE_TIMEOUT)
                 history.fault_ends.append(rule.ended_at or time.monotonic())
-        for timer in story.timers:
-            await asyncio.to_thread(timer.join)
-        if cell.fault == "lose" and rig.kind == "redlock":
-            # A reply lost on an open connection ends for the client when it gives that connection up, one socket
-            # timeout after the send; until then the per-node order rule counts that node as not answering for
-            # this caller, and a Redlock node answers within its node timeout, which is shorter
-            # (docs/decisions/2026-12-01-order-after-a-lost-reply.md).
-            await asyncio.sleep(SOCKET_TIMEOUT)
-        await story.release_all()
-        await story.liveness()
-        if any(record.renewing for record in history.leases):
-            await asyncio.sleep(RENEW + 0.1)
-        watcher.sample(name)
+        await _after_the_fault(story, cell)
     finally:
         rig.clear()
         watcher.stop()

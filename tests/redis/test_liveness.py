@@ -4,6 +4,7 @@ suite (`fencelock.testing.conformance`)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 import fencelock
+import fencelock.aio
 from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisServer
 from fencelock.testing.timing import slack
@@ -101,6 +103,54 @@ def test_ten_thousand_leases_are_renewed_in_batches_and_the_process_exits_prompt
     assert time.monotonic() - started < took + 4.0 + slack(10.0)
     keys: Any = own_server.client().keys("fencelock:{many:*}:lock")
     assert len(keys) == 10_000  # left to expire by their TTL: the exit did not release them, nor hang on them
+
+
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_two_thousand_batched_leases_survive_a_lost_a_late_and_a_reset_batch_reply(own_server: RedisServer,
+                                                                                   name: str, front: str) -> None:
+    """The watchdog's batches under faults at scale: one batch's reply is lost, one comes late (past the socket
+    timeout), one connection is reset after the server ran the batch. No lease is lost, every lease is renewed
+    again, and an independent client sees every key still held by its own token."""
+    from fencelock.testing.faults import LATE, LOSE, RESET_AFTER, FaultProxy, Rule
+
+    count, ttl, every = 2_000, 2.0, 0.4
+    url = "redis://127.0.0.1:{}/0?socket_timeout=0.4"
+    with FaultProxy("127.0.0.1", own_server.port) as proxy:
+        def faults() -> list[Rule]:
+            return [proxy.arm(Rule(LOSE, "extend_many", nth=2)), proxy.arm(Rule(LATE, "extend_many", nth=9, delay=0.6)),
+                    proxy.arm(Rule(RESET_AFTER, "extend_many", nth=17, delay=0.1))]
+
+        if front == "sync":
+            locks = fencelock.connect(url.format(proxy.port))
+            leases = [locks.acquire(f"{name}:{i}", ttl=ttl, wait=0, renew=every) for i in range(count)]
+            rules = faults()
+            before = locks.watchdog.renewals
+            time.sleep(2 * ttl)
+            renewed = locks.watchdog.renewals - before
+            lost = [lease.name for lease in leases if lease.lost]
+            held = {lease.name: lease.token for lease in leases}
+        else:
+            async def main() -> tuple[list[Rule], int, list[str], dict[str, str]]:
+                async with fencelock.aio.connect(url.format(proxy.port)) as alocks:
+                    aleases = [await alocks.acquire(f"{name}:{i}", ttl=ttl, wait=0, renew=every)
+                               for i in range(count)]
+                    arules = faults()
+                    first = alocks.watchdog.renewals
+                    await asyncio.sleep(2 * ttl)
+                    return (arules, alocks.watchdog.renewals - first, [a.name for a in aleases if a.lost],
+                            {a.name: a.token for a in aleases})
+
+            rules, renewed, lost, held = asyncio.run(main())
+        assert all(rule.hit.is_set() for rule in rules), [rule.hit.is_set() for rule in rules]
+        assert lost == []
+        assert renewed >= 2 * count  # every lease renewed again after the faults, not only before them
+        raw = own_server.client()
+        names = list(held)  # one GET per name: 2,000 reads of an independent client
+        assert [lock_value(raw, n) for n in names] == [held[n] for n in names]
+        if front == "sync":
+            for lease in leases:
+                lease.release()
+            locks.close()
 
 
 def test_renewal_goes_on_after_the_server_forgets_its_scripts(deployment: RedisFamily, name: str) -> None:
