@@ -21,6 +21,7 @@ import fencelock
 from fencelock._async import _multiplex as async_multiplex
 from fencelock._async import _transport as async_transport
 from fencelock._redis import channel as _channel
+from fencelock._redis.keys import redis_keys
 from fencelock._scripts import Lua
 from fencelock._sync import _connection as sync_connection
 from fencelock._sync import _multiplex as sync_multiplex
@@ -237,6 +238,63 @@ def test_a_forked_child_uses_node_connections_of_its_own(name: str) -> None:
         with os.fdopen(report_r) as report:
             assert os.waitstatus_to_exitcode(status) == 0, report.read()
         locks.acquire(name + ":parent", ttl=5.0, wait=0).release()
+        locks.close()
+
+
+def test_a_child_forked_while_a_reply_is_held_back_never_reads_it_and_the_parent_gets_its_own(
+        own_server: RedisServer, name: str) -> None:
+    """Fork while the parent's release waits for a late reply (in another thread): the child inherits that
+    connection mid-request. The child's own requests go on connections of its own and get their own replies; the
+    parent's release still gets its reply; an independent client sees the parent's key gone."""
+    from fencelock.testing.faults import LATE, FaultProxy, Rule
+
+    with FaultProxy("127.0.0.1", own_server.port) as proxy:
+        locks = fencelock.connect(f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=2")
+        lease = locks.acquire(name, ttl=10.0, wait=0)
+        rule = proxy.arm(Rule(LATE, "release", delay=0.5))
+        errors: list[BaseException] = []
+
+        def release() -> None:
+            try:
+                lease.release()
+            except BaseException as exc:
+                errors.append(exc)
+
+        releasing = threading.Thread(target=release)
+        releasing.start()
+        assert rule.hit.wait(slack(2.0))  # the release is on the wire; its reply is held back
+        report_r, report_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for k in range(20):
+                    child = locks.acquire(f"{name}:child{k}", ttl=5.0, wait=0)
+                    child.extend()
+                    child.release()
+                try:
+                    lease.release()
+                except fencelock.LockError:
+                    code = 0  # the parent's lease is not the child's to release
+                else:
+                    os.write(report_w, b"the child released its parent's lease")
+            except BaseException as exc:
+                os.write(report_w, repr(exc).encode())
+            finally:
+                os._exit(code)
+        os.close(report_w)
+        status = _child_status(pid, time.monotonic() + slack(30.0), "the child did not finish")
+        releasing.join(slack(5.0))
+        assert not releasing.is_alive()
+        with os.fdopen(report_r) as report:
+            assert os.waitstatus_to_exitcode(status) == 0, report.read()
+        assert errors == []
+        assert not lease.held  # released, and confirmed:
+        assert not lease.lost
+        raw = own_server.client()
+        assert raw.get(redis_keys(name).lock) is None
+        assert [raw.get(redis_keys(f"{name}:child{k}").lock) for k in range(20)] == [None] * 20
+        locks.acquire(name, ttl=5.0, wait=0).release()  # and the parent's client works on
         locks.close()
 
 
