@@ -7,6 +7,7 @@ turned into `BackendError` here, at this one boundary.
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
+from functools import partial
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
@@ -15,15 +16,28 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
 from .._errors import BackendError, NotDurable
+from .._events import emit
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
 from .._redis.channel import Confirmed, goes_again, release_answer, resent
 from .._redis.durability import Durability, Unsupported
+from .._redis.eviction import eviction_risk
 from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
 from .._redis.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
-from .._scripts import ACQUIRE, EXTEND, EXTEND_MANY, FAIR_ACQUIRE, FAIR_LEAVE, FORCE_RELEASE, RELEASE, STATUS, Lua
+from .._scripts import (
+    ACQUIRE,
+    EVICTION,
+    EXTEND,
+    EXTEND_MANY,
+    FAIR_ACQUIRE,
+    FAIR_LEAVE,
+    FORCE_RELEASE,
+    RELEASE,
+    STATUS,
+    Lua,
+)
 from ._cluster import cluster_node, cluster_refresh, ready_node
-from ._concurrency import given_up, sleep
+from ._concurrency import given_up, in_background, sleep
 from ._connection import close_client
 from ._transport import Channel, call_script
 
@@ -74,6 +88,8 @@ class AsyncRedisBackend:
         # A fair waiter's queue entry outlives its longest wait between two attempts (which refresh it).
         self._entry_ttl_ms = round((2 * self.block_cap + 1.0) * 1000)
         self.renewal_requests = 0  # script calls the watchdog made (for benchmarks)
+        self._eviction_checked = False  # (once per client, after its first grant: `_check_eviction`)
+        self._closed = False
 
     @property
     def client(self) -> AnyRedis:
@@ -219,6 +235,10 @@ class AsyncRedisBackend:
         if granted == 1:
             if self._durability is not None:
                 await self._durable_grant(self._durability, name, token, int(value), confirmation)
+            if not self._eviction_checked:
+                self._eviction_checked = True
+                generation = 0 if self._channel is None else self._channel.generation
+                in_background(partial(self._check_eviction, name, keys.lock, generation))
             return Attempt(True, int(value), None)
         return Attempt(False, 0, value / 1000.0 if value >= 0 else None)
 
@@ -367,7 +387,20 @@ class AsyncRedisBackend:
                                                       deadlines, wake_prefix], [self._entry_ttl_ms])
         return single_status(name, NodeView.decode(reply))
 
+    async def _check_eviction(self, name: str, key: str, generation: int) -> None:
+        """Warn (an "evicting" event) if the server that holds `name` may evict held locks (`eviction_risk`).
+        Begun before `aclose` (`generation`: the channel's when it was started), it makes no connection after it."""
+        if self._closed:
+            return
+        if self._channel is None:
+            reply = await self._run(EVICTION, name, [key], [])
+        elif isinstance(reply := await call_script(self._channel, EVICTION, [key], [], generation=generation),
+                        Exception):
+            return
+        warn_if_evicting(reply, name, "redis", self.shown)
+
     async def aclose(self) -> None:
+        self._closed = True
         if self._channel is not None:
             await self._channel.aclose()
         for channel in self._node_channels.values():
@@ -375,6 +408,14 @@ class AsyncRedisBackend:
         if self._owns_client:
             client: Any = self._client
             await close_client(client)
+
+
+def warn_if_evicting(reply: Any, name: str, backend: str, where: str) -> None:
+    """Tell every listener, at WARNING, that the server at `where` may evict held locks, if its `eviction`
+    script's `reply` says so."""
+    risk = eviction_risk(reply)
+    if risk is not None:
+        emit("evicting", name, backend, "acquire", error=f"{where}: {risk}")
 
 
 def _apply(results: list[bool | None], members: list[int], reply: Any) -> None:

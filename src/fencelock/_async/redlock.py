@@ -68,6 +68,7 @@ from .._redis.redlock import (
     verdict,
 )
 from .._scripts import (
+    EVICTION,
     FORCE_RELEASE,
     REDLOCK_ACQUIRE,
     REDLOCK_EXTEND,
@@ -82,7 +83,16 @@ from ._connection import close_client
 from ._fanout import fan_out
 from ._multiplex import run_scripts
 from ._transport import Channel, call_script
-from .redis import BATCH, CLIENT_ERRORS, MIN_BLOCK, run_script, scan_names, socket_timeout, wait_for_wake
+from .redis import (
+    BATCH,
+    CLIENT_ERRORS,
+    MIN_BLOCK,
+    run_script,
+    scan_names,
+    socket_timeout,
+    wait_for_wake,
+    warn_if_evicting,
+)
 
 SCAN_TIMEOUT = 10.0  # seconds: the longest one node's SCAN for `list` is given
 
@@ -115,6 +125,7 @@ class AsyncRedlockBackend:
         self._repairing: set[int] = set()
         self._healing = False
         self._closed = False
+        self._eviction_checked = False  # (once per client, after its first grant: `_check_eviction`)
         self.supports_fair = False  # a fair queue would need a quorum of its own: not offered on Redlock
         self.always_queues = False
         self.renewal_requests = 0  # script calls the watchdog made (for benchmarks)
@@ -142,6 +153,14 @@ class AsyncRedlockBackend:
             return NO_ANSWER
         script_keys = [keys.lock, keys.fence, keys.waiters, keys.wake]
         return node_code(await call_script(channel, REDLOCK_RELEASE, script_keys, [token, t], generation=generation))
+
+    async def _check_eviction(self, i: int, name: str, key: str, generation: int) -> None:
+        """Warn (an "evicting" event) if node `i` may evict held locks (`eviction_risk`). Begun before `aclose`
+        (`generation`: the node channel's when it was started), it makes no connection after it."""
+        if not self._closed:
+            reply = await call_script(self._channels[i], EVICTION, [key], [], generation=generation)
+            if not isinstance(reply, Exception):
+                warn_if_evicting(reply, name, "redlock", self._shown[i])
 
     # -- the protocol -----------------------------------------------------------------------------------------
 
@@ -182,6 +201,10 @@ class AsyncRedlockBackend:
             if step.next is Next.UNAVAILABLE:
                 raise self._unavailable(step.why, name, answers, views)
             if step.next is not Next.PROPOSE:
+                if step.next is Next.GRANT and not self._eviction_checked:
+                    self._eviction_checked = True
+                    for i in range(n):
+                        in_background(partial(self._check_eviction, i, name, keys.lock, self._channels[i].generation))
                 return Attempt(step.next is Next.GRANT, step.t, step.retry_in)
             t = step.t
         raise AssertionError("next_step proposes no round past MAX_ROUNDS")
