@@ -17,7 +17,7 @@ import pytest
 import fencelock
 from fencelock._scripts import EVICTION
 from fencelock.testing.servers import RedisServer
-from tests.conftest import until
+from tests.conftest import BACKENDS, until
 
 FRONTS = ["sync", "asyncio"]
 LIMIT = 64 * 1024 * 1024
@@ -152,3 +152,25 @@ def test_redlock_reports_each_node_that_may_evict(name: str, events: list[fencel
     assert event.error is not None
     assert f"127.0.0.1:{evicting.port}" in event.error
     assert all(f":{server.port}" not in event.error for server in safe)
+
+
+def test_a_cluster_reports_the_shard_that_holds_the_first_lock(events: list[fencelock.LockEvent]) -> None:
+    """Redis Cluster: the check goes with the first grant's key, to the shard that holds that lock, once per
+    client, sync and asyncio alike."""
+    deployment: Any = BACKENDS["cluster"]()  # its own: the settings below are for no other test
+    try:
+        nodes = list(deployment.servers.nodes)
+        for server in nodes:
+            with server.client() as raw:
+                raw.config_set("maxmemory", LIMIT)
+                raw.config_set("maxmemory-policy", "allkeys-lfu")
+                raw.config_set("slowlog-log-slower-than", 0)
+        for front in FRONTS:
+            target = deployment.target
+            _acquire_twice(front, target, ["cluster:evict:a", "cluster:evict:b"],
+                           lambda: len(events) == FRONTS.index(front) + 1)  # noqa: B023 - called at once
+        assert sum(_checks(server) for server in nodes) == len(FRONTS)
+    finally:
+        deployment.close()
+    assert [event.name for event in events] == ["cluster:evict:a"] * len(FRONTS)
+    assert all(event.error is not None and "maxmemory-policy allkeys-lfu" in event.error for event in events)
