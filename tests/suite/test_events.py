@@ -87,7 +87,8 @@ def test_every_kind_is_logged_at_its_level_by_the_backends_logger(kind: str,
 
 def test_routine_events_are_debug_and_trouble_is_a_warning() -> None:
     assert {k for k, level in LEVELS.items() if level == logging.DEBUG} >= {"acquire", "wait", "grant", "release"}
-    assert {k for k, level in LEVELS.items() if level == logging.WARNING} == {"lost", "renewal_failed", "node_out", "evicting"}
+    trouble = {"lost", "renewal_failed", "node_out", "evicting"}
+    assert {k for k, level in LEVELS.items() if level == logging.WARNING} == trouble
 
 
 def test_nothing_is_built_when_nobody_listens(monkeypatch: pytest.MonkeyPatch) -> None:
