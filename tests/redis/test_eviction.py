@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 import fencelock
-from fencelock._scripts import EVICTION
 from fencelock.testing.servers import RedisServer
 from tests.conftest import BACKENDS, until
+
+from ._support import eviction_checks
 
 FRONTS = ["sync", "asyncio"]
 LIMIT = 64 * 1024 * 1024
@@ -32,11 +33,8 @@ def _server(stack: ExitStack, *settings: str, name: str = "evict") -> RedisServe
 
 
 def _checks(server: RedisServer) -> int:
-    """How many times a client sent `server` the eviction script: each sending begins with its EVALSHA (followed
-    by an EVAL of its source if the server did not have it yet)."""
     with server.client() as raw:
-        entries: Any = raw.slowlog_get(10000)
-    return sum(1 for entry in entries if bytes(entry["command"]).startswith(b"EVALSHA " + EVICTION.sha.encode()))
+        return eviction_checks(raw)
 
 
 def _acquire_twice(front: str, target: str | list[str], names: list[str], checked: Callable[[], bool]) -> None:

@@ -28,7 +28,9 @@ import fencelock.aio
 from fencelock._logic.waiting import Room
 from fencelock._sync.waiting import WaitingRooms
 from fencelock.testing import ClusterDeployment, RedisDeployment, RedlockDeployment
-from tests.conftest import RedisFamily, SharedDeployments
+from tests.conftest import RedisFamily, SharedDeployments, until
+
+from ._support import eviction_checks
 
 TASKS = 10_000
 THREADS = 200
@@ -334,9 +336,16 @@ def test_a_lone_waiter_keeps_its_one_write_hand_off(server: RedisDeployment, nam
     woken by the release. No request more than before the room existed."""
     holder_client = fencelock.connect(server.target)
     locks = fencelock.connect(server.target)
+    raw = server.raw()
     try:
+        # Each client's one eviction check (after its first grant) runs before the count begins.
+        raw.config_set("slowlog-log-slower-than", 0)
+        raw.slowlog_reset()
         holder = holder_client.acquire(name, ttl=30.0, wait=0)
-        server.raw().config_resetstat()
+        locks.acquire(name + ":warm", ttl=30.0, wait=0).release()
+        until(lambda: eviction_checks(raw) == 2, 5.0, "both clients' eviction checks")
+        raw.config_set("slowlog-log-slower-than", 10000)
+        raw.config_resetstat()
         got: list[Any] = []
         thread = threading.Thread(target=lambda: got.append(locks.acquire(name, ttl=30.0, wait=20.0)))
         thread.start()
@@ -368,9 +377,16 @@ def test_waiters_behind_the_head_send_nothing_while_they_wait(server: RedisDeplo
     count = 100
     holder_client = fencelock.connect(server.target)
     locks = fencelock.connect(server.target)
+    raw = server.raw()
     try:
+        # Each client's one eviction check (after its first grant) runs before the count begins.
+        raw.config_set("slowlog-log-slower-than", 0)
+        raw.slowlog_reset()
         holder = holder_client.acquire(name, ttl=30.0, wait=0)
-        server.raw().config_resetstat()
+        locks.acquire(name + ":warm", ttl=30.0, wait=0).release()
+        until(lambda: eviction_checks(raw) == 2, 5.0, "both clients' eviction checks")
+        raw.config_set("slowlog-log-slower-than", 10000)
+        raw.config_resetstat()
         fences: list[int] = []
 
         def waiter() -> None:
