@@ -29,7 +29,7 @@ def _lab(*argv: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def single_redis() -> dict[str, Any]:
     """Every fault type that applies to a single Redis, without and with the guard (one lab run)."""
-    return _lab("--scenarios", "1,3,4,4b,4c,6,7,8a,8b,9", "--configs", "redis,redis+guard")
+    return _lab("--scenarios", "1,3,4,4b,4c,4e,6,7,8a,8b,9", "--configs", "redis,redis+guard")
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_scenario_1_unfenced_single_redis_is_unsafe_and_the_guard_makes_it_safe(
     assert {"acquire", "write", "release", "fault"} <= set(kinds)
 
 
-@pytest.mark.parametrize("scenario", ["3", "4", "4b", "4c", "6", "7", "8a", "8b", "9"])
+@pytest.mark.parametrize("scenario", ["3", "4", "4b", "4c", "4e", "6", "7", "8a", "8b", "9"])
 @pytest.mark.parametrize("config", ["redis", "redis+guard"])
 def test_each_fault_type_on_a_single_redis_gives_the_expected_verdict(single_redis: dict[str, Any], scenario: str,
                                                                       config: str) -> None:
@@ -95,6 +95,22 @@ def test_a_restart_without_persistence_loses_the_lock_but_not_the_fence_order(si
     assert cell["expected"] == "UNSAFE"
     assert "clock" in cell["beyond"]
     assert _cell(single_redis, "4b", "redis")["verdict"] == "UNSAFE"
+
+
+def test_an_evicted_lock_is_granted_again_but_the_fence_order_holds(single_redis: dict[str, Any]) -> None:
+    """4e: memory pressure evicts the held lock (volatile-ttl picks the nearest expiry, a lock's); B is granted it
+    while A still holds it, and only the guard, with B's higher fence, keeps A's write out."""
+    plain, cell = _cell(single_redis, "4e", "redis"), _cell(single_redis, "4e", "redis+guard")
+    assert plain["verdict"] == "UNSAFE"
+    assert plain["counts"]["stale_accepted"] >= 1
+    fences = {e["worker"]: e["fence"] for e in cell["events"] if e["kind"] == "acquire" and e["ok"]}
+    assert fences["B"] > fences["A"]
+    assert cell["verdict"] == "SAFE"
+    assert cell["counts"]["stale_rejected"] >= 1
+    assert cell["expected"] == "UNSAFE"
+    assert "fence counter outlives" in cell["beyond"]
+    warned = [e for e in cell["events"] if e["kind"] == "fault" and "WARNING" in (e.get("detail") or "")]
+    assert warned, "fencelock reported the server that may evict"
 
 
 def test_a_promoted_replica_with_a_clock_far_behind_is_where_the_fence_order_ends(single_redis: dict[str, Any]) -> None:

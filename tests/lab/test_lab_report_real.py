@@ -199,7 +199,7 @@ def test_on_a_real_quick_run_the_pictures_mark_exactly_the_writes_the_lab_checke
 
 def test_scenario_variants_keep_their_letter(real_tree: ET.Element) -> None:
     heads = [_text(h) for h in real_tree.findall(".//section[@class='scenario']/h3")]
-    assert [h.split(".")[0] for h in heads] == ["1", "2", "3", "4", "4b", "4c", "4d", "5a", "5b", "5c", "6", "7",
+    assert [h.split(".")[0] for h in heads] == ["1", "2", "3", "4", "4b", "4c", "4d", "4e", "5a", "5b", "5c", "6", "7",
                                                 "8a", "8b", "9"]
 
 

@@ -1,10 +1,11 @@
 """The scenarios in which a lock server loses data: a failover (4), a restart without persistence (4b), a promoted
-replica whose clock is behind (4c: the edge of the fences' clock assumption), and a Redlock node restarted empty
-(5a-5c). The machinery (cells, workers, helpers) is `scenarios`'s.
+replica whose clock is behind (4c: the edge of the fences' clock assumption), a lock evicted under memory pressure
+(4e), and a Redlock node restarted empty (5a-5c). The machinery (cells, workers, helpers) is `scenarios`'s.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from typing import Any
@@ -37,6 +38,12 @@ FENCES = "docs/design/fences.md"
 
 #: Seconds the promoted replica's clock is behind in 4c: far more than the failover takes (well under a second).
 BEHIND = 30.0
+
+#: 4e: the server's memory limit, and the cache entries that fill it (each with a TTL of an hour, far longer than
+#: A's lock's, and far shorter than the fence counter's retention).
+EVICT_LIMIT = 8 * 1024 * 1024
+CACHE_VALUE = 1024
+CACHE_TTL = 3600
 
 
 # -- 4: failover ---------------------------------------------------------------------------------------------
@@ -128,6 +135,65 @@ def restart_empty(cell: Cell) -> None:
     empty = _lock_key_on(server, cell.name) is None
     cell.fault("the server is killed (SIGKILL) and restarts at once without A's lock or the name's fence counter "
                "(no AOF, no RDB)", ok=empty)
+    _takes_over(b, t * 8, 1.0)
+    a.call("write")
+    _finish(a, b)
+
+
+# -- 4e: the server evicts the held lock under memory pressure ---------------------------------------------------
+
+
+def _fill_until_evicted(server: RedisServer, name: str, most: int = 200_000) -> bool:
+    """Write cache entries until the server has evicted `name`'s lock key (True), or `most` entries went in."""
+    client = server.client()
+    try:
+        for start in range(0, most, 1000):
+            pipe = client.pipeline(transaction=False)
+            for i in range(start, start + 1000):
+                pipe.set(f"cache:{i}", b"x" * CACHE_VALUE, ex=CACHE_TTL)
+            pipe.execute()
+            if _lock_key_on(server, name) is None:
+                return True
+        return False
+    finally:
+        client.close()
+
+
+def _warned(url: str, name: str) -> bool:
+    """An earlier holder, whose client stays open until fencelock's eviction check has answered: did it report the
+    server (the WARNING `evicting` event)? The lab keeps that record off its terminal."""
+    seen: list[fencelock.LockEvent] = []
+    unsubscribe = fencelock.subscribe(lambda event: seen.append(event) if event.kind == "evicting" else None)
+    quiet, logger = logging.NullHandler(), logging.getLogger("fencelock")
+    logger.addHandler(quiet)
+    first = fencelock.connect(url)
+    try:
+        first.acquire(name, ttl=1.0, wait=1.0).release()
+        deadline = time.monotonic() + 2.0
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        first.close()
+        logger.removeHandler(quiet)
+        unsubscribe()
+    return bool(seen)
+
+
+def evicted(cell: Cell) -> None:
+    t = cell.ttl
+    server = RedisServer(name="lab-redis-evict", extra_args=["--maxmemory", str(EVICT_LIMIT),
+                                                             "--maxmemory-policy", "volatile-ttl"])
+    server.start()
+    cell.cleanup(server.close)
+    url = redis_url(server.host, server.port)
+    if _warned(url, cell.name):
+        cell.fault("fencelock logged a WARNING after the first grant: this server may evict held locks")
+    a, b = cell.worker("A", target=url, options={}), cell.worker("B", target=url, options={})
+    _acquire(a, t * 8)
+    a.call("read")
+    gone = _fill_until_evicted(server, cell.name)
+    cell.fault(f"a cache on the same server fills its memory (maxmemory {EVICT_LIMIT // 2**20} MB, "
+               "maxmemory-policy volatile-ttl): the server evicts A's lock key, the nearest to expire", ok=gone)
     _takes_over(b, t * 8, 1.0)
     a.call("write")
     _finish(a, b)
@@ -234,6 +300,17 @@ SCENARIOS: list[Scenario] = [
              "B's", f"{KLEPPMANN}; fencelock's fence assumption ({FENCES})", failover_clock_behind,
              always("UNSAFE"), _no_faketime, boundary=_clock_behind, kinds=("redis",),
              not_applicable=REPLICA_ONLY),
+    Scenario("4e", 4, "the server evicts the held lock under memory pressure",
+             "A holds the lock on a server with maxmemory and maxmemory-policy volatile-ttl; cache writes fill its "
+             "memory until A's lock key is evicted; a second client acquires",
+             "Redis's key eviction (every policy but noeviction may evict a key with a TTL); bullmq#2215",
+             evicted, always("UNSAFE"),
+             beyond=lambda c: ("the name's fence counter outlives its lock key (its TTL is the fence retention's, "
+                               "days), and a fence is never below the server's clock: B's fence is above A's, so "
+                               "the guard rejects A's access. fencelock also logs a WARNING (evicting) on such a "
+                               "server, after the first grant") if c.fenced else None,
+             kinds=("redis",), not_applicable=f"Redlock's nodes, like a single Redis, must not evict; {QUORUM} "
+             "and never evict"),
     Scenario("5a", 5, "a Redlock node restarts without fsync, at once",
              "SIGKILL of a node that holds the lock, restarted empty at once (repair=False)",
              f"{REDLOCK} (crash recovery and fsync); {KLEPPMANN}", restart_at_once, always("UNSAFE"),
