@@ -22,7 +22,7 @@ import pytest
 
 import fencelock
 import fencelock.aio
-from fencelock._cli.commands import run_cli
+from fencelock._cli.commands import run_cli, server_url_like
 from fencelock._etcd.url import parse_etcd_url
 from fencelock._logic.urls import parse_redis_url, redact
 from fencelock._zk.url import parse_zookeeper_url
@@ -165,6 +165,30 @@ def test_no_password_in_cli_output(url: str, capsys: pytest.CaptureFixture[str],
     assert _cli(["run", "--url", url, "--wait", "0", "secrets:probe", "--", "true"], capsys) in (2, 69)
     monkeypatch.delenv("FENCELOCK_URL", raising=False)
     assert _cli(["list"], capsys, env_url=url, monkeypatch=monkeypatch) in (2, 69)
+
+
+MISPLACED = [url for url in URLS if not url.startswith("user:")]
+"""The URL forms a careless hand puts in the lock name's place: every one with a scheme, typed right or wrong
+(`user:pw@h:1`, with none, cannot be told from a name)."""
+
+
+@pytest.mark.parametrize("url", MISPLACED[::2])
+def test_a_server_url_given_where_the_lock_name_goes_is_refused_unshown(url: str,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`fencelock run URL NAME -- ...` (the URL in the lock name's place): exit 2, before anything is sent, saying
+    to give it with --url, and never showing it. The same for status, release and list's pattern."""
+    closed = f"redis://127.0.0.1:{CLOSED}/0"
+    for args in (["run", "--url", closed, url, "job", "--", "true"], ["status", "--url", closed, url],
+                 ["release", "--url", closed, url, "--force", "--yes"], ["list", "--url", closed, url]):
+        assert _cli(args, capsys) == 2, args
+
+
+@pytest.mark.parametrize("name", ["s3://bucket/key", "redis:migration", "etcd-backup", "orders:42"])
+def test_a_lock_name_that_is_no_server_url_is_still_a_name(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Only what is recognisably a server URL is refused (`server_url_like`): these are names (the server here is
+    down, so the exit says so, 69, after trying)."""
+    assert not server_url_like(name)
+    assert _cli(["status", "--url", f"redis://127.0.0.1:{CLOSED}/0", name], capsys) == 69
 
 
 def test_no_password_in_cli_output_with_debug_off_in_a_real_process() -> None:

@@ -22,7 +22,7 @@ import fencelock
 
 from .._errors import BackendError, LockError, LockLost, MissingExtra
 from .._logic.args import MAX_SECONDS
-from .._logic.urls import redact
+from .._logic.urls import ALL_SCHEMES, redact
 from . import exits
 from .exits import DEFAULT_GRACE, OnLost
 from .show import as_json, describe, error, status_line, table
@@ -101,8 +101,27 @@ def cli(debug: bool) -> None:
     _state["debug"] = debug
 
 
+def server_url_like(value: str) -> bool:
+    """`value` is recognisably a server URL: one of fencelock's schemes then ":/" or "//" (as typed, or mistyped),
+    or any URL with credentials before its host. `s3://bucket/key` or `redis:migration` are names."""
+    lowered = value.lower()
+    if any(lowered.startswith((f"{scheme}:/", f"{scheme}//")) for scheme in ALL_SCHEMES):
+        return True
+    _, sep, rest = value.partition("://")
+    return bool(sep) and "@" in rest.split("/", 1)[0]
+
+
+def _lock_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A NAME or PATTERN that is a server URL was meant for --url: refused, never shown (it may hold a password)."""
+    if server_url_like(value):
+        raise click.BadParameter(f"this is a server URL, not a lock {param.name}: give the server with --url (or "
+                                 f"FENCELOCK_URL) and the lock's {param.name} on its own (the value is not shown: "
+                                 f"it may hold a password)")
+    return value
+
+
 @cli.command(context_settings={"max_content_width": 110})
-@click.argument("name")
+@click.argument("name", callback=_lock_name)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.option("--ttl", default=str(fencelock.DEFAULT_TTL), callback=_seconds(), metavar="SECONDS", show_default=True,
               help="Seconds the lock lives without renewal. It is renewed every TTL/3 while COMMAND runs, so "
@@ -154,7 +173,7 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, non
 
 
 @cli.command()
-@click.argument("name")
+@click.argument("name", callback=_lock_name)
 @url_option
 @json_option
 @click.option("-q", "--quiet", is_flag=True,
@@ -180,7 +199,7 @@ def status(name: str, urls: tuple[str, ...], as_json: bool, quiet: bool) -> int:
 
 
 @cli.command(name="list")
-@click.argument("pattern", default="*", required=False)
+@click.argument("pattern", default="*", required=False, callback=_lock_name)
 @url_option
 @json_option
 def list_(pattern: str, urls: tuple[str, ...], as_json: bool) -> int:
@@ -206,7 +225,7 @@ def list_(pattern: str, urls: tuple[str, ...], as_json: bool) -> int:
 
 
 @cli.command()
-@click.argument("name")
+@click.argument("name", callback=_lock_name)
 @click.option("--force", is_flag=True, help="Required: this removes the lock whoever holds it.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @url_option
