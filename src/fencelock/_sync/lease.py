@@ -141,8 +141,9 @@ class Lease:
                      error=str(exc))
             raise
         if not extended:
-            self._lose("the server says it expired or was taken by another holder", "extend")
-            raise LockLost("the lock expired or was taken by another holder before it could be extended",
+            self._lose("the server says it is gone (expired, removed or evicted) or another holder took it", "extend")
+            raise LockLost("the lock was gone (expired, removed or evicted) or taken by another holder before it "
+                           "could be extended",
                            name=self.name)
         self.ttl = new_ttl
         if not self._life.extended(new_ttl, sent_at, self._clock()):
@@ -198,7 +199,8 @@ class Lease:
             emit("release", self.name, backend_kind(self._backend), "release", fence=self.fence,
                  held=now - self._granted_at, duration=now - sent_at)
             return
-        why = "expired" if answer in (Released.EXPIRED, Released.UNSURE) else "was taken by another holder"
+        gone = answer in (Released.EXPIRED, Released.UNSURE)
+        why = "was gone from the server (expired, removed or evicted)" if gone else "was taken by another holder"
         self._lose(f"it {why}", "release")
         raise LockLost(f"the lease {why} before it was released", name=self.name)
 
