@@ -23,6 +23,7 @@ import fencelock.aio
 from fencelock._redis.keys import redis_keys
 from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import RedisServer
+from tests.conftest import until
 
 TTL = 4.5            # renewed every 1.5 s while held
 WATCH = 2.2          # longer than a renewal interval: a renewal that still ran would show in it
@@ -188,7 +189,14 @@ def test_a_redlock_exit_whose_release_fails_never_renews_on_any_node(name: str) 
                     assert all(b <= a for a, b in zip(last, now, strict=True)), (last, now)
                     last = now
                 info.value.lease.release()
-                assert not any(raw.exists(redis_keys(name).lock) for raw in raws)
+                key = redis_keys(name).lock
+                present = [bool(raw.exists(key)) for raw in raws]
+                assert sum(present) <= len(raws) // 2, present  # the release was confirmed by a majority
+                # The other nodes' releases end in the background: the key goes well before its TTL would end it.
+                for raw, there in zip(raws, present, strict=True):
+                    left = raw.pttl(key) / 1000.0 if there else 0.0
+                    if left > 0.5:
+                        until(lambda raw=raw: not raw.exists(key), left - 0.3, "a minority node's release")
         finally:
             for proxy in proxies:
                 proxy.close()
