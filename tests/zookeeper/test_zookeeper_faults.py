@@ -19,6 +19,7 @@ import pytest
 
 import fencelock
 from fencelock._zk.rules import Session
+from fencelock.testing.proxy import Proxy
 from fencelock.testing.timing import slack
 from fencelock.testing.zookeeper import ZooKeeperDeployment, ZooKeeperServer, four_letter_word
 from tests.conftest import _require_zookeeper, until
@@ -168,6 +169,28 @@ def test_a_lease_outlives_a_server_restart_within_its_session(own_zk: ZooKeeperD
     lease.release()
     assert own_zk.nodes(name) == []
     locks.close()
+
+
+def test_a_handshake_without_an_answer_is_given_up_within_the_timeout(own_zk: ZooKeeperDeployment, name: str) -> None:
+    """A server that accepts a connection and never answers its handshake (one starting up, or frozen) holds the
+    session for at most the URL's timeout, not for kazoo's whole session timeout: the client tries again and again,
+    and the lease survives once the server answers."""
+    with Proxy(own_zk.server.host, own_zk.server.port, name="zk-handshake") as proxy:
+        locks = fencelock.connect(f"zookeeper://{proxy.host}:{proxy.port}{own_zk.chroot}?timeout=0.5")
+        lease = locks.acquire(name, ttl=10.0, wait=0, renew=True)
+        proxy.stall()
+        with pytest.raises(fencelock.BackendError):
+            lease.extend()  # no answer within 0.5 s: the connection is dropped, and kazoo reconnects
+        first = proxy.connections
+        until(lambda: proxy.connections >= first + 3, slack(5.0),
+              "three more connections, each given up after its handshake got no answer")
+        proxy.heal()
+        until(lambda: _session(locks).connected, slack(5.0), "the session came back")
+        lease.extend()
+        assert not lease.lost
+        assert own_zk.holder(name) == lease.token
+        lease.release()
+        locks.close()
 
 
 def test_the_harness_chooses_a_new_port_when_its_first_was_taken_and_pause_stops_every_thread() -> None:

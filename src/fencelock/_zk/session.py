@@ -18,6 +18,7 @@ from .url import ZooKeeperTarget
 try:
     from kazoo.client import KazooClient, KazooState
     from kazoo.exceptions import KazooException, NoNodeError, RolledBackError
+    from kazoo.handlers.threading import SequentialThreadingHandler
     from kazoo.retry import KazooRetry
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise MissingExtra("zookeeper:// URLs need kazoo, which the zookeeper extra installs: "
@@ -52,8 +53,9 @@ class ZKSession:
         self.ready = threading.Event()  # set once a connection has negotiated its timeout
         self.abandoned: set[tuple[str, str]] = set()  # (lock path, token): nodes to delete when we can
         self.client = KazooClient(hosts=target.hosts_string, timeout=requested_ms / 1000.0,
+                                  handler=_Handler(target.timeout),
                                   connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0))
-        observe_negotiation(self.client, self._negotiated)
+        watch_handshakes(self.client, target.timeout, self._negotiated)
         self.client.add_listener(self._changed)
         self.client.start_async()
 
@@ -161,18 +163,41 @@ def drop_connection(client: Any) -> None:
             pass  # already closed: kazoo is reconnecting anyway
 
 
-def observe_negotiation(client: Any, seen: Callable[[int], None]) -> None:
-    """Learn each connection's negotiated session timeout, which kazoo does not expose: its connection handler's
-    `_connect` returns its read timeout, 2/3 of the negotiated session timeout."""
+def watch_handshakes(client: Any, limit: float, seen: Callable[[int], None]) -> None:
+    """Give up a connection whose handshake takes longer than `limit` seconds, and learn each connection's
+    negotiated session timeout, which kazoo does not expose.
+
+    kazoo waits for a handshake's answer for the whole session timeout; a server that accepts and never answers
+    (one starting up, or frozen) would keep the session away from every member for that long. Its connection
+    handler's `_connect` does the handshake and returns its read timeout, 2/3 of the negotiated session timeout.
+    """
     connection = client._connection
     original = connection._connect
 
     def connect(host: Any, hostip: Any, port: Any) -> Any:
-        read_timeout, connect_timeout = original(host, hostip, port)
+        timer = threading.Timer(limit, drop_connection, (client,))
+        timer.daemon = True
+        timer.start()
+        try:
+            read_timeout, connect_timeout = original(host, hostip, port)
+        finally:
+            timer.cancel()
         seen(round(read_timeout * 3 / 2))
         return read_timeout, connect_timeout
 
     connection._connect = connect
+
+
+class _Handler(SequentialThreadingHandler):  # type: ignore[misc]
+    """kazoo's threading handler, with TCP connects bounded by `limit` seconds rather than the session timeout."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__()
+        self._limit = limit
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["timeout"] = min(kwargs.get("timeout", self._limit), self._limit)
+        return super().create_connection(*args, **kwargs)
 
 
 class Committed:
