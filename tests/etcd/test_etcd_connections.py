@@ -271,3 +271,30 @@ def test_the_harness_gives_a_member_new_ports_when_its_first_were_taken() -> Non
             assert server.pids() != [None]
         finally:
             server.close()
+
+
+@pytest.mark.parametrize("option", ["ssl_ca_certs", "ssl_certfile", "ssl_keyfile"])
+def test_a_tls_file_that_cannot_be_read_is_a_value_error_naming_its_option_at_connect(
+        etcd_server: EtcdServer, tmp_path: Any, option: str) -> None:
+    missing = tmp_path / "missing.pem"
+    others = {"ssl_certfile": "ssl_keyfile", "ssl_keyfile": "ssl_certfile"}
+    url = etcd_server.url.replace("etcd://", "etcds://") + f"?{option}={missing}"
+    if option in others:  # a client certificate needs both files: the other one exists (an empty file)
+        (tmp_path / "other.pem").write_text("")
+        url += f"&{others[option]}={tmp_path / 'other.pem'}"
+    for connect in (fencelock.connect, fencelock.aio.connect):
+        with pytest.raises(ValueError, match=f"{option}.*cannot be read") as info:
+            connect(url)
+        assert not isinstance(info.value, OSError)
+        assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_a_tls_file_that_holds_no_certificate_is_a_value_error_naming_its_option_at_connect(
+        etcd_server: EtcdServer, tmp_path: Any) -> None:
+    empty = tmp_path / "empty.pem"
+    empty.write_text("")
+    url = etcd_server.url.replace("etcd://", "etcds://")
+    for query, option in ((f"ssl_ca_certs={empty}", "ssl_ca_certs"), (f"ssl_certfile={empty}", "ssl_certfile")):
+        with pytest.raises(ValueError, match=f"{option}.* no certificate") as info:
+            fencelock.connect(f"{url}?{query}")
+        assert info.value.__cause__ is None

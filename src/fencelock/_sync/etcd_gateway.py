@@ -43,15 +43,39 @@ class EtcdAnswer(Exception):
         self.code = code
 
 
+def tls_context(target: EtcdTarget) -> ssl.SSLContext:
+    """The TLS context of an `etcds://` URL. A file option that names no readable file, or a file that holds no
+    certificate (or key), is a ValueError naming the option: raised at `connect()`, before anything is sent."""
+    files = {"ssl_ca_certs": target.ssl_ca_certs, "ssl_certfile": target.ssl_certfile,
+             "ssl_keyfile": target.ssl_keyfile}
+    for option, path in files.items():
+        if path is None:
+            continue
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise ValueError(f"url {target.shown!r}: {option} names a file that cannot be read "
+                             f"({exc.strerror or type(exc).__name__})") from None
+    try:
+        context = ssl.create_default_context(cafile=target.ssl_ca_certs)
+    except ssl.SSLError as exc:
+        raise ValueError(f"url {target.shown!r}: ssl_ca_certs holds no certificate that can be read "
+                         f"({exc.reason or exc})") from None
+    if target.ssl_certfile:
+        try:
+            context.load_cert_chain(target.ssl_certfile, target.ssl_keyfile)
+        except ssl.SSLError as exc:
+            raise ValueError(f"url {target.shown!r}: ssl_certfile and ssl_keyfile hold no certificate and key "
+                             f"that can be read ({exc.reason or exc})") from None
+    return context
+
+
 class Gateway:
     """HTTP requests to the members' JSON gateways: failover between endpoints, auth, and the error boundary."""
 
     def __init__(self, target: EtcdTarget) -> None:
-        verify: ssl.SSLContext | bool = True
-        if target.tls:
-            verify = ssl.create_default_context(cafile=target.ssl_ca_certs)
-            if target.ssl_certfile:
-                verify.load_cert_chain(target.ssl_certfile, target.ssl_keyfile)
+        verify: ssl.SSLContext | bool = tls_context(target) if target.tls else True
         # One connection per watching waiter: no pool limit that would make waiters queue for a connection.
         self._transport = httpx.HTTPTransport(
             verify=verify, limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
