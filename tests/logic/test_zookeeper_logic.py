@@ -11,8 +11,10 @@ from fencelock._zk.rules import (
     Position,
     Session,
     child_name,
+    decode_lease,
     decode_name,
     decode_number,
+    encode_lease,
     encode_name,
     encode_number,
     find_own,
@@ -126,6 +128,18 @@ def test_nodes_carry_numbers_and_ignore_what_is_not_ours() -> None:
     assert decode_number(b"") is None
     assert decode_number(None) is None
     assert decode_number(b"not a number") is None
+
+
+@given(st.integers(1, 2**40), st.one_of(st.none(), st.integers(1, 2**63)))
+def test_a_lease_node_carries_its_ttl_and_once_moved_its_fence(ttl: int, fence: int | None) -> None:
+    assert decode_lease(encode_lease(ttl, fence)) == (ttl, fence)
+
+
+def test_a_lease_node_fencelock_did_not_write_carries_nothing() -> None:
+    assert encode_lease(30_000) == encode_number(30_000)  # an unmoved node: as before moves existed
+    assert decode_lease(None) == (None, None)
+    assert decode_lease(b"garbage") == (None, None)
+    assert decode_lease(b"5000 x") == (5000, None)
 
 
 def test_a_holders_remaining_time_counts_from_its_nodes_last_write() -> None:

@@ -24,10 +24,11 @@ from .._zk.rules import (
     Position,
     Session,
     child_name,
+    decode_lease,
     decode_name,
     decode_number,
+    encode_lease,
     encode_name,
-    encode_number,
     find_own,
     lease_remaining,
     lock_path,
@@ -39,7 +40,7 @@ from .._zk.rules import (
     session_timeout_ms,
     ttl_fits,
 )
-from .._zk.session import CLIENT_ERRORS, ZKSession, stop
+from .._zk.session import CLIENT_ERRORS, NotConnected, ZKSession, stop
 from .._zk.url import ZooKeeperTarget
 from ._kazoo import Wakeup, thread_result, wait_thread_event
 from ._threads import blocking
@@ -94,7 +95,9 @@ class ZooKeeperBackend:
 
     # -- sessions -----------------------------------------------------------------------------------------
 
-    def _session_for(self, ms: int, name: str | None) -> ZKSession:
+    def _session_for(self, ms: int, name: str | None, *, lease: bool = True) -> ZKSession:
+        """The session for leases of `ms`, connected once (within the URL's timeout). `lease`: a lease will claim
+        `ms` on it, so a session the server keeps for less is a ValueError (nothing else is sent)."""
         self._forked()
         requested = session_timeout_ms(ms, self._server_min_ms)
         with self._lock:
@@ -112,7 +115,7 @@ class ZooKeeperBackend:
                 if self._server_min_ms is None or negotiated > self._server_min_ms:
                     self._server_min_ms = negotiated
                 self._sessions.setdefault(negotiated, session)
-        if not ttl_fits(ms, negotiated):
+        if lease and not ttl_fits(ms, negotiated):
             raise ValueError(f"ttl {ms / 1000} s is longer than the longest session {self.shown} grants "
                              f"({negotiated / 1000} s, its maxSessionTimeout): use a shorter ttl, or raise "
                              f"maxSessionTimeout in the server's zoo.cfg (by default 20 x tickTime, 40 s) "
@@ -125,7 +128,7 @@ class ZooKeeperBackend:
         for session in list(self._sessions.values()):
             if session.connected:
                 return session
-        return self._session_for(ttl_ms(DEFAULT_TTL), name)
+        return self._session_for(ttl_ms(DEFAULT_TTL), name, lease=False)
 
     # -- requests -----------------------------------------------------------------------------------------
 
@@ -187,7 +190,7 @@ class ZooKeeperBackend:
                 if node.waited:
                     # The node's write time tells operators when its TTL ends (`status`): restart it now. Not
                     # awaited: the hand-off does not wait for it, and the next renewal writes it anyway.
-                    session.client.set_async(node.path, encode_number(ttl_ms))
+                    session.client.set_async(node.path, node.data(ttl_ms))
                 self._grant(key, node, ttl_ms)
                 return Attempt(True, node.czxid, None)
             node.waited = True
@@ -220,7 +223,7 @@ class ZooKeeperBackend:
                 # path, behind any listing we sent meanwhile, which then could not see our node.
                 self._make_directory(session, directory, name)
             self._sent.add(key)
-            request = session.client.create_async(f"{directory}/{node_prefix(token)}", encode_number(ttl_ms),
+            request = session.client.create_async(f"{directory}/{node_prefix(token)}", encode_lease(ttl_ms),
                                                   ephemeral=True, sequence=True, include_data=True)
             try:
                 path, stat = self._call(session, request, name, "create")
@@ -326,28 +329,47 @@ class ZooKeeperBackend:
                 del self._held[key]
 
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
-        answer = (self.extend_many([(name, token, fence, ttl_ms)]))[0]
+        """Restart the TTL of our node; past its session's timeout, move it first (`_move`). Raises ValueError
+        (nothing sent) for a TTL the server keeps no session for."""
+        self._forked()
+        node = self._held.get((name, token))
+        if node is not None and not self._keeps(node, ttl_ms):
+            answer = self._move(name, token, node, ttl_ms)
+        else:
+            answer = (self.extend_many([(name, token, fence, ttl_ms)]))[0]
         if answer is None:
             raise BackendError(f"extend got no answer from {self.shown}", name=name)
         return answer
 
+    @staticmethod
+    def _keeps(node: Node, ms: int) -> bool:
+        """Whether a renewal of `node` may claim `ms` where it lives now (a move of unknown outcome: not yet)."""
+        return node.moving is None and ttl_fits(ms, node.session.negotiated_ms or 0)
+
     def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
         """Check that each lease's node still exists, and restart its TTL. Every request goes out before any
-        answer is awaited (kazoo pipelines them on each session's connection)."""
+        answer is awaited (kazoo pipelines them on each session's connection); a node that must move first
+        (`_move`) goes on its own."""
         self._forked()
         sent_at = self._clock()
         requests: list[tuple[int, Node, Any]] = []
         results: list[bool | None] = [False] * len(leases)
-        for i, (name, token, _fence, _ms) in enumerate(leases):
+        for i, (name, token, _fence, ms) in enumerate(leases):
             node = self._held.get((name, token))
             if node is None:
                 continue  # expired by its TTL, released, or never ours
+            if not self._keeps(node, ms):
+                try:
+                    results[i] = self._move(name, token, node, ms)
+                except (BackendError, ValueError):
+                    results[i] = None
+                continue
             if node.session.state is Session.LOST:
                 results[i] = renewal_answer(Session.LOST, None)
                 continue
             # A write, not a read: it proves the node is still ours, and its write time tells operators when
             # the TTL ends now (`status`).
-            requests.append((i, node, node.session.client.set_async(node.path, encode_number(leases[i][3]))))
+            requests.append((i, node, node.session.client.set_async(node.path, node.data(ms))))
         for i, node, request in requests:
             name, token, _fence, ms = leases[i]
             try:
@@ -358,16 +380,63 @@ class ZooKeeperBackend:
                 results[i] = renewal_answer(node.session.state, None)
                 continue
             answer = renewal_answer(node.session.state, stat is not None and int(stat.czxid) == node.czxid)
-            key = (name, token)
-            with self._lock:
-                if self._held.get(key) is not node:
-                    answer = False  # the TTL ran out meanwhile and the node was deleted
-                elif answer:
-                    node.expires = Deadline.after(ms / 1000.0, sent_at)
-                elif answer is False:
-                    del self._held[key]
-            results[i] = answer
+            results[i] = self._renewed((name, token), node, answer, ms, sent_at)
         return results
+
+    def _renewed(self, key: tuple[str, str], node: Node, answer: bool | None, ms: int, sent_at: float) -> bool | None:
+        """A renewal's (or a move's) answer: restart the node's TTL from `sent_at`, or forget a node that is gone."""
+        with self._lock:
+            if self._held.get(key) is not node:
+                return False  # the TTL ran out meanwhile and the node was deleted
+            if answer:
+                node.expires = Deadline.after(ms / 1000.0, sent_at)
+            elif answer is False:
+                del self._held[key]
+        return answer
+
+    def _move(self, name: str, token: str, node: Node, ms: int) -> bool | None:
+        """Extend past the session the node lives in: re-create it, same name (its place in the queue) and same
+        fence, in the session for `ms`, deleting the old one in the same transaction. An ephemeral node cannot
+        change sessions, and its session's timeout bounds what a lease may claim. A move whose answer never came
+        (`node.moving`) is settled first: the node is looked up, and its session adopted."""
+        key = (name, token)
+        if node.moving is not None and not self._settle(name, key, node):
+            return False
+        if self._keeps(node, ms):  # settled where it can keep `ms`: a plain renewal
+            return (self.extend_many([(name, token, node.fence, ms)]))[0]
+        session = self._session_for(ms, name)  # a TTL no session keeps: ValueError, nothing sent
+        if not session.connected:
+            raise BackendError(f"the session with {self.shown} is {session.state.value}: not moving the lock's "
+                               "node now", name=name) from NotConnected()
+        sent_at = self._clock()
+        node.moving = session  # from here on the node may be in either session, until an answer says which
+        try:
+            # The re-created node's czxid is new: it carries the fence it was granted (`status`, a release).
+            committed = self._call(session, session.move_request(node.path, encode_lease(ms, node.fence)),
+                                         name, "extend")
+        except NoNodeError:
+            node.moving = None
+            return self._renewed(key, node, False, ms, sent_at)  # gone (expired, or removed): lost
+        with self._lock:
+            node.session, node.czxid, node.moving = session, int(committed[2].czxid), None
+        return self._renewed(key, node, True, ms, sent_at)
+
+    def _settle(self, name: str, key: tuple[str, str], node: Node) -> bool:
+        """Which session our node lives in after a move of unknown outcome: the one it moved to (adopted), the one
+        it was in, or none (False: it is gone, or is not ours)."""
+        target = node.moving
+        assert target is not None
+        stat = self._call(target, target.client.exists_async(node.path), name, "extend")
+        owner = None if stat is None else int(stat.ephemeralOwner)
+        with self._lock:
+            node.moving = None
+            if owner is not None and owner == target.session_id:
+                node.session, node.czxid = target, int(stat.czxid)
+                return True
+            if owner is not None and owner == node.session.session_id and int(stat.czxid) == node.czxid:
+                return True
+        self._renewed(key, node, False, 0, 0.0)
+        return False
 
     # -- operators ----------------------------------------------------------------------------------------
 
@@ -385,8 +454,9 @@ class ZooKeeperBackend:
             found = self._get(session, f"{directory}/{child_name(line[0])}", name)
             if found is not None:
                 data, stat = found
-                remaining = lease_remaining(decode_number(data), int(stat.mtime), time.time() * 1000.0)
-                return LockStatus(name, True, int(stat.czxid), remaining, len(line) - 1)
+                ttl, fence = decode_lease(data)
+                remaining = lease_remaining(ttl, int(stat.mtime), time.time() * 1000.0)
+                return LockStatus(name, True, fence or int(stat.czxid), remaining, len(line) - 1)
         # The queue moved under us three times in a row: report what the last look showed.
         return LockStatus(name, True, None, None, len(line) - 1)
 
@@ -426,13 +496,15 @@ class ZooKeeperBackend:
         if found is None:
             return LockStatus(name, False, None, None, len(line) - 1)
         data, stat = found
+        ttl, fence = decode_lease(data)
         head.czxid = int(stat.czxid)
+        head.fence = fence or head.czxid  # the fence it was granted (a moved node carries it)
         try:
             self._call(session, head.release_request(), name, "force-release")
         except NoNodeError:
             return LockStatus(name, False, None, None, len(line) - 1)
-        remaining = lease_remaining(decode_number(data), int(stat.mtime), time.time() * 1000.0)
-        return LockStatus(name, True, head.czxid, remaining, len(line) - 1)
+        remaining = lease_remaining(ttl, int(stat.mtime), time.time() * 1000.0)
+        return LockStatus(name, True, head.fence, remaining, len(line) - 1)
 
     # -- closing ------------------------------------------------------------------------------------------
 

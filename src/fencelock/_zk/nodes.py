@@ -10,13 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .._logic.timing import Clock, Deadline
-from .rules import Child, child_name
+from .rules import Child, child_name, encode_lease
 from .session import Committed, ZKSession, nothing
 
 
 @dataclass(eq=False)
 class Node:
-    """Our node in one lock's queue."""
+    """Our node in one lock's queue: the session it lives in, and its czxid there (which tells it from any other
+    node); its `fence` is the czxid it was granted with, which a move to another session keeps."""
 
     session: ZKSession
     directory: str
@@ -24,20 +25,29 @@ class Node:
     czxid: int
     expires: Deadline = field(default_factory=lambda: Deadline(0.0))  # held only: deleted then unless extended
     waited: bool = False      # it was not at the head of the queue at once
+    fence: int = 0            # 0: its czxid
+    moving: ZKSession | None = None  # a move to this session went out and its outcome is unknown
+
+    def __post_init__(self) -> None:
+        self.fence = self.fence or self.czxid
 
     @property
     def path(self) -> str:
         return f"{self.directory}/{child_name(self.child)}"
 
+    def data(self, ttl_ms: int) -> bytes:
+        """What the node carries for a TTL of `ttl_ms` (and its fence, once a move re-created it)."""
+        return encode_lease(ttl_ms, None if self.fence == self.czxid else self.fence)
+
     def delete(self, then: Callable[[], None] = nothing, record: bool = False) -> None:
         """Delete this node now, or after the next reconnect (`ZKSession.delete_known`); `then` runs once the
         server confirmed. `record`: leave its fence on the lock's node, in the same transaction."""
         self.session.delete_known(self.path, self.directory, self.child.token, then,
-                                  self.czxid if record else None)
+                                  self.fence if record else None)
 
     def release_request(self) -> Committed:
         """Delete this (held) node and leave its fence on the lock's node, in one transaction."""
-        return self.session.release_request(self.path, self.directory, self.czxid)
+        return self.session.release_request(self.path, self.directory, self.fence)
 
 
 @dataclass

@@ -119,7 +119,9 @@ def session_timeout_ms(ttl_ms: int, server_min_ms: int | None = None) -> int:
 
 def ttl_fits(ttl_ms: int, negotiated_ms: int) -> bool:
     """A lease may claim its TTL only if the server keeps its session at least that long without hearing from
-    it; otherwise a cut-off holder's node could vanish while `remaining()` still shows validity."""
+    it; otherwise a cut-off holder's node could vanish while `remaining()` still shows validity. An extend to a
+    TTL its node's session does not fit moves the node to a session that does (docs/decisions/
+    2026-12-04-zookeeper-extend.md)."""
     return negotiated_ms >= ttl_ms
 
 
@@ -157,6 +159,18 @@ def decode_number(data: bytes | None) -> int | None:
         return int(data or b"")
     except ValueError:
         return None
+
+
+def encode_lease(ttl_ms: int, fence: int | None = None) -> bytes:
+    """What a lease node carries: its TTL in ms, and, once the node was re-created by a move (its czxid is no
+    longer the fence it was granted), that fence after a space."""
+    return encode_number(ttl_ms) if fence is None else f"{ttl_ms} {fence}".encode()
+
+
+def decode_lease(data: bytes | None) -> tuple[int | None, int | None]:
+    """A lease node's (TTL in ms, fence it carries): each None when absent or not written by fencelock."""
+    ttl, _, fence = (data or b"").partition(b" ")
+    return decode_number(ttl), decode_number(fence) if fence else None
 
 
 def lease_remaining(ttl_ms: int | None, mtime_ms: int, now_ms: float) -> float | None:

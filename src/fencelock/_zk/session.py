@@ -31,6 +31,11 @@ _STATES = {KazooState.CONNECTED: Session.CONNECTED, KazooState.SUSPENDED: Sessio
            KazooState.LOST: Session.LOST}
 
 
+class NotConnected(Exception):
+    """The session has no connection now (suspended, or lost and reconnecting): the cause of the `BackendError`
+    a request that was not sent for it raises."""
+
+
 def nothing() -> None:
     pass
 
@@ -49,6 +54,7 @@ class ZKSession:
     def __init__(self, target: ZooKeeperTarget, requested_ms: int) -> None:
         self.requested_ms = requested_ms
         self.negotiated_ms: int | None = None
+        self.session_id: int | None = None  # the server's id (its nodes' ephemeralOwner), from the last handshake
         self.state = Session.LOST
         self.ready = threading.Event()  # set once a connection has negotiated its timeout
         self.abandoned: set[tuple[str, str]] = set()  # (lock path, token): nodes to delete when we can
@@ -59,8 +65,9 @@ class ZKSession:
         self.client.add_listener(self._changed)
         self.client.start_async()
 
-    def _negotiated(self, timeout_ms: int) -> None:
+    def _negotiated(self, timeout_ms: int, session_id: int | None) -> None:
         self.negotiated_ms = timeout_ms
+        self.session_id = session_id  # a session that expired and was replaced has a new id
         self.ready.set()
 
     def _changed(self, state: Any) -> None:
@@ -88,6 +95,16 @@ class ZKSession:
         transaction = self.client.transaction()
         transaction.delete(path)
         transaction.set_data(directory, encode_number(fence))
+        return Committed(transaction.commit_async())
+
+    def move_request(self, path: str, data: bytes) -> Committed:
+        """Re-create the node at `path`, whichever session holds it now, as an ephemeral node of this session, with
+        `data`, in one transaction: the delete and the create happen together or not at all (a NoNodeError if the
+        node is gone). Its answer is the new node's stat (`value[2]`, from the transaction's last step)."""
+        transaction = self.client.transaction()
+        transaction.delete(path)
+        transaction.create(path, data, ephemeral=True)
+        transaction.set_data(path, data)
         return Committed(transaction.commit_async())
 
     def delete_known(self, path: str, directory: str, token: str, then: Callable[[], None] = nothing,
@@ -163,9 +180,9 @@ def drop_connection(client: Any) -> None:
             pass  # already closed: kazoo is reconnecting anyway
 
 
-def watch_handshakes(client: Any, limit: float, seen: Callable[[int], None]) -> None:
+def watch_handshakes(client: Any, limit: float, seen: Callable[[int, int | None], None]) -> None:
     """Give up a connection whose handshake takes longer than `limit` seconds, and learn each connection's
-    negotiated session timeout, which kazoo does not expose.
+    negotiated session timeout, which kazoo does not expose, and its session's id.
 
     kazoo waits for a handshake's answer for the whole session timeout; a server that accepts and never answers
     (one starting up, or frozen) would keep the session away from every member for that long. Its connection
@@ -182,7 +199,8 @@ def watch_handshakes(client: Any, limit: float, seen: Callable[[int], None]) -> 
             read_timeout, connect_timeout = original(host, hostip, port)
         finally:
             timer.cancel()
-        seen(round(read_timeout * 3 / 2))
+        client_id = client.client_id  # the handshake made the client live: its session's id is known
+        seen(round(read_timeout * 3 / 2), int(client_id[0]) if client_id else None)
         return read_timeout, connect_timeout
 
     connection._connect = connect

@@ -243,7 +243,7 @@ class ZooKeeperDeployment(Deployment):
         """Seconds until the holder's TTL ends, from its node's last write (None: nobody holds `name`)."""
         from kazoo.exceptions import NoNodeError
 
-        from fencelock._zk.rules import decode_number, lease_remaining
+        from fencelock._zk.rules import decode_lease, lease_remaining
         nodes = self.nodes(name)
         if not nodes:
             return None
@@ -252,7 +252,7 @@ class ZooKeeperDeployment(Deployment):
                 data, stat = client.get(f"{self._directory(name)}/{nodes[0]}")
         except NoNodeError:
             return None
-        return lease_remaining(decode_number(data), stat.mtime, time.time() * 1000.0)
+        return lease_remaining(decode_lease(data)[0], stat.mtime, time.time() * 1000.0)
 
     def leftovers(self, name: str) -> list[str] | None:
         """The ephemeral nodes still queued for `name` (the holder's and the waiters')."""
