@@ -286,7 +286,8 @@ def test_a_tls_file_that_cannot_be_read_is_a_value_error_naming_its_option_at_co
         with pytest.raises(ValueError, match=f"{option}.*cannot be read") as info:
             connect(url)
         assert not isinstance(info.value, OSError)
-        assert info.value.__cause__ is None and info.value.__suppress_context__
+        assert info.value.__cause__ is None
+        assert info.value.__suppress_context__
 
 
 def test_a_tls_file_that_holds_no_certificate_is_a_value_error_naming_its_option_at_connect(

@@ -88,7 +88,9 @@ def test_extend_to_a_ttl_the_server_cannot_keep_is_refused_before_anything_is_se
             lease.extend(ttl=100.0)
         assert f"lock {name!r}" in str(info.value)
         assert _owner(small, name) == before  # the node untouched: same session, same data (the TTL it had)
-        assert lease.ttl == 5.0 and lease.remaining() < 5.0 and not lease.lost
+        assert lease.ttl == 5.0
+        assert lease.remaining() < 5.0
+        assert not lease.lost
         lease.extend(ttl=15.0)  # one the server keeps: granted
         assert lease.ttl == 15.0
         lease.release()
@@ -130,7 +132,8 @@ def test_extend_past_the_session_moves_the_node_and_a_cut_off_holder_never_overl
             assert at >= valid_until, f"granted {valid_until - at:.3f} s before the holder's validity ran out"
             taken.release()
             # How: the node moved to a session that keeps 3 s, under its name, with its fence.
-            assert long is not short and long.negotiated_ms >= 3000
+            assert long is not short
+            assert long.negotiated_ms >= 3000
             assert owner == long.session_id                     # the node was the long session's
             assert head == held_node                            # same name: same place in the queue
             assert decode_lease(data) == (3000, lease.fence)    # the TTL it keeps, and the fence it was granted
@@ -151,7 +154,8 @@ def test_extend_shorter_then_longer_within_the_session_keeps_the_node_where_it_i
         owner = _owner(zk, name)[0]
         lease.extend(ttl=2.0)
         lease.extend(ttl=5.5)  # still within the session's 5.66 s
-        assert _session_of(locks, lease) is session and _owner(zk, name)[0] == owner
+        assert _session_of(locks, lease) is session
+        assert _owner(zk, name)[0] == owner
         assert lease.ttl == 5.5
         lease.release()
     finally:
@@ -176,9 +180,11 @@ def test_asyncio_an_extend_cancelled_during_its_move_is_settled_by_the_next_exte
             with pytest.raises(asyncio.CancelledError):
                 await extend
             proxy.delay = 0.0
-            assert lease.ttl == 5.0 and not lease.lost
+            assert lease.ttl == 5.0
+            assert not lease.lost
             await lease.extend()  # the next extend (or renewal) finds the node in the long session: still ours
-            assert not lease.lost and lease.remaining() > 4.0
+            assert not lease.lost
+            assert lease.remaining() > 4.0
             assert zk.nodes(name)[0].startswith(lease.token)
             await lease.release()
             assert zk.nodes(name) == []
