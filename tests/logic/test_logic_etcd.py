@@ -174,6 +174,8 @@ def test_what_a_release_answer_means() -> None:
     assert released(True, 0) is Released.RELEASED
     assert released(False, 0) is Released.EXPIRED
     assert released(False, 2) is Released.TAKEN
+    assert released(False, 2, sent_before=True) is Released.UNSURE  # maybe our own earlier, unanswered release
+    assert released(True, 0, sent_before=True) is Released.RELEASED
 
 
 def test_acquire_retries_once_per_endpoint_and_only_transient_faults() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fencelock._logic.outcomes import Released
+from fencelock._logic.lease import LeaseState
+from fencelock._logic.outcomes import Released, gone
 from fencelock._redis.channel import Resent, ScriptRequest, release_answer, reply_of
 from fencelock._redis.redlock import NO_ANSWER, UNSURE, node_code, release_outcome
 from fencelock._scripts import RELEASE, STATUS
@@ -43,3 +44,21 @@ def test_a_redlock_node_code() -> None:
 ])
 def test_a_redlock_release_outcome(codes: list[int], outcome: Released | None) -> None:
     assert release_outcome(codes, len(codes)) is outcome
+
+
+@pytest.mark.parametrize(("sent_before", "others_queued", "answer"), [
+    (False, False, Released.EXPIRED), (False, True, Released.TAKEN),
+    (True, False, Released.UNSURE), (True, True, Released.UNSURE),   # maybe our own earlier sending: judged
+])
+def test_a_key_found_gone_where_waiters_queue(sent_before: bool, others_queued: bool, answer: Released) -> None:
+    assert gone(sent_before, others_queued) is answer
+
+
+def test_a_release_sent_again_that_finds_its_key_gone_is_released_if_the_first_left_in_time() -> None:
+    """etcd and ZooKeeper: the waiter queued behind us holds the lock after our first release went through."""
+    life: LeaseState[object] = LeaseState(10.0, valid_until=20.0, renew_every=None)
+    life.release_unknown(sent_at=12.0)                              # the first sending: no answer
+    assert life.release_answered(gone(True, True), sent_at=13.0)    # the second: gone, someone queued
+    late: LeaseState[object] = LeaseState(10.0, valid_until=20.0, renew_every=None)
+    late.release_unknown(sent_at=21.0)                              # sent after the validity ended
+    assert not late.release_answered(gone(True, True), sent_at=22.0)

@@ -62,6 +62,8 @@ class _Held:
     seconds: int      # the lease's TTL as the server granted it
     asked: int        # the lease's TTL as we asked for it
     rev: int = 0      # our key's create revision, once known
+    moving: tuple[int, int, int] | None = None  # a move to this (lease, seconds, asked) went out, outcome unknown
+    releasing: bool = False  # a release went out (its answer may never have come)
 
 
 class AsyncEtcdBackend:
@@ -167,6 +169,8 @@ class AsyncEtcdBackend:
         """A waiter gives up (or was cancelled): revoke its lease, which deletes its key."""
         held = self._held.pop(token, None)
         if held is not None:
+            if held.moving is not None:
+                await self._revoke(held.moving[0], name)
             await self._gateway.revoke(held.lease, name)
 
     # ------------------------------------------------------------------------------------------ release
@@ -179,13 +183,16 @@ class AsyncEtcdBackend:
         if held is None:  # nothing of ours is left on the server (released, or reported lost before)
             return released(False, txn.taken(await self._gateway.txn(txn.count_newer(directory, fence), "release",
                                                                       name)))
+        sent_before, held.releasing = held.releasing, True
         answer = await self._gateway.txn(txn.release(held.key, token, fence, directory, fence_key(self._prefix, name)),
                                          "release", name)
         self._held.pop(token, None)  # the server answered: the token's work is done either way
         deleted = bool(answer.get("succeeded"))
+        if held.moving is not None:  # our key (deleted now, or gone) may have been on it: it carries none now
+            await self._revoke(held.moving[0], name)
         if not (deleted and self._keep_spare(held)):
             await self._revoke(held.lease, name)
-        return released(deleted, 0 if deleted else txn.taken(answer))
+        return released(deleted, 0 if deleted else txn.taken(answer), sent_before)
 
     def _take_spare(self, asked: int) -> tuple[int, int] | None:
         if self._spare_pid != os.getpid():
@@ -209,6 +216,8 @@ class AsyncEtcdBackend:
         held = self._held.get(token)
         if held is None:
             return False
+        if held.moving is not None and await self._settle(name, token, fence, held) is None:
+            return False
         if not keepalive_suffices(held.seconds, ttl_ms):
             return await self._move(name, token, fence, ttl_ms, held)
         alive = await self._alive(held.lease, name)
@@ -230,20 +239,53 @@ class AsyncEtcdBackend:
 
     async def _move(self, name: str, token: str, fence: int, ttl_ms: int, held: _Held) -> bool:
         """Extend past the lease's own TTL: put our key on a new, longer lease (its create revision, the fence,
-        stays), then revoke the old lease."""
-        lease, seconds = await self._gateway.grant(lease_seconds(ttl_ms), name)
+        stays), then revoke the old lease. A move whose answer never came is settled by reading the key
+        (`_settle`): a lease our key may be on is never revoked."""
+        asked = lease_seconds(ttl_ms)
+        lease, seconds = await self._gateway.grant(asked, name)
+        held.moving = (lease, seconds, asked)  # from the move's sending on, our key may be on it
         try:
             answer = await self._gateway.txn(txn.move(held.key, token, fence, lease), "extend", name)
         except BackendError:
-            await self._revoke(lease, name)
-            raise
+            try:
+                settled = await self._settle(name, token, fence, held)
+            except BackendError:
+                raise  # still unknown: the next extend or renewal reads the key again
+            if settled is None:
+                return False  # gone, or not ours: lost
+            if settled:
+                return True  # the move was applied: our key is on the new lease
+            raise  # it was not: the lease is as it was, and the new one is ended
         if not answer.get("succeeded"):
+            held.moving = None
             await self._revoke(lease, name)
             await self._lost(name, token, held, True)
             return False
-        old, held.lease, held.seconds, held.asked = held.lease, lease, seconds, lease_seconds(ttl_ms)
+        old, held.lease, held.seconds, held.asked, held.moving = held.lease, lease, seconds, asked, None
         await self._revoke(old, name)
         return True
+
+    async def _settle(self, name: str, token: str, fence: int, held: _Held) -> bool | None:
+        """After a move whose answer never came: read which lease our key is on, and keep that one. True: the new
+        one (adopted; the old one is ended); False: the old one (the new one is ended); None: our key is gone or is
+        not ours (the acquisition is forgotten, and both leases are ended)."""
+        assert held.moving is not None
+        lease, seconds, asked = held.moving
+        [mine] = txn.ranges(await self._gateway.txn(txn.check([held.key]), "extend", name))
+        held.moving = None
+        kv = mine[0] if mine else None
+        if kv is None or kv.value != token.encode() or kv.create_revision != fence or \
+                kv.lease not in (lease, held.lease):
+            self._held.pop(token, None)
+            await self._revoke(lease, name)
+            await self._revoke(held.lease, name)
+            return None
+        if kv.lease == lease:
+            old, held.lease, held.seconds, held.asked = held.lease, lease, seconds, asked
+            await self._revoke(old, name)
+            return True
+        await self._revoke(lease, name)
+        return False
 
     async def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
         """The watchdog's batch: one keep-alive request per `KEEPALIVE_BATCH` leases, then one transaction per
@@ -254,7 +296,7 @@ class AsyncEtcdBackend:
             held = self._held.get(token)
             if held is None:
                 results[i] = False
-            elif keepalive_suffices(held.seconds, ms):
+            elif held.moving is None and keepalive_suffices(held.seconds, ms):
                 plain.append(i)
             else:
                 try:

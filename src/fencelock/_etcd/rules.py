@@ -18,7 +18,7 @@ import re
 from typing import Any, NamedTuple
 from urllib.parse import unquote
 
-from .._logic.outcomes import Released
+from .._logic.outcomes import Released, gone
 
 MAX_TXN_OPS = 128
 """etcd's default `--max-txn-ops`: the most operations one transaction may carry."""
@@ -155,11 +155,13 @@ def verdict(mine: Kv | None, token: bytes, owner: Kv | None) -> Verdict:
     return Verdict.WAITING
 
 
-def released(deleted: bool, newer_keys: int) -> Released:
-    """A compare-and-delete's answer: our key deleted; else gone, and maybe someone queued (or held) after us."""
+def released(deleted: bool, newer_keys: int, sent_before: bool = False) -> Released:
+    """A compare-and-delete's answer: our key deleted; else gone, and maybe someone queued (or held) after us
+    (`fencelock._logic.outcomes.gone`: after an earlier sending of this release whose answer never came, maybe by
+    that one)."""
     if deleted:
         return Released.RELEASED
-    return Released.TAKEN if newer_keys else Released.EXPIRED
+    return gone(sent_before, newer_keys > 0)
 
 
 def retry_after(failures: int, transient: bool, endpoints: int) -> float | None:

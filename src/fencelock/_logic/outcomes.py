@@ -43,3 +43,14 @@ def after_release(answer: Released, uncertain_at: float | None, valid_until: flo
     if answer is Released.EXPIRED and uncertain_at is not None and uncertain_at < valid_until:
         return State.RELEASED
     return State.LOST
+
+
+def gone(sent_before: bool, others_queued: bool) -> Released:
+    """What a release that found our key gone (deleted, expired or taken) means, where waiters queue (etcd,
+    ZooKeeper): anyone queued then holds the lock, or will at once, so "someone newer" cannot tell our own
+    earlier release from a loss. `sent_before`: a release of this lease went out before and its answer never came
+    (a lost reply, a cancellation): then it may have been ours, and the lease judges it (UNSURE, decision
+    2026-12-02-release-sent-again); else TAKEN if anyone queues, EXPIRED if nobody does."""
+    if sent_before:
+        return Released.UNSURE
+    return Released.TAKEN if others_queued else Released.EXPIRED

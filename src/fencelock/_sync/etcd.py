@@ -63,6 +63,8 @@ class _Held:
     seconds: int      # the lease's TTL as the server granted it
     asked: int        # the lease's TTL as we asked for it
     rev: int = 0      # our key's create revision, once known
+    moving: tuple[int, int, int] | None = None  # a move to this (lease, seconds, asked) went out, outcome unknown
+    releasing: bool = False  # a release went out (its answer may never have come)
 
 
 class EtcdBackend:
@@ -168,6 +170,8 @@ class EtcdBackend:
         """A waiter gives up (or was cancelled): revoke its lease, which deletes its key."""
         held = self._held.pop(token, None)
         if held is not None:
+            if held.moving is not None:
+                self._revoke(held.moving[0], name)
             self._gateway.revoke(held.lease, name)
 
     # ------------------------------------------------------------------------------------------ release
@@ -180,13 +184,16 @@ class EtcdBackend:
         if held is None:  # nothing of ours is left on the server (released, or reported lost before)
             return released(False, txn.taken(self._gateway.txn(txn.count_newer(directory, fence), "release",
                                                                       name)))
+        sent_before, held.releasing = held.releasing, True
         answer = self._gateway.txn(txn.release(held.key, token, fence, directory, fence_key(self._prefix, name)),
                                          "release", name)
         self._held.pop(token, None)  # the server answered: the token's work is done either way
         deleted = bool(answer.get("succeeded"))
+        if held.moving is not None:  # our key (deleted now, or gone) may have been on it: it carries none now
+            self._revoke(held.moving[0], name)
         if not (deleted and self._keep_spare(held)):
             self._revoke(held.lease, name)
-        return released(deleted, 0 if deleted else txn.taken(answer))
+        return released(deleted, 0 if deleted else txn.taken(answer), sent_before)
 
     def _take_spare(self, asked: int) -> tuple[int, int] | None:
         if self._spare_pid != os.getpid():
@@ -210,6 +217,8 @@ class EtcdBackend:
         held = self._held.get(token)
         if held is None:
             return False
+        if held.moving is not None and self._settle(name, token, fence, held) is None:
+            return False
         if not keepalive_suffices(held.seconds, ttl_ms):
             return self._move(name, token, fence, ttl_ms, held)
         alive = self._alive(held.lease, name)
@@ -231,20 +240,53 @@ class EtcdBackend:
 
     def _move(self, name: str, token: str, fence: int, ttl_ms: int, held: _Held) -> bool:
         """Extend past the lease's own TTL: put our key on a new, longer lease (its create revision, the fence,
-        stays), then revoke the old lease."""
-        lease, seconds = self._gateway.grant(lease_seconds(ttl_ms), name)
+        stays), then revoke the old lease. A move whose answer never came is settled by reading the key
+        (`_settle`): a lease our key may be on is never revoked."""
+        asked = lease_seconds(ttl_ms)
+        lease, seconds = self._gateway.grant(asked, name)
+        held.moving = (lease, seconds, asked)  # from the move's sending on, our key may be on it
         try:
             answer = self._gateway.txn(txn.move(held.key, token, fence, lease), "extend", name)
         except BackendError:
-            self._revoke(lease, name)
-            raise
+            try:
+                settled = self._settle(name, token, fence, held)
+            except BackendError:
+                raise  # still unknown: the next extend or renewal reads the key again
+            if settled is None:
+                return False  # gone, or not ours: lost
+            if settled:
+                return True  # the move was applied: our key is on the new lease
+            raise  # it was not: the lease is as it was, and the new one is ended
         if not answer.get("succeeded"):
+            held.moving = None
             self._revoke(lease, name)
             self._lost(name, token, held, True)
             return False
-        old, held.lease, held.seconds, held.asked = held.lease, lease, seconds, lease_seconds(ttl_ms)
+        old, held.lease, held.seconds, held.asked, held.moving = held.lease, lease, seconds, asked, None
         self._revoke(old, name)
         return True
+
+    def _settle(self, name: str, token: str, fence: int, held: _Held) -> bool | None:
+        """After a move whose answer never came: read which lease our key is on, and keep that one. True: the new
+        one (adopted; the old one is ended); False: the old one (the new one is ended); None: our key is gone or is
+        not ours (the acquisition is forgotten, and both leases are ended)."""
+        assert held.moving is not None
+        lease, seconds, asked = held.moving
+        [mine] = txn.ranges(self._gateway.txn(txn.check([held.key]), "extend", name))
+        held.moving = None
+        kv = mine[0] if mine else None
+        if kv is None or kv.value != token.encode() or kv.create_revision != fence or \
+                kv.lease not in (lease, held.lease):
+            self._held.pop(token, None)
+            self._revoke(lease, name)
+            self._revoke(held.lease, name)
+            return None
+        if kv.lease == lease:
+            old, held.lease, held.seconds, held.asked = held.lease, lease, seconds, asked
+            self._revoke(old, name)
+            return True
+        self._revoke(lease, name)
+        return False
 
     def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
         """The watchdog's batch: one keep-alive request per `KEEPALIVE_BATCH` leases, then one transaction per
@@ -255,7 +297,7 @@ class EtcdBackend:
             held = self._held.get(token)
             if held is None:
                 results[i] = False
-            elif keepalive_suffices(held.seconds, ms):
+            elif held.moving is None and keepalive_suffices(held.seconds, ms):
                 plain.append(i)
             else:
                 try:

@@ -1,0 +1,201 @@
+"""Requests whose outcome the client never learned (a reply lost or late, an asyncio cancellation) on a real etcd,
+with a `Proxy` holding the replies back: a move of our key to a longer lease is never undone by revoking the lease
+it may be on, and is settled by reading the key; a release sent again after one that may have gone through is a
+release, not a loss. An independent client reads the server."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import fencelock
+from fencelock.testing.etcd import EtcdServer
+from fencelock.testing.proxy import Proxy
+from tests.conftest import until
+from tests.etcd.helpers import keys_of, lease_keys, lease_ttl
+
+
+@pytest.fixture
+def proxy(etcd_server: EtcdServer) -> Iterator[Proxy]:
+    with Proxy("127.0.0.1", etcd_server.members[0].client_port) as started:
+        yield started
+
+
+def _lease_of(etcd_server: EtcdServer, name: str, token: str) -> int:
+    """The lease our key is on, as the server has it."""
+    [kv] = [kv for kv in keys_of(etcd_server, name) if kv["value"] == _b64(token)]
+    return int(kv["lease"])
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _slow_after_grant(locks: Any, proxy: Proxy, delay: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the next lease grant's answer on, every byte through `proxy` is `delay` s late: the move that follows
+    the grant reaches the server, and its answer comes late."""
+    gateway = locks.backend._gateway
+    grant = gateway.grant
+
+    async def grant_then_slow(*args: Any, **kwargs: Any) -> Any:
+        answer = await grant(*args, **kwargs)
+        proxy.delay = delay
+        return answer
+
+    def grant_then_slow_sync(*args: Any, **kwargs: Any) -> Any:
+        answer = grant(*args, **kwargs)
+        proxy.delay = delay
+        return answer
+
+    is_async = asyncio.iscoroutinefunction(grant)
+    monkeypatch.setattr(gateway, "grant", grant_then_slow if is_async else grant_then_slow_sync)
+
+
+# -- extend past the lease's TTL: the move ----------------------------------------------------------------------
+
+def test_a_move_whose_answer_was_lost_never_revokes_our_key_and_is_settled_by_the_next_extend(
+        etcd_server: EtcdServer, proxy: Proxy, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    locks = fencelock.connect(f"etcd://127.0.0.1:{proxy.port}?timeout=1")
+    other = fencelock.connect(etcd_server.url)
+    granted: list[fencelock.Lease] = []
+    try:
+        lease = locks.acquire(name, ttl=5.0, wait=0)
+        first = _lease_of(etcd_server, name, lease.token)
+        waiter = threading.Thread(target=lambda: granted.append(other.acquire(name, ttl=5.0, wait=30.0)))
+        waiter.start()
+        until(lambda: len(keys_of(etcd_server, name)) == 2, 5.0, "the waiter queued")
+        # The move reaches the server 0.7 s after it was sent, within the 1 s timeout; its answer comes at 1.4 s.
+        _slow_after_grant(locks, proxy, 0.7, monkeypatch)
+        with pytest.raises(fencelock.BackendError):
+            lease.extend(ttl=20.0)
+        monkeypatch.undo()
+        proxy.delay = 0.0
+        until(lambda: proxy.held_back == 0, 5.0, "everything the client sent reached the server")
+        # The move went through: our key is on the new lease, and still there. Nobody else was granted.
+        assert _b64(lease.token) in [kv["value"] for kv in keys_of(etcd_server, name)], "our key was revoked"
+        moved = _lease_of(etcd_server, name, lease.token)
+        assert moved != first
+        assert lease_ttl(etcd_server, moved) > 15
+        assert not granted
+        assert lease.held
+        assert not lease.lost
+        assert keys_of(etcd_server, name)[0]["value"] == _b64(lease.token)
+        lease.extend()  # reads where the key is, adopts the new lease, ends the old one
+        assert _lease_of(etcd_server, name, lease.token) == moved
+        assert lease_ttl(etcd_server, first) == -1
+        assert not granted
+        lease.release()
+        waiter.join(10.0)
+        assert granted
+        assert granted[0].fence > lease.fence
+        assert lease_keys(etcd_server, moved) == []
+        granted[0].release()
+    finally:
+        proxy.delay = 0.0
+        other.close()
+        locks.close()
+
+
+def test_asyncio_an_extend_cancelled_during_its_move_is_settled_by_the_next_renewal(
+        etcd_server: EtcdServer, proxy: Proxy, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe: the cancelled move left the key on the new lease while the client renewed the old one, found the
+    key "not ours", reported the lease lost and revoked the old lease; the waiter then waited out the new TTL."""
+
+    async def main() -> None:
+        locks = fencelock.aio.connect(f"etcd://127.0.0.1:{proxy.port}?timeout=5")
+        other = fencelock.aio.connect(etcd_server.url)
+        try:
+            lease = await locks.acquire(name, ttl=3.0, wait=0, renew=True)
+            first = _lease_of(etcd_server, name, lease.token)
+            waiter = asyncio.ensure_future(other.acquire(name, ttl=5.0, wait=30.0))
+            await asyncio.to_thread(until, lambda: len(keys_of(etcd_server, name)) == 2, 5.0, "the waiter queued")
+            _slow_after_grant(locks, proxy, 1.0, monkeypatch)
+            extend = asyncio.ensure_future(lease.extend(ttl=20.0))
+            await asyncio.to_thread(until, lambda: _lease_of(etcd_server, name, lease.token) != first, 5.0,
+                                    "the move was applied")
+            extend.cancel()  # its answer is still on its way back
+            with pytest.raises(asyncio.CancelledError):
+                await extend
+            monkeypatch.undo()
+            proxy.delay = 0.0
+            moved = _lease_of(etcd_server, name, lease.token)
+            await asyncio.sleep(2.0)  # two renewals at least (every second)
+            assert not lease.lost
+            assert lease.held
+            assert not waiter.done()
+            assert _lease_of(etcd_server, name, lease.token) == moved  # the renewals adopted the lease it is on
+            assert lease_ttl(etcd_server, first) == -1
+            await lease.release()
+            taken = await asyncio.wait_for(waiter, 3.0)  # at the release, not when the 20 s lease runs out
+            assert taken.fence > lease.fence
+            await taken.release()
+        finally:
+            proxy.delay = 0.0
+            await other.aclose()
+            await locks.aclose()
+
+    asyncio.run(main())
+
+
+# -- a release sent again -----------------------------------------------------------------------------------------
+
+def test_asyncio_a_release_sent_again_after_a_cancelled_one_went_through_is_released_not_lost(
+        etcd_server: EtcdServer, proxy: Proxy, name: str) -> None:
+    async def main() -> None:
+        locks = fencelock.aio.connect(f"etcd://127.0.0.1:{proxy.port}?timeout=5")
+        other = fencelock.aio.connect(etcd_server.url)
+        try:
+            lease = await locks.acquire(name, ttl=10.0, wait=0)
+            waiter = asyncio.ensure_future(other.acquire(name, ttl=10.0, wait=20.0))
+            await asyncio.to_thread(until, lambda: len(keys_of(etcd_server, name)) == 2, 5.0, "the waiter queued")
+            proxy.delay = 1.0
+            release = asyncio.ensure_future(lease.release())
+            await asyncio.to_thread(until, lambda: keys_of(etcd_server, name)[0]["value"] != _b64(lease.token),
+                                    5.0, "the release was applied")
+            release.cancel()  # its answer is still on its way back
+            with pytest.raises(asyncio.CancelledError):
+                await release
+            proxy.delay = 0.0
+            taken = await asyncio.wait_for(waiter, 5.0)  # the waiter queued behind us holds the lock now
+            await lease.release()  # sent again, as the README says: it finds our key gone, by our own release
+            assert not lease.lost
+            with pytest.raises(fencelock.LockLost, match="released"):
+                lease.ensure()
+            await taken.release()
+        finally:
+            proxy.delay = 0.0
+            await other.aclose()
+            await locks.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_release_sent_again_after_one_whose_answer_was_lost_is_released_not_lost(
+        etcd_server: EtcdServer, proxy: Proxy, name: str) -> None:
+    locks = fencelock.connect(f"etcd://127.0.0.1:{proxy.port}?timeout=1")
+    other = fencelock.connect(etcd_server.url)
+    try:
+        lease = locks.acquire(name, ttl=10.0, wait=0)
+        granted: list[fencelock.Lease] = []
+        waiter = threading.Thread(target=lambda: granted.append(other.acquire(name, ttl=10.0, wait=20.0)))
+        waiter.start()
+        until(lambda: len(keys_of(etcd_server, name)) == 2, 5.0, "the waiter queued")
+        proxy.delay = 0.7  # the release reaches the server within the 1 s timeout; its answer comes at 1.4 s
+        with pytest.raises(fencelock.BackendError) as info:
+            lease.release()
+        assert info.value.lease is lease
+        proxy.delay = 0.0
+        waiter.join(5.0)
+        assert granted  # our release went through: the waiter behind us got the lock
+        lease.release()
+        assert not lease.lost
+        granted[0].release()
+    finally:
+        proxy.delay = 0.0
+        other.close()
+        locks.close()
