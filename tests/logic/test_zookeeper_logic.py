@@ -18,11 +18,14 @@ from fencelock._zk.rules import (
     encode_name,
     encode_number,
     find_own,
+    handshake_limit,
     lease_remaining,
+    may_return,
     parse_child,
     position,
     queue,
     renewal_answer,
+    retry_after,
     session_timeout_ms,
     ttl_fits,
 )
@@ -146,3 +149,22 @@ def test_a_holders_remaining_time_counts_from_its_nodes_last_write() -> None:
     assert lease_remaining(30_000, 1_000_000, 1_010_000.0) == 20.0
     assert lease_remaining(30_000, 1_000_000, 1_040_000.0) == 0.0   # ran out: never negative
     assert lease_remaining(None, 1_000_000, 1_000_000.0) is None     # a node fencelock did not write
+
+
+def test_each_member_gets_a_share_of_the_timeout_to_answer_a_handshake() -> None:
+    assert handshake_limit(2.0, 1) == 2.0
+    assert handshake_limit(2.0, 4) == 0.5   # three hung members tried first: the fourth still has 0.5 s
+    assert 3 * handshake_limit(1.0, 3) <= 1.0
+
+
+def test_an_acquire_retries_only_transient_faults_with_a_back_off() -> None:
+    assert retry_after(1, False) is None
+    assert [retry_after(n, True) for n in (1, 2, 3, 4, 5, 6)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
+    assert retry_after(10_000, True) == 1.0   # the wait deadline, not a count, ends the tries
+
+
+def test_a_fault_is_worth_waiting_out_while_the_server_keeps_the_session() -> None:
+    assert may_return(True, None, 100.0, 2000)           # connected again: try at once
+    assert may_return(False, 99.0, 100.0, 2000)          # down for 1 s of a 2 s session
+    assert not may_return(False, 97.0, 100.0, 2000)      # down longer than the session lives: an outage
+    assert not may_return(False, None, 100.0, 2000)      # never connected: the first connection's own timeout

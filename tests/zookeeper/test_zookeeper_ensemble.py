@@ -302,6 +302,65 @@ def test_a_frozen_member_never_gives_the_lock_to_two_holders(zk3: ZooKeeperEnsem
         waiter_locks.close()
 
 
+def test_a_waiter_on_a_member_that_freezes_waits_on_and_gets_the_lock(zk3: ZooKeeperEnsembleDeployment,
+                                                                       name: str) -> None:
+    """The probe: with the leader frozen (SIGSTOP) longer than the request timeout, waiters whose session was on it
+    failed ("listing failed ... TimeoutError") with most of their wait left. A look at the queue that gets no
+    answer drops the connection; kazoo moves the session to a live member, the waiter looks again there, within
+    its wait, and keeps its place."""
+    ensemble = zk3.ensemble
+    fast = ZooKeeperEnsembleDeployment(ensemble, zk3.chroot)
+    fast.target += "?timeout=1"
+    holder_locks = _client_on(fast, "follower", name)
+    waiter_locks = _client_on(fast, "leader", name + ":w")
+    try:
+        lease = holder_locks.acquire(name, ttl=TTL, wait=0, renew=True)
+        waiter = _Waiter(waiter_locks, name, wait=30.0)
+        until(lambda: zk3.queued(name) == 1, 10.0, "the waiter is queued behind the holder")
+        frozen = ensemble.member_of_session(_session_id(waiter_locks))
+        assert frozen is not None
+        ensemble.pause(frozen)
+        try:
+            # Past the request timeout (1 s) and a waiter's next look at the queue (at most every TTL/4).
+            until(lambda: ensemble.member_of_session(_session_id(waiter_locks)) not in (None, frozen), 10.0,
+                  "the waiter's session moved to a live member")
+            time.sleep(1.0)
+            assert waiter.error is None, waiter.error
+            assert waiter.blocked
+        finally:
+            ensemble.resume(frozen)
+        lease.release()
+        waiter.join(10.0)
+        assert waiter.error is None, waiter.error
+        assert waiter.lease is not None
+        assert waiter.lease.fence > lease.fence
+        waiter.lease.release()
+        assert zk3.nodes(name) == []
+    finally:
+        holder_locks.close()
+        waiter_locks.close()
+
+
+def test_a_first_connection_succeeds_within_the_timeout_with_a_member_frozen(zk3: ZooKeeperEnsembleDeployment,
+                                                                            name: str) -> None:
+    """The probe: a fresh client whose kazoo tried the frozen member first failed after exactly the timeout,
+    although two members served. Each member now gets a third of the timeout to answer its handshake."""
+    ensemble = zk3.ensemble
+    frozen = (ensemble.leader() + 1) % ensemble.size  # a follower: no election
+    ensemble.pause(frozen)
+    try:
+        for i in range(6):  # kazoo tries the members in a random order: the frozen one first, 1 time in 3
+            locks = fencelock.connect(zk3.target + "?timeout=1.5")
+            try:
+                started = time.monotonic()
+                locks.acquire(f"{name}:{i}", ttl=TTL, wait=0).release()
+                assert time.monotonic() - started < 1.5 + slack(0.5)
+            finally:
+                locks.close()
+    finally:
+        ensemble.resume(frozen)
+
+
 def test_with_one_member_down_the_lock_works(zk3: ZooKeeperEnsembleDeployment, name: str) -> None:
     ensemble = zk3.ensemble
     down = (ensemble.leader() + 1) % ensemble.size   # a follower: no election, one member fewer

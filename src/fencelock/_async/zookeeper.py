@@ -15,7 +15,7 @@ from typing import Any
 
 from .._errors import BackendError, MissingExtra
 from .._logic.args import DEFAULT_TTL, ttl_ms
-from .._logic.outcomes import Attempt, Released
+from .._logic.outcomes import Attempt, Released, gone
 from .._logic.status import LockStatus
 from .._logic.timing import Clock, Deadline
 from .._zk.nodes import Expiry, Node
@@ -35,17 +35,18 @@ from .._zk.rules import (
     position,
     queue,
     renewal_answer,
+    retry_after,
     root_path,
     session_timeout_ms,
     ttl_fits,
 )
-from .._zk.session import CLIENT_ERRORS, NotConnected, ZKSession, stop
+from .._zk.session import CLIENT_ERRORS, SessionFault, ZKSession, stop
 from .._zk.url import ZooKeeperTarget
 from ._kazoo import Wakeup, thread_result, wait_thread_event
 from ._threads import blocking
 
 try:
-    from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
+    from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise MissingExtra("zookeeper:// URLs need kazoo, which the zookeeper extra installs: "
                        "pip install 'fencelock[zookeeper]'") from exc
@@ -141,7 +142,13 @@ class AsyncZooKeeperBackend:
         except CLIENT_ERRORS as exc:
             if isinstance(exc, TimeoutError):  # no answer in time (our bridge's timeout)
                 session.unanswered()
-            raise BackendError(f"{what} failed on {self.shown}: {type(exc).__name__}: {exc}", name=name) from exc
+            error = BackendError(f"{what} failed on {self.shown}: {type(exc).__name__}: {exc}", name=name)
+            if isinstance(exc, (ConnectionLoss, SessionExpiredError, TimeoutError)):
+                # Its session had (or now has) no connection: the fault may pass (`retry_after`).
+                fault = SessionFault(session)
+                fault.__cause__ = exc
+                raise error from fault
+            raise error from exc
 
     async def _children(self, session: ZKSession, directory: str, name: str | None) -> list[str]:
         try:
@@ -156,8 +163,11 @@ class AsyncZooKeeperBackend:
         return None if stat is None else int(stat.czxid)
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
-        """A dropped connection comes back at once with the same session: try once more, shortly after."""
-        return 0.05 if failures == 1 and isinstance(exc.__cause__, ConnectionLoss) else None
+        """Transient faults are tried again within the acquire's `wait` (`fencelock._zk.rules.retry_after`): a
+        session without a connection, a request dropped with its connection or unanswered, a session that
+        expired (kazoo opens a new one; the attempt queues again in it)."""
+        fault = exc.__cause__
+        return retry_after(failures, isinstance(fault, SessionFault) and fault.session.may_return())
 
     # -- acquire ------------------------------------------------------------------------------------------
 
@@ -215,7 +225,7 @@ class AsyncZooKeeperBackend:
         if not session.connected:
             # A create now would wait in kazoo's queue and might reach the server after we gave up.
             raise BackendError(f"the session with {self.shown} is {session.state.value}: not queueing now",
-                               name=name)
+                               name=name) from SessionFault(session)
         for _ in range(2):
             if directory not in self._directories:
                 # Made here, not by the create's `makepath`: kazoo would send that create again after making the
@@ -298,7 +308,9 @@ class AsyncZooKeeperBackend:
         key = (name, token)
         node = self._held.get(key)
         directory = lock_path(self._root, name)
+        sent_before = False
         if node is not None:
+            sent_before, node.releasing = node.releasing, True
             try:
                 await self._call(node.session, node.release_request(), name, "release")
             except NoNodeError:
@@ -319,8 +331,8 @@ class AsyncZooKeeperBackend:
             except NoNodeError:
                 pass
             return Released.RELEASED
-        # Gone. Anyone in the queue now holds the lock, or will at once: it was taken after us.
-        return Released.TAKEN if queue(children) else Released.EXPIRED
+        # Gone: by an earlier sending of this release whose answer never came, or lost (`gone`).
+        return gone(sent_before, bool(queue(children)))
 
     def _forget_held(self, key: tuple[str, str], node: Node) -> None:
         with self._lock:
@@ -406,7 +418,7 @@ class AsyncZooKeeperBackend:
         session = await self._session_for(ms, name)  # a TTL no session keeps: ValueError, nothing sent
         if not session.connected:
             raise BackendError(f"the session with {self.shown} is {session.state.value}: not moving the lock's "
-                               "node now", name=name) from NotConnected()
+                               "node now", name=name) from SessionFault(session)
         sent_at = self._clock()
         node.moving = session  # from here on the node may be in either session, until an answer says which
         try:

@@ -27,6 +27,7 @@ class Node:
     waited: bool = False      # it was not at the head of the queue at once
     fence: int = 0            # 0: its czxid
     moving: ZKSession | None = None  # a move to this session went out and its outcome is unknown
+    releasing: bool = False   # a release went out (its answer may never have come)
 
     def __post_init__(self) -> None:
         self.fence = self.fence or self.czxid

@@ -125,6 +125,38 @@ def ttl_fits(ttl_ms: int, negotiated_ms: int) -> bool:
     return negotiated_ms >= ttl_ms
 
 
+def handshake_limit(timeout: float, hosts: int) -> float:
+    """Seconds one member may take to accept a connection and answer its handshake before the next member is
+    tried: an equal share of the URL's `timeout`, so that a first connection reaches a member that answers within
+    its share, in time, even when every member tried before it hung."""
+    return timeout / max(1, hosts)
+
+
+RETRY_FIRST = 0.05
+RETRY_MOST = 1.0
+"""Seconds between the tries of an acquire after a transient fault: 50 ms, doubling, at most 1 s."""
+
+
+def retry_after(failures: int, transient: bool) -> float | None:
+    """After `failures` failed acquire attempts in a row: try a transient fault (`may_return`) again after a short
+    back-off; None: not worth a retry. The caller's `wait` deadline bounds the tries too
+    (`fencelock._logic.acquiring`)."""
+    if not transient:
+        return None
+    return min(RETRY_MOST, RETRY_FIRST * 2 ** min(failures - 1, 8))
+
+
+def may_return(connected: bool, down_since: float | None, now: float, timeout_ms: int) -> bool:
+    """Whether a session whose request failed for want of a connection may serve again soon: it is connected
+    again, or has been without a connection (since `down_since`) for less than its timeout. The server keeps a
+    session that long, so a member that froze or restarted, a dropped connection, or an expiry kazoo replaces at
+    once with a new session, is ridden out; a fault that lasts longer (a majority down, a partition) is an
+    outage, reported as a `BackendError`."""
+    if connected:
+        return True
+    return down_since is not None and now - down_since < timeout_ms / 1000.0
+
+
 class Session(enum.Enum):
     CONNECTED = "connected"
     SUSPENDED = "suspended"   # the connection dropped; the session (and its nodes) may or may not live

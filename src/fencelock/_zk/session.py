@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from .._errors import MissingExtra
-from .rules import Session, child_name, encode_number, queue
+from .rules import Session, child_name, encode_number, handshake_limit, may_return, queue
 from .url import ZooKeeperTarget
 
 try:
@@ -31,9 +32,14 @@ _STATES = {KazooState.CONNECTED: Session.CONNECTED, KazooState.SUSPENDED: Sessio
            KazooState.LOST: Session.LOST}
 
 
-class NotConnected(Exception):
-    """The session has no connection now (suspended, or lost and reconnecting): the cause of the `BackendError`
-    a request that was not sent for it raises."""
+class SessionFault(Exception):
+    """A request failed, or was not sent, because its session had no connection (suspended, or expired and being
+    replaced): the cause of the `BackendError` raised for it, itself caused by kazoo's error if there was one.
+    `session` says how long the fault is worth waiting out (`ZKSession.may_return`)."""
+
+    def __init__(self, session: ZKSession) -> None:
+        super().__init__(f"the session is {session.state.value}")
+        self.session = session
 
 
 def nothing() -> None:
@@ -56,12 +62,15 @@ class ZKSession:
         self.negotiated_ms: int | None = None
         self.session_id: int | None = None  # the server's id (its nodes' ephemeralOwner), from the last handshake
         self.state = Session.LOST
+        self.down_since: float | None = None  # time.monotonic() when its connection last dropped (None: up)
         self.ready = threading.Event()  # set once a connection has negotiated its timeout
         self.abandoned: set[tuple[str, str]] = set()  # (lock path, token): nodes to delete when we can
+        # Each member gets its share of the URL's timeout to connect and answer (`handshake_limit`).
+        limit = handshake_limit(target.timeout, len(target.hosts))
         self.client = KazooClient(hosts=target.hosts_string, timeout=requested_ms / 1000.0,
-                                  handler=_Handler(target.timeout),
+                                  handler=_Handler(limit),
                                   connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0))
-        watch_handshakes(self.client, target.timeout, self._negotiated)
+        watch_handshakes(self.client, limit, self._negotiated)
         self.client.add_listener(self._changed)
         self.client.start_async()
 
@@ -75,12 +84,19 @@ class ZKSession:
         was abandoned while the server could not be reached."""
         self.state = _STATES.get(state, Session.SUSPENDED)
         if self.state is Session.CONNECTED:
+            self.down_since = None
             for directory, token in list(self.abandoned):
                 self._sweep(directory, token)
+        elif self.down_since is None and self.ready.is_set():
+            self.down_since = time.monotonic()
 
     @property
     def connected(self) -> bool:
         return self.state is Session.CONNECTED and self.ready.is_set()
+
+    def may_return(self) -> bool:
+        """Whether a fault on this session is worth waiting out (`fencelock._zk.rules.may_return`)."""
+        return may_return(self.connected, self.down_since, time.monotonic(), self.negotiated_ms or 0)
 
     def unanswered(self) -> None:
         """A request got no answer within the URL's timeout: drop the connection, so that kazoo moves the session
