@@ -20,7 +20,7 @@ from fencelock.testing.etcd import EtcdServer
 from fencelock.testing.servers import free_port
 from fencelock.testing.timing import slack
 from tests.conftest import IN_CI, require_etcd_binary, until
-from tests.etcd.helpers import b64, keys_of, leases_of
+from tests.etcd.helpers import b64, keys_of, lease_ttl, leases_of
 
 
 @pytest.mark.parametrize("url", ["etcd://", "etcd://127.0.0.1:0", "etcd://h/x", "etcd://h?bogus=1",
@@ -209,6 +209,60 @@ def test_asyncio_close_on_a_stalled_server_is_bounded(own_etcd_server: EtcdServe
 
     took = asyncio.run(main())
     assert took < CLOSE_TIMEOUT + slack(0.6), took
+
+
+def test_close_with_waiters_in_flight_revokes_their_leases_before_it_returns(etcd_server: EtcdServer,
+                                                                            name: str) -> None:
+    """The probe: the waiters' keys stayed queued until their leases' TTL after close() returned."""
+    holder = fencelock.connect(etcd_server.url)
+    lease = holder.acquire(name, ttl=10.0, wait=0)
+    locks = fencelock.connect(etcd_server.url)
+    errors: list[BaseException] = []
+
+    def wait_for_it() -> None:
+        try:
+            locks.acquire(name, ttl=10.0, wait=30.0)
+        except BaseException as exc:
+            errors.append(exc)
+
+    waiters = [threading.Thread(target=wait_for_it) for _ in range(3)]
+    try:
+        for waiter in waiters:
+            waiter.start()
+        until(lambda: len(keys_of(etcd_server, name)) == 4, 5.0, "the waiters queued")
+        queued = {int(kv["lease"]) for kv in keys_of(etcd_server, name)[1:]}
+        started = time.monotonic()
+        locks.close()
+        assert time.monotonic() - started < 2.0 + slack(0.5)  # the URL's timeout at most
+        assert [kv["value"] for kv in keys_of(etcd_server, name)] == [b64(lease.token.encode())]
+        assert all(lease_ttl(etcd_server, waiter_lease) == -1 for waiter_lease in queued)
+        for waiter in waiters:
+            waiter.join(5.0)
+        assert len(errors) == 3
+        assert all(isinstance(exc, fencelock.LockError) for exc in errors), errors
+        lease.release()
+    finally:
+        holder.close()
+
+
+def test_asyncio_close_with_waiters_in_flight_revokes_their_leases_before_it_returns(etcd_server: EtcdServer,
+                                                                                    name: str) -> None:
+    async def main() -> None:
+        holder = fencelock.aio.connect(etcd_server.url)
+        lease = await holder.acquire(name, ttl=10.0, wait=0)
+        locks = fencelock.aio.connect(etcd_server.url)
+        waiters = [asyncio.ensure_future(locks.acquire(name, ttl=10.0, wait=30.0)) for _ in range(3)]
+        try:
+            await asyncio.to_thread(until, lambda: len(keys_of(etcd_server, name)) == 4, 5.0, "the waiters queued")
+            await locks.aclose()
+            assert [kv["value"] for kv in keys_of(etcd_server, name)] == [b64(lease.token.encode())]
+            outcomes = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 5.0)
+            assert all(isinstance(outcome, fencelock.LockError) for outcome in outcomes), outcomes
+            await lease.release()
+        finally:
+            await holder.aclose()
+
+    asyncio.run(main())
 
 
 def test_a_request_still_connecting_when_close_runs_leaves_no_socket_open(etcd_server: EtcdServer,

@@ -48,7 +48,7 @@ keep-alive (the leader answers it without a disk write) where a new one needs a 
 CLOSE_TIMEOUT = 0.5
 """Seconds `close()` spends at most revoking the spare leases (keyless leases kept for reuse). A stalled or
 unreachable server does not make `close()` wait for a request timeout: the leases it did not revoke end by their
-TTL."""
+TTL. The leases of waiters still queued get up to the URL's timeout first: their keys block the lock for others."""
 
 RENEWAL_BATCH = 1000
 """Leases of one watchdog batch handled together: keep-alive requests, then transactions checking their keys."""
@@ -65,6 +65,7 @@ class _Held:
     rev: int = 0      # our key's create revision, once known
     moving: tuple[int, int, int] | None = None  # a move to this (lease, seconds, asked) went out, outcome unknown
     releasing: bool = False  # a release went out (its answer may never have come)
+    granted: bool = False    # a lease was granted on it (not a waiter any more)
 
 
 class EtcdBackend:
@@ -122,6 +123,7 @@ class EtcdBackend:
             mine, owner, before, revision = self._look(name, held)
             state = verdict(mine, value, owner)
         if state is Verdict.GRANTED and mine is not None:
+            held.granted = True
             return Attempt(True, mine.create_revision, None)
         return Attempt(False, 0, None)
 
@@ -396,17 +398,26 @@ class EtcdBackend:
         raise BackendError("the holder kept changing while it was being removed", name=name)
 
     def close(self) -> None:
-        """End the spare leases, within `CLOSE_TIMEOUT` in all (best effort: their TTL ends the others), and close
-        the connections."""
+        """End the leases of this client's waiters still queued (their keys go with them), within the URL's
+        timeout, then the spare leases, within `CLOSE_TIMEOUT` (best effort: their TTL ends the others); then close
+        the connections. Leases still held are left to their TTL."""
         spare, self._spare = self._spare, {}
         if self._spare_pid == os.getpid():
-            deadline = Deadline.after(CLOSE_TIMEOUT, self._clock())
-            for lease in [lease for leases in spare.values() for lease, _ in leases]:
-                left = min(deadline.remaining(self._clock()), self._gateway.timeout)
-                if left <= 0:
-                    break
-                try:
-                    self._gateway.revoke(lease, None, timeout=left)
-                except BackendError:
-                    break  # the server does not answer in time: the spare leases end by their TTL
+            now = self._clock()
+            waiting = [held.lease for held in list(self._held.values()) if not held.granted]
+            self._revoke_within(waiting, Deadline.after(self._gateway.timeout, now))
+            self._revoke_within([lease for leases in spare.values() for lease, _ in leases],
+                                      Deadline.after(CLOSE_TIMEOUT, self._clock()))
         self._gateway.close()
+
+    def _revoke_within(self, leases: list[int], deadline: Deadline) -> None:
+        """Revoke `leases` one by one until `deadline`; the first that gets no answer in time ends it (the server
+        is stalled or gone: the others end by their TTL)."""
+        for lease in leases:
+            left = min(deadline.remaining(self._clock()), self._gateway.timeout)
+            if left <= 0:
+                return
+            try:
+                self._gateway.revoke(lease, None, timeout=left)
+            except BackendError:
+                return
