@@ -28,6 +28,7 @@ LEVELS = {
     "lost": logging.WARNING,          # the lease is lost (error: why)
     "node_out": logging.WARNING,      # Redlock: a node cannot take part (error: its state)
     "evicting": logging.WARNING,      # a Redis server may evict held locks (error: its memory settings)
+    "unsafe_version": logging.WARNING,  # an etcd server's version may revoke live leases (error: which, the fix)
 }
 """Every event kind and the level it is logged at: DEBUG for routine events, WARNING for trouble."""
 
@@ -44,7 +45,7 @@ class LockEvent:
     waited: float | None = None     # seconds since the acquire began (grant, busy, timeout)
     held: float | None = None       # seconds since the grant (release, lost)
     duration: float | None = None   # seconds the request took (acquire outcomes, release, extend)
-    error: str | None = None        # why (failed, renewal_failed, lost, node_out, evicting)
+    error: str | None = None        # why (failed, renewal_failed, lost, node_out, evicting, unsafe_version)
     at: float = 0.0                 # time.time() when it happened
 
     def describe(self) -> str:

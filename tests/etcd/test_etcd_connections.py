@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import socket
@@ -353,3 +354,31 @@ def test_a_tls_file_that_holds_no_certificate_is_a_value_error_naming_its_option
         with pytest.raises(ValueError, match=f"{option}.* no certificate") as info:
             fencelock.connect(f"{url}?{query}")
         assert info.value.__cause__ is None
+
+
+# ------------------------------------------------------------------------------------------------ server versions
+
+
+def test_a_server_version_that_may_revoke_live_leases_is_warned_about_once_per_client(
+        etcd_server: EtcdServer, name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Debian's etcd 3.4.23 has etcd-io/etcd#15247 (fixed in 3.4.31 and 3.5.13): a WARNING on fencelock.etcd, once
+    per client, after its first grant; the locks work as usual."""
+    caplog.set_level(logging.WARNING, logger="fencelock.etcd")
+
+    def warnings() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "fencelock.etcd" and "15247" in r.getMessage()]
+
+    for client in range(2):
+        locks = fencelock.connect(etcd_server.url)
+        try:
+            for i in range(3):
+                locks.acquire(f"{name}:{i}", ttl=5.0, wait=0).release()
+            until(lambda n=client + 1: len(warnings()) == n, 5.0, "the warning of this client")
+        finally:
+            locks.close()
+    message = warnings()[0].getMessage()
+    assert "etcd 3.4.23" in message
+    assert "3.4.31" in message
+    assert f"{name}:0" in message
+    time.sleep(0.2)
+    assert len(warnings()) == 2  # once per client

@@ -20,6 +20,7 @@ from fencelock._etcd.rules import (
     released,
     retry_after,
     verdict,
+    version_risk,
 )
 from fencelock._etcd.url import DEFAULT_TIMEOUT, is_etcd_url, parse_etcd_url
 from fencelock._logic.outcomes import Released
@@ -183,3 +184,17 @@ def test_acquire_retries_once_per_endpoint_and_only_transient_faults() -> None:
     assert retry_after(2, True, 1) is None
     assert [retry_after(n, True, 3) for n in (1, 2, 3, 4)] == [0.0, 0.5, 0.75, None]
     assert retry_after(1, False, 3) is None
+
+
+@pytest.mark.parametrize(("version", "risky"), [
+    ("3.4.23", True), ("3.4.30", True), ("3.4.31", False), ("3.4.40", False),
+    ("3.5.0", True), ("3.5.12", True), ("3.5.13", False), ("3.6.0", False), ("3.7.1", False),
+    ("3.3.27", True), ("3.4.23-debian", True), (None, False), ("", False), ("unknown", False),
+])
+def test_which_etcd_versions_may_revoke_live_leases_after_a_leader_pause(version: str | None, risky: bool) -> None:
+    risk = version_risk(version)
+    assert (risk is not None) is risky
+    if risk is not None:
+        assert "etcd-io/etcd#15247" in risk
+        assert "3.4.31" in risk
+        assert "3.5.13" in risk

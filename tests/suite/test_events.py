@@ -87,7 +87,7 @@ def test_every_kind_is_logged_at_its_level_by_the_backends_logger(kind: str,
 
 def test_routine_events_are_debug_and_trouble_is_a_warning() -> None:
     assert {k for k, level in LEVELS.items() if level == logging.DEBUG} >= {"acquire", "wait", "grant", "release"}
-    trouble = {"lost", "renewal_failed", "node_out", "evicting"}
+    trouble = {"lost", "renewal_failed", "node_out", "evicting", "unsafe_version"}
     assert {k for k, level in LEVELS.items() if level == logging.WARNING} == trouble
 
 

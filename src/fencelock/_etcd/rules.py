@@ -164,6 +164,27 @@ def released(deleted: bool, newer_keys: int, sent_before: bool = False) -> Relea
     return gone(sent_before, newer_keys > 0)
 
 
+LEASE_REVOKE_FIXED = {(3, 4): 31, (3, 5): 13}
+"""The first patch release of each etcd line that carries etcd-io/etcd#16822 (3.4: #17465, 3.5: #17425): an old
+leader no longer revokes leases it expired by its own stale view (etcd-io/etcd#15247, #12528). 3.6.0 and later
+carry it. Why it matters to a lock: docs/design/etcd.md, "Server versions"."""
+
+
+def version_risk(version: str | None) -> str | None:
+    """Why an etcd server of `version` (`GET /version`'s `etcdserver`) may end held locks early; None if it
+    carries the fix, or its version cannot be read."""
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
+    if match is None:
+        return None
+    major, minor, patch = (int(part) for part in match.groups())
+    fixed = LEASE_REVOKE_FIXED.get((major, minor))
+    if (major, minor) > (3, 5) or (fixed is not None and patch >= fixed):
+        return None
+    return (f"etcd {version} may revoke live leases when a leader that paused (a slow disk, a stalled VM) resumes "
+            "(etcd-io/etcd#15247): a held lock can then be granted to another holder before its TTL ends. "
+            "Upgrade to etcd 3.4.31, 3.5.13 or later; until then, pass the fence to a guard (StaleFence)")
+
+
 def retry_after(failures: int, transient: bool, endpoints: int) -> float | None:
     """After `failures` failed acquire requests in a row: retry (at once, then after a short pause), as long as
     another member may answer; never more than once per endpoint, so a cluster that is down is reported soon.

@@ -11,6 +11,7 @@ import os
 import time
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from functools import partial
 from typing import Any
 
 from .._errors import BackendError
@@ -33,11 +34,14 @@ from .._etcd.rules import (
     released,
     retry_after,
     verdict,
+    version_risk,
 )
 from .._etcd.url import EtcdTarget
+from .._events import emit
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
 from .._logic.timing import Clock, Deadline
+from ._concurrency import in_background
 from .etcd_gateway import Gateway
 
 SPARE_LEASES = 16
@@ -83,6 +87,8 @@ class EtcdBackend:
         self._spare: dict[int, list[tuple[int, int]]] = {}  # asked TTL: (lease, granted TTL), carrying no key
         self._spare_pid = os.getpid()  # a forked child never shares its parent's spare leases
         self.renewal_requests = 0  # keep-alive requests the watchdog made (for benchmarks)
+        self._version_checked = False  # (once per client, after its first grant: `_check_version`)
+        self._closed = False
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
         return retry_after(failures, self._gateway.transient(exc), self._gateway.endpoints)
@@ -124,6 +130,9 @@ class EtcdBackend:
             state = verdict(mine, value, owner)
         if state is Verdict.GRANTED and mine is not None:
             held.granted = True
+            if not self._version_checked:
+                self._version_checked = True
+                in_background(partial(self._check_version, name))
             return Attempt(True, mine.create_revision, None)
         return Attempt(False, 0, None)
 
@@ -401,6 +410,7 @@ class EtcdBackend:
         """End the leases of this client's waiters still queued (their keys go with them), within the URL's
         timeout, then the spare leases, within `CLOSE_TIMEOUT` (best effort: their TTL ends the others); then close
         the connections. Leases still held are left to their TTL."""
+        self._closed = True
         spare, self._spare = self._spare, {}
         if self._spare_pid == os.getpid():
             now = self._clock()
@@ -409,6 +419,15 @@ class EtcdBackend:
             self._revoke_within([lease for leases in spare.values() for lease, _ in leases],
                                       Deadline.after(CLOSE_TIMEOUT, self._clock()))
         self._gateway.close()
+
+    def _check_version(self, name: str) -> None:
+        """Warn (an "unsafe_version" event) if the server runs an etcd version that may revoke live leases
+        (`version_risk`). Best effort, in the background: it never delays or fails a grant."""
+        if self._closed:
+            return
+        risk = version_risk(self._gateway.server_version())
+        if risk is not None:
+            emit("unsafe_version", name, "etcd", "acquire", error=f"{self.shown}: {risk}")
 
     def _revoke_within(self, leases: list[int], deadline: Deadline) -> None:
         """Revoke `leases` one by one until `deadline`; the first that gets no answer in time ends it (the server

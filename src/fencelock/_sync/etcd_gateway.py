@@ -270,6 +270,20 @@ class Gateway:
             ttls[number(result.get("ID"))] = number(result.get("TTL"))
         return {lease: ttls[lease] for lease in leases if lease in ttls}
 
+    def server_version(self) -> str | None:
+        """The version of the member that answers (`GET /version`); None if it cannot be read (best effort: no
+        error leaves this call)."""
+        response: httpx.Response | None = None
+        try:
+            response = self._http.get(self._endpoints[self._current] + "/version")
+            data = response.json()
+            return str(data["etcdserver"]) if isinstance(data, dict) and data.get("etcdserver") else None
+        except (httpx.HTTPError, httpx.StreamError, ValueError, RuntimeError):
+            return None
+        finally:
+            if self._closed:
+                self._close_after(response)
+
     def watch_delete(self, key: bytes, start_revision: int, wait: float) -> bool:
         """Return when `key` is deleted at or after `start_revision` (True), or after about `wait` seconds with no
         news (False).
