@@ -78,7 +78,11 @@ def test_an_acquire_with_a_wait_outlasts_a_server_restart(own_zk: ZooKeeperDeplo
         session = next(iter(backend._sessions.values()))
         own_zk.server.kill()
         until(lambda: not session.connected, 5.0, "kazoo saw the connection drop")
-        restart = threading.Thread(target=lambda: (time.sleep(0.5), own_zk.server.restart()))
+        def restart_soon() -> None:
+            time.sleep(0.5)
+            own_zk.server.restart()
+
+        restart = threading.Thread(target=restart_soon)
         restart.start()
         lease = locks.acquire(name, ttl=5.0, wait=15.0)
         restart.join()

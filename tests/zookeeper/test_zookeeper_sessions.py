@@ -37,7 +37,7 @@ def small(small_server: ZooKeeperServer) -> Iterator[ZooKeeperDeployment]:
     deployment.close()
 
 
-def _session_of(locks: fencelock.Locks, lease: fencelock.Lease) -> Any:
+def _session_of(locks: fencelock.Locks | fencelock.aio.Locks, lease: fencelock.Lease | fencelock.aio.Lease) -> Any:
     backend: Any = locks.backend
     return backend._held[(lease.name, lease.token)].session
 

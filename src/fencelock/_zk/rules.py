@@ -143,7 +143,7 @@ def retry_after(failures: int, transient: bool) -> float | None:
     (`fencelock._logic.acquiring`)."""
     if not transient:
         return None
-    return min(RETRY_MOST, RETRY_FIRST * 2 ** min(failures - 1, 8))
+    return min(RETRY_MOST, RETRY_FIRST * 2.0 ** min(failures - 1, 8))
 
 
 def may_return(connected: bool, down_since: float | None, now: float, timeout_ms: int) -> bool:
