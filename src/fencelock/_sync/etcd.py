@@ -165,6 +165,10 @@ class EtcdBackend:
             lease, granted_s = self._gateway.grant(seconds, name)
             held = _Held(lock_key(self._prefix, name, lease), lease, granted_s, seconds)
             self._held[token] = held  # before the put: a retry after a lost answer finds its key by lease and token
+        if self._closed:  # close() is revoking its waiters' leases: queue no key that it would miss
+            self._held.pop(token, None)
+            self._revoke(held.lease, name)
+            raise BackendError(f"this client of {self.shown} is closed", name=name)
         joined = self._gateway.txn(txn.join(held.key, token, held.lease, name_dir(self._prefix, name)),
                                          "acquire", name)
         mine, owner = txn.joined(joined)
