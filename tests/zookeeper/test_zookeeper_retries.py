@@ -163,3 +163,35 @@ def test_asyncio_a_release_sent_again_after_a_cancelled_one_went_through_is_rele
 
     with Proxy("127.0.0.1", zookeeper_server.port) as proxy:
         asyncio.run(main(proxy))
+
+
+def test_close_under_waiting_acquires_ends_them_without_retries_and_leaves_no_node(zk: ZooKeeperDeployment,
+                                                                                   name: str) -> None:
+    """A closed client's faults are not transient: its waiters fail at their next look, not one session later."""
+    holder, locks = zk.connect(), zk.connect()
+    errors: list[tuple[float, BaseException]] = []
+
+    def wait_for_it() -> None:
+        try:
+            locks.acquire(name, ttl=5.0, wait=30.0)
+        except BaseException as exc:
+            errors.append((time.monotonic(), exc))
+
+    waiters = [threading.Thread(target=wait_for_it) for _ in range(3)]
+    try:
+        lease = holder.acquire(name, ttl=10.0, wait=0)
+        for waiter in waiters:
+            waiter.start()
+        until(lambda: len(zk.nodes(name)) == 4, 5.0, "the waiters queued")
+        locks.close()
+        closed_at = time.monotonic()
+        assert zk.nodes(name) == [zk.nodes(name)[0]]  # the sessions ended: their nodes went with them
+        for waiter in waiters:
+            waiter.join(10.0)
+        assert len(errors) == 3
+        assert all(isinstance(exc, fencelock.LockError) for _, exc in errors), errors
+        # At their next look at the queue (every TTL/4 at most), and its request's timeout: no retries.
+        assert max(at for at, _ in errors) - closed_at < 5.0 / 4 + 2.0 + slack(0.5)
+        lease.release()
+    finally:
+        holder.close()

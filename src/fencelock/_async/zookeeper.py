@@ -167,7 +167,8 @@ class AsyncZooKeeperBackend:
         session without a connection, a request dropped with its connection or unanswered, a session that
         expired (kazoo opens a new one; the attempt queues again in it)."""
         fault = exc.__cause__
-        return retry_after(failures, isinstance(fault, SessionFault) and fault.session.may_return())
+        transient = isinstance(fault, SessionFault) and fault.session.may_return() and not self._closed
+        return retry_after(failures, transient)  # a closed client's sessions never come back
 
     # -- acquire ------------------------------------------------------------------------------------------
 
