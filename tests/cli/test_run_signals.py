@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import pty
+import re
+import select
 import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -139,3 +142,91 @@ def _wait_for_sleep(root: int, reap: list[int], timeout: float = 20.0) -> int:
             todo += children(pid)
         time.sleep(0.02)
     raise AssertionError("the command never started")
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def _pump(master: int, until: Callable[[bytes], bool], timeout: float = 20.0, out: bytes = b"") -> bytes:
+    """Read the terminal until `until(what it showed)`."""
+    deadline = time.monotonic() + timeout
+    while not until(out):
+        assert time.monotonic() < deadline, f"the terminal showed {out!r}"
+        ready, _, _ = select.select([master], [], [], 0.05)
+        if ready:
+            try:
+                out += os.read(master, 4096)
+            except OSError:
+                pass
+    return out
+
+
+def test_ctrl_z_stops_fencelock_with_its_command_and_fg_resumes_both(standalone: RedisServer, name: str,
+                                                                    reap: list[int]) -> None:
+    """As for any job: Ctrl-Z gives the prompt back (fencelock stops with its command), fg resumes both."""
+    pid, master = pty.fork()
+    if pid == 0:  # an interactive bash with job control, on its own terminal
+        os.execve("/bin/bash", ["bash", "--norc", "--noprofile", "-i"], _env(PS1="$ "))
+    try:
+        line = _command_line("run", f"--url={standalone.url}", name, "--", "sleep", "1000")
+        os.write(master, f"{line}\n".encode())
+        sleeper = _wait_for_sleep(pid, reap)
+        runner = next(p for p in children(pid) if b"fencelock" in Path(f"/proc/{p}/cmdline").read_bytes())
+        reap.append(runner)
+        out = _pump(master, lambda _: True)
+        os.write(master, b"\x1a")                                    # Ctrl-Z
+        out = _pump(master, lambda shown: b"Stopped" in shown, out=out)
+        assert _state(runner) == "T"
+        assert _state(sleeper) == "T"
+        assert status_of(standalone.url, name).held
+        os.write(master, b"fg\n")
+        deadline = time.monotonic() + 20
+        while _state(sleeper) == "T" or _state(runner) == "T":
+            assert time.monotonic() < deadline, "fg did not resume fencelock and its command"
+            out = _pump(master, lambda _: True, out=out)
+            time.sleep(0.02)
+        os.write(master, b"\x03")                                    # Ctrl-C: the command has the terminal again
+        os.write(master, b"echo status=$?\n")                       # (read once the prompt is back)
+        out = _pump(master, lambda shown: re.search(rb"status=\d", shown) is not None, out=out)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(master)
+    assert b"status=130" in out, out[-600:]
+    assert not alive(sleeper)
+    assert not status_of(standalone.url, name).held
+
+
+def test_in_a_script_on_a_terminal_an_interactive_command_still_reads_it(standalone: RedisServer, name: str,
+                                                                         tmp_path: Path) -> None:
+    """The terminal stays with the script's group until the command stops to read it (SIGTTIN): then fencelock
+    gives the terminal to the command, as a shell's `fg` would."""
+    got = tmp_path / "got"
+    line = _command_line("run", f"--url={standalone.url}", name, "--", "sh", "-c", f'read answer; echo "$answer" > {got}')
+    pid, master = pty.fork()
+    if pid == 0:
+        os.execve("/bin/bash", ["bash", "-c", f"{line}; echo status=$?"], _env())
+    try:
+        deadline = time.monotonic() + 20
+        while not any(b"read answer" in _cmdline(kid) for fl_pid in children(pid) for kid in children(fl_pid)):
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.02)
+        os.write(master, b"yes\n")                 # typed ahead: the terminal keeps it until it is read
+        out = _pump(master, lambda shown: re.search(rb"status=\d", shown) is not None)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(master)
+    assert b"status=0" in out, out
+    assert got.read_text().strip() == "yes"

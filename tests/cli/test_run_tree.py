@@ -123,6 +123,7 @@ def test_a_grandchild_that_ignores_sigterm_is_killed_after_the_grace(standalone:
     assert not alive(sleeper), "the grandchild that ignored SIGTERM was not SIGKILLed after --grace"
     assert proc.returncode == 70, err
     assert "sent SIGKILL" in err
+    assert err.count("sent SIGKILL") == 1, err          # said once, for the loss and the leftovers alike
 
 
 def test_what_the_command_leaves_behind_is_stopped_before_the_release(standalone: RedisServer, name: str,

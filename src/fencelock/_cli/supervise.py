@@ -51,6 +51,7 @@ from .show import describe, error, note
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TERMINAL_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 POLL = 0.05  # seconds between looks at the child, the lease and the signals (and the guardian's heartbeat)
+SETTLE = 0.1  # seconds the rest of the group may take to end with its main process before it counts as left over
 GUARDIAN = Path(__file__).with_name("guardian.py")
 
 
@@ -364,6 +365,7 @@ class _Supervisor:
         trouble meanwhile)."""
         group = self.group
         killed_at: float | None = None
+        _wait_gone(group, SETTLE)  # what a signal to the whole group just ended is no leftover
         while _group_alive(group):
             self._forward()
             now = time.monotonic()
@@ -440,8 +442,9 @@ class _Supervisor:
         had_terminal = self.terminal is not None
         self._take_terminal_back()
         note(f"the command was stopped ({signal.Signals(signum).name}); fencelock stops too. Lock {self.name!r} is "
-             f"not renewed while it is stopped: past {max(0.0, self.valid_until - time.monotonic()):.0f} s the "
-             "command is stopped for good")
+             "not renewed while fencelock is stopped: resume it (fg) within "
+             f"{max(0.0, self.valid_until - time.monotonic()):.0f} s, or the command is killed when the lock runs "
+             "out")
         previous = signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         try:
             os.kill(os.getpid(), signal.SIGTSTP)  # (an orphaned process group is not stopped: then we go on)
