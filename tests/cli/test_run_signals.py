@@ -213,7 +213,8 @@ def test_in_a_script_on_a_terminal_an_interactive_command_still_reads_it(standal
     """The terminal stays with the script's group until the command stops to read it (SIGTTIN): then fencelock
     gives the terminal to the command, as a shell's `fg` would."""
     got = tmp_path / "got"
-    line = _command_line("run", f"--url={standalone.url}", name, "--", "sh", "-c", f'read answer; echo "$answer" > {got}')
+    line = _command_line("run", f"--url={standalone.url}", name, "--", "sh", "-c",
+                         f'read answer; echo "$answer" > {got}')
     pid, master = pty.fork()
     if pid == 0:
         os.execve("/bin/bash", ["bash", "-c", f"{line}; echo status=$?"], _env())

@@ -121,6 +121,7 @@ def cli(debug: bool, verbose: bool) -> None:
     Every command takes --url (else $FENCELOCK_URL, else redis://127.0.0.1:6379/0).
     """
     _state["debug"] = debug
+    be_quiet(False)
     _configure_logging(debug, verbose)
 
 
@@ -151,6 +152,8 @@ def _configure_logging(debug: bool, verbose: bool) -> None:
                         ("kazoo", logging.DEBUG if debug else logging.WARNING)):
         logger = logging.getLogger(name)
         logger.setLevel(level)
+        for old in [h for h in logger.handlers if isinstance(h, _LogLine)]:
+            logger.removeHandler(old)
         logger.addHandler(handler)
         logger.propagate = False
 
@@ -348,7 +351,7 @@ def release(name: str, force: bool, yes: bool, urls: tuple[str, ...]) -> int:
                         "working")
             try:
                 agreed = click.confirm(question, default=False, err=True)
-            except click.Abort:
+            except (click.Abort, OSError):  # no answer, or no stderr to ask on
                 agreed = False
             if not agreed:
                 error(f"lock {name!r} was not removed", "--yes skips the question")
