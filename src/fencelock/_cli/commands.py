@@ -219,8 +219,9 @@ def _has_positional(command: click.Command, args: list[str]) -> bool:
               show_default=True, help="What happens to COMMAND if the lock is lost while it runs: SIGTERM then "
                                       "SIGKILL after --grace, SIGKILL at once, or nothing.")
 @click.option("--grace", default=str(DEFAULT_GRACE), callback=_seconds(), metavar="SECONDS", show_default=True,
-              help="Seconds between SIGTERM and SIGKILL when the lock is lost. A lock whose renewal is unconfirmed "
-                   "gets SIGTERM once no more than this is left of it, and SIGKILL when it ends.")
+              help="Seconds between SIGTERM and SIGKILL when the lock is lost. While the lock's renewal is "
+                   "unconfirmed, COMMAND gets SIGTERM once no more than this is left of the lock, and SIGKILL when "
+                   "it ends.")
 @url_option
 def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, nonblock: bool, quiet: bool,
         busy_status: int, on_lost: str, grace: float, urls: tuple[str, ...]) -> int:
