@@ -231,3 +231,26 @@ def test_in_a_script_on_a_terminal_an_interactive_command_still_reads_it(standal
         os.close(master)
     assert b"status=0" in out, out
     assert got.read_text().strip() == "yes"
+
+
+def test_a_signal_between_the_grant_and_the_commands_start_means_the_command_never_starts(
+        standalone: RedisServer, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM while the guardian starts (the grant is in, the command is not): released, 143, nothing ran."""
+    import fencelock
+    from fencelock._cli import supervise
+    from fencelock._cli.exits import OnLost
+
+    marker = tmp_path / "ran"
+    start_guardian = supervise._Guardian.__init__
+
+    def guardian_then_sigterm(self: supervise._Guardian, on_lost: OnLost, grace: float) -> None:
+        start_guardian(self, on_lost, grace)
+        os.kill(os.getpid(), signal.SIGTERM)      # caught by fencelock's handler: this process lives on
+
+    monkeypatch.setattr(supervise._Guardian, "__init__", guardian_then_sigterm)
+    with fencelock.connect(standalone.url) as locks:
+        ending = supervise.run(locks, name, ["touch", str(marker)], ttl=30.0, wait=0, busy_status=75,
+                               on_lost=OnLost.TERM, grace=10.0)
+    assert ending.status == 128 + signal.SIGTERM
+    assert not marker.exists()
+    assert not status_of(standalone.url, name).held

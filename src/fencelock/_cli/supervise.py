@@ -218,6 +218,11 @@ class _Supervisor:
                    FENCELOCK_SERVICE=self.service)
         self.guardian = _Guardian(self.on_lost, self.grace)
         self.guardian.tell(f"valid {self.valid_until!r}")
+        if self.received and self.received[0] != signal.SIGTSTP:  # told to stop before the command started
+            self.close_guardian()
+            _release(lease, name)
+            note(f"interrupted by {signal.Signals(self.received[0]).name}; the command did not run")
+            return Ending(128 + self.received[0])
         try:
             self.child = child = subprocess.Popen(list(command), env=env, **_own_group())
         except OSError as exc:
