@@ -85,4 +85,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    status = main(sys.argv[1:])
+    if sys.argv[1:2] != ["demo"]:
+        from ._cli import finish
+
+        finish(status)
+    sys.exit(status)

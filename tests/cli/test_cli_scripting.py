@@ -14,7 +14,7 @@ import pytest
 import fencelock
 from fencelock.testing.servers import RedisServer, free_port
 
-from .test_cli import fl, one_line, status_of
+from .test_cli import _env, fl, one_line, status_of
 
 
 @pytest.fixture
@@ -104,3 +104,79 @@ def test_an_unknown_scheme_lists_every_scheme_that_works() -> None:
     line = one_line(done.stderr)
     for scheme in ("redis", "rediss", "redis+cluster", "unix", "etcd", "etcds", "zookeeper"):
         assert f"{scheme}," in line or f"{scheme} " in line, scheme
+
+
+# -- mistakes refused before anything is sent ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "env"), [(["--url", ""], {}), (["--url", "  "], {}), ([], {"FENCELOCK_URL": ""}),
+                                           ([], {"FENCELOCK_URL": "   "})])
+def test_an_empty_url_is_refused_never_taken_for_the_default_server(args: list[str], env: dict[str, str],
+                                                                    tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    for command in (["status", "x"], ["run", "x", "--", "touch", str(marker)]):
+        done = fl(*command[:1], *args, *command[1:], env=_env(**env))
+        assert done.returncode == 2, done.stderr
+        assert "empty" in one_line(done.stderr) or "blank" in one_line(done.stderr)
+    assert not marker.exists()
+
+
+def test_run_refuses_what_cannot_be_meant_before_taking_the_lock(standalone: RedisServer, name: str) -> None:
+    raw = standalone.client()
+    raw.config_resetstat()
+    cases = {("run", "--", "echo", "hi"): "NAME goes before --",          # would lock a name 'echo'
+             ("run", name, "--", ""): "COMMAND is empty",
+             ("run", "--ttl", "0.5", name, "--", "true"): "at least 1 s"}
+    for args, reason in cases.items():
+        done = fl(*args, url=standalone.url)
+        assert done.returncode == 2, done.stderr
+        assert reason in one_line(done.stderr)
+    assert "cmdstat_evalsha" not in raw.info("commandstats")   # nothing was asked of the server
+    assert not status_of(standalone.url, name).held
+
+
+def test_a_nested_run_of_the_same_lock_is_refused_instead_of_waiting_for_itself(standalone: RedisServer,
+                                                                                name: str) -> None:
+    inner = [sys.executable, "-m", "fencelock", "run", f"--url={standalone.url}", "--wait", "forever", name, "--",
+             "echo", "inner ran"]
+    done = fl("run", "--wait", "0", name, "--", *inner, url=standalone.url, timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert "would wait for itself" in one_line(done.stderr)
+    assert "inner ran" not in done.stdout
+    other = fl("run", name, "--", sys.executable, "-m", "fencelock", "run", f"--url={standalone.url}",
+               f"{name}:other", "--", "echo", "inner ran", url=standalone.url)
+    assert other.returncode == 0, other.stderr     # another name is fine
+    assert other.stdout == "inner ran\n"
+
+
+def test_a_script_whose_interpreter_is_missing_says_so(standalone: RedisServer, name: str, tmp_path: Path) -> None:
+    script = tmp_path / "job"
+    script.write_text("#!/nonexistent/interpreter\necho hi\n")
+    script.chmod(0o755)
+    done = fl("run", name, "--", str(script), url=standalone.url)
+    assert done.returncode == 126                  # as bash says for a bad interpreter
+    assert "/nonexistent/interpreter" in one_line(done.stderr)
+    assert not status_of(standalone.url, name).held
+
+
+# -- what reaches stderr -----------------------------------------------------------------------------------------
+
+def test_library_log_records_reach_stderr_only_when_asked(name: str) -> None:
+    down = [f"redis://127.0.0.1:{free_port()}/0" for _ in range(3)]   # Redlock, every node down
+    done = fl("run", "-w", "1", name, "--", "true", url=down)
+    assert done.returncode == 69
+    one_line(done.stderr)                           # only fencelock's own error line
+    verbose = fl("-v", "run", "-w", "0", name, "--", "true", url=down)
+    assert verbose.returncode == 69
+    assert "fencelock: warning: lock" in verbose.stderr
+    debug = fl("--debug", "run", "-w", "0", name, "--", "true", url=down)
+    assert debug.returncode == 69
+    assert "fencelock: debug: lock" in debug.stderr
+
+
+def test_quiet_run_says_nothing_of_what_it_does_but_still_reports_errors(standalone: RedisServer, name: str) -> None:
+    done = fl("run", "-q", "--grace", "0.2", name, "--", "sh", "-c", "sleep 1000 & exit 0", url=standalone.url)
+    assert done.returncode == 0
+    assert done.stderr == ""                        # (without -q: "the command left processes running ...")
+    done = fl("run", "-q", name, "--", "/nonexistent/command", url=standalone.url)
+    assert done.returncode == 127
+    assert "command not found" in one_line(done.stderr)

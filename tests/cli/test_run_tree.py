@@ -19,10 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from fencelock._cli.exits import shell_status
 from fencelock._redis.keys import redis_keys
+from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import RedisServer
+from fencelock.testing.timing import slack
 
-from .test_cli import FENCELOCK, _env, start, status_of, wait_for
+from .test_cli import FENCELOCK, _env, py, start, status_of, wait_for
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
 
@@ -120,6 +123,7 @@ def test_a_grandchild_that_ignores_sigterm_is_killed_after_the_grace(standalone:
     assert not alive(sleeper), "the grandchild that ignored SIGTERM was not SIGKILLed after --grace"
     assert proc.returncode == 70, err
     assert "sent SIGKILL" in err
+    assert err.count("sent SIGKILL") == 1, err          # said once, for the loss and the leftovers alike
 
 
 def test_what_the_command_leaves_behind_is_stopped_before_the_release(standalone: RedisServer, name: str,
@@ -144,12 +148,13 @@ def _on_a_terminal(argv: list[str]) -> tuple[int, int]:
 
 
 def _wait_pty(pid: int, master: int, timeout: float = 30.0) -> tuple[int, bytes]:
+    """The status as a shell shows it (128+N for a process that signal N ended), and what the terminal showed."""
     out = b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return os.waitstatus_to_exitcode(status), out
+            return shell_status(os.waitstatus_to_exitcode(status)), out
         try:
             out += os.read(master, 4096)          # keep the terminal's output flowing
         except OSError:
@@ -206,3 +211,42 @@ def test_leftovers_get_sigterm_then_sigkill_after_the_grace_then_are_given_up_on
     assert after_exit(100.0, 102.0, 102.0 + KILL_WAIT, 2.0) == Step(None, None)  # give up, release anyway
     # a loss that already sent SIGTERM counts its grace from then, not from the main process's end
     assert after_exit(90.0, None, 100.0, 2.0) == Step(signal.SIGKILL, 100.0 + KILL_WAIT)
+
+
+# -- a lock in doubt ---------------------------------------------------------------------------------------------
+
+def test_a_lock_in_doubt_gets_sigterm_while_its_key_exists_and_sigkill_before_it_expires(
+        standalone: RedisServer, name: str, tmp_path: Path, reap: list[int]) -> None:
+    """Cut off from the server (a stalling proxy: a partition), the lease cannot be renewed; with --grace (10 s)
+    longer than what is left of it, SIGTERM goes out as soon as the renewal is late, and SIGKILL when the
+    validity ends: the command never runs while the server lets someone else take the lock."""
+    ready, termed = tmp_path / "ready", tmp_path / "termed"
+    child = py(f"""
+        import os, signal, time
+        def handler(signum, frame):
+            open({str(termed)!r}, "w").write("yes")        # a slow shutdown, longer than the lock lasts
+        signal.signal(signal.SIGTERM, handler)
+        open({str(ready)!r}, "w").write(str(os.getpid()))
+        while True:
+            time.sleep(0.05)
+    """)
+    raw, key = standalone.client(), redis_keys(name).lock
+    with Proxy("127.0.0.1", standalone.port, name="partition") as proxy:
+        proc = start("run", "--ttl", "3", name, "--", *child, url=f"redis://127.0.0.1:{proxy.port}/0")
+        pid = int(wait_for(ready))
+        reap.append(pid)
+        proxy.stall()
+        wait_for(termed)
+        assert raw.exists(key), "SIGTERM came only after the server had dropped the lock"
+        deadline = time.monotonic() + slack(10.0)
+        while alive(pid):                       # read the server, then the process: an order, not a time
+            exists = raw.exists(key)
+            if not alive(pid):
+                break
+            assert exists, "the command still ran after the server had dropped the lock"
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        proxy.heal()
+        err = wait_exit(proc)
+    assert proc.returncode == 70, err
+    assert "in doubt" in err

@@ -16,7 +16,10 @@ same, so that running it without the extra says exactly what to install instead 
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+from typing import NoReturn
 
 MISSING_CLICK = ("fencelock: error: the command line needs the 'cli' extra (click), which is not installed "
                  "(hint: pip install 'fencelock[cli]')")
@@ -35,6 +38,24 @@ def main(argv: list[str] | None = None) -> int:
     return run_cli(args)
 
 
+def finish(status: int) -> NoReturn:
+    """Exit with `status`. When `fencelock run`'s command died of SIGINT, fencelock dies of SIGINT too (its lock
+    is released by then), so that a calling shell stops as it does for any command Ctrl-C ended; shells still show
+    130."""
+    commands = sys.modules.get("fencelock._cli.commands")
+    signum = commands.die_by() if commands is not None else None
+    if signum is not None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except Exception:
+                pass
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    sys.exit(status)
+
+
 def console() -> None:
     """The `fencelock` console script."""
-    sys.exit(main())
+    finish(main())

@@ -9,9 +9,11 @@ markdown-it) to every install of the extra for that.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,14 +26,20 @@ from .._errors import BackendError, LockError, LockLost, MissingExtra
 from .._logic.args import MAX_SECONDS
 from .._logic.urls import ALL_SCHEMES, redact
 from . import exits
-from .exits import DEFAULT_GRACE, OnLost
-from .show import as_json, describe, error, status_line, table
+from .exits import DEFAULT_GRACE, MIN_RUN_TTL, OnLost
+from .show import OutputFailed, as_json, be_quiet, describe, error, out, say, status_line, table
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_state = {"debug": False}
+_state: dict[str, Any] = {"debug": False, "die_by": None}
+
+
+def die_by() -> int | None:
+    """The signal fencelock should end by, once everything is done (the command died of SIGINT), else None."""
+    signum: int | None = _state["die_by"]
+    return signum
 
 
 def url_option(f: F) -> F:
@@ -48,12 +56,23 @@ def json_option(f: F) -> F:
 
 
 def _target(urls: tuple[str, ...]) -> str | list[str]:
-    given = [url for url in urls if url] or [DEFAULT_URL]
+    """The URL (or Redlock's URLs) to connect to. An empty --url, or a FENCELOCK_URL that is set but blank, is a
+    mistake (an unset variable in a crontab), never the default server: UsageError."""
+    if any(not url.strip() for url in urls):
+        raise click.UsageError("--url is empty: give the lock service's URL (leave --url out for $FENCELOCK_URL, "
+                               f"else {DEFAULT_URL})")
+    if not urls and os.environ.get("FENCELOCK_URL") is not None:
+        raise click.UsageError("FENCELOCK_URL is set but blank: give the lock service's URL in it, or unset it "
+                               f"for the default {DEFAULT_URL}")
+    given = list(urls) or [DEFAULT_URL]
     return given[0] if len(given) == 1 else given
 
 
 def _shown(urls: tuple[str, ...]) -> str:
-    target = _target(urls)
+    try:
+        target = _target(urls)
+    except click.UsageError:
+        return "(none)"
     return ", ".join(redact(url) for url in ([target] if isinstance(target, str) else target))
 
 
@@ -84,8 +103,11 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 @click.group(context_settings=CONTEXT)
 @click.version_option(fencelock.__version__, prog_name="fencelock")
-@click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
-def cli(debug: bool) -> None:
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error, and every log record of the "
+                                            "library (and kazoo) on stderr. The exit status stays the same.")
+@click.option("-v", "--verbose", is_flag=True, help="Show the library's log records of INFO and above on stderr "
+                                                    "(renewals that got no answer, losses, Redlock nodes out).")
+def cli(debug: bool, verbose: bool) -> None:
     """Distributed locks with fencing tokens, from the shell: a flock for cron jobs that run on many machines,
     and a window into the locks that are held.
 
@@ -99,6 +121,41 @@ def cli(debug: bool) -> None:
     Every command takes --url (else $FENCELOCK_URL, else redis://127.0.0.1:6379/0).
     """
     _state["debug"] = debug
+    be_quiet(False)
+    _configure_logging(debug, verbose)
+
+
+class _LogLine(logging.Handler):
+    """A log record as one `fencelock: LEVEL: message` line on stderr (never raises, as every line here)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = f"fencelock: {record.levelname.lower()}: {record.getMessage()}"
+            if record.exc_info and _state["debug"]:
+                text += "\n" + "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        except Exception:
+            return
+        say(text)
+
+
+def _configure_logging(debug: bool, verbose: bool) -> None:
+    """The library's log records reach stderr only when asked for (-v: fencelock's INFO and above; --debug: every
+    record of fencelock and kazoo); otherwise nothing, not even Python's last-resort WARNING lines: what went wrong
+    is said once, by the command, and the exit status."""
+    root = logging.getLogger()
+    if not (debug or verbose):
+        if not root.handlers:
+            root.addHandler(logging.NullHandler())
+        return
+    handler = _LogLine()
+    for name, level in (("fencelock", logging.DEBUG if debug else logging.INFO),
+                        ("kazoo", logging.DEBUG if debug else logging.WARNING)):
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        for old in [h for h in logger.handlers if isinstance(h, _LogLine)]:
+            logger.removeHandler(old)
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def server_url_like(value: str) -> bool:
@@ -120,41 +177,70 @@ def _lock_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return value
 
 
-@cli.command(context_settings={"max_content_width": 110})
+class _RunCommand(click.Command):
+    """`run`, whose NAME must come before `--`: `fencelock run -- echo hi` would otherwise lock a name 'echo'."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args and not _has_positional(self, args[:args.index("--")]):
+            raise click.UsageError("NAME goes before --: fencelock run [OPTIONS] NAME -- COMMAND [ARGS]...", ctx=ctx)
+        return super().parse_args(ctx, args)
+
+
+def _has_positional(command: click.Command, args: list[str]) -> bool:
+    """Whether `args` (what comes before `--`) hold a positional argument, skipping options and their values."""
+    takes_value = {opt for param in command.params if isinstance(param, click.Option) and not param.is_flag
+                   for opt in param.opts}
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in takes_value:
+            skip = True
+        elif not arg.startswith("-") or arg == "-":
+            return True
+    return False
+
+
+@cli.command(cls=_RunCommand, context_settings={"max_content_width": 110})
 @click.argument("name", callback=_lock_name)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.option("--ttl", default=str(fencelock.DEFAULT_TTL), callback=_seconds(), metavar="SECONDS", show_default=True,
-              help="Seconds the lock lives without renewal. It is renewed every TTL/3 while COMMAND runs, so "
-                   "this is how soon a crashed machine's lock frees itself.")
+              help="Seconds the lock lives without renewal (at least 1). It is renewed every TTL/3 while COMMAND "
+                   "runs, so this is how soon a crashed machine's lock frees itself.")
 @click.option("-w", "--wait", default=str(fencelock.DEFAULT_WAIT), callback=_seconds(forever=True),
               metavar="SECONDS", show_default=True,
               help="Seconds to wait for a busy lock: 0 tries once, 'forever' waits for ever.")
 @click.option("-n", "--nonblock", is_flag=True, help="Try once, do not wait (the same as --wait 0, as flock -n).")
-@click.option("-q", "--quiet", is_flag=True, help="Say nothing when the lock is busy (with -n -E 0: a silent skip).")
+@click.option("-q", "--quiet", is_flag=True, help="Say nothing when the lock is busy (with -n -E 0: a silent skip), "
+                                                  "nor what fencelock does to COMMAND; errors are still said.")
 @click.option("-E", "--conflict-exit-code", "busy_status", type=click.IntRange(0, 255), default=exits.BUSY,
               show_default=True, help="Exit status when the lock is busy (EX_TEMPFAIL by default, as flock -E).")
 @click.option("--on-lost", type=click.Choice([p.value for p in OnLost]), default=OnLost.TERM.value,
               show_default=True, help="What happens to COMMAND if the lock is lost while it runs: SIGTERM then "
                                       "SIGKILL after --grace, SIGKILL at once, or nothing.")
 @click.option("--grace", default=str(DEFAULT_GRACE), callback=_seconds(), metavar="SECONDS", show_default=True,
-              help="Seconds between SIGTERM and SIGKILL when the lock is lost.")
+              help="Seconds between SIGTERM and SIGKILL when the lock is lost. While the lock's renewal is "
+                   "unconfirmed, COMMAND gets SIGTERM once no more than this is left of the lock, and SIGKILL when "
+                   "it ends.")
 @url_option
 def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, nonblock: bool, quiet: bool,
         busy_status: int, on_lost: str, grace: float, urls: tuple[str, ...]) -> int:
     """Run COMMAND while holding the lock NAME, then release it.
 
     COMMAND runs only once NAME is acquired, with FENCELOCK_NAME, FENCELOCK_FENCE (the fencing token: pass it
-    to your storage) and FENCELOCK_TOKEN (the lease's secret; never log it) in its environment. COMMAND runs in
-    a process group of its own: SIGINT, SIGTERM and SIGHUP are passed on to the whole group, a lost lock stops
-    the whole group, and what COMMAND leaves running is stopped before the lock is released after it exits.
+    to your storage), FENCELOCK_TOKEN (the lease's secret; never log it) and FENCELOCK_SERVICE (the lock
+    service, passwords masked) in its environment. COMMAND runs in a process group of its own: SIGINT, SIGTERM
+    and SIGHUP are passed on to the whole group (unless they were ignored when fencelock started, as under
+    nohup), a lost lock stops the whole group, and what COMMAND leaves running is stopped before the lock is
+    released after it exits. A guardian process stops the group if fencelock itself dies.
 
     \b
     Exit status:
-      COMMAND's own    it ran with the lock held (128+N if signal N ended it)
+      COMMAND's own    it ran with the lock held (128+N if signal N ended it; on SIGINT fencelock dies of it too)
       75               the lock was busy, or stayed busy for --wait; COMMAND did not run (-E changes it)
-      70               the lock was lost while COMMAND ran; COMMAND was stopped per --on-lost
+      70               the lock was lost (or in doubt) while COMMAND ran; COMMAND was stopped per --on-lost
       69               the lock service failed or could not be reached
-      2                bad arguments or URL;  126/127: COMMAND could not run / was not found
+      2                bad arguments or URL, a nested run of NAME;  126/127: COMMAND could not run / not found
 
     \b
     Examples:
@@ -167,9 +253,23 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, non
     if not 0 <= grace <= MAX_SECONDS:  # (NaN fails this too)
         raise click.BadParameter(f"must be a number of seconds from 0 to {MAX_SECONDS:.0f}, got {grace!r}",
                                  param_hint="--grace")
+    if not ttl >= MIN_RUN_TTL:
+        raise click.BadParameter(f"must be at least {MIN_RUN_TTL:g} s for run (COMMAND is watched every 50 ms and "
+                                 f"the lock renewed every TTL/3), got {ttl!r}", param_hint="--ttl")
+    if not command[0]:
+        raise click.UsageError("COMMAND is empty ('' is no program); nothing was run and no lock was taken")
+    _target(urls)  # an empty URL is refused here, before anything else
+    service = _shown(urls)
+    if os.environ.get("FENCELOCK_NAME") == name and os.environ.get("FENCELOCK_SERVICE") == service:
+        raise click.UsageError(f"this runs inside a `fencelock run` that holds lock {name!r} on the same service "
+                               "already: it would wait for itself. Run COMMAND directly (the lock is held; its "
+                               "fence is $FENCELOCK_FENCE), or use another NAME")
+    be_quiet(quiet)
     with _connect(urls) as locks:
-        return supervise(locks, name, command, ttl=ttl, wait=0.0 if nonblock else wait, busy_status=busy_status,
-                         on_lost=OnLost(on_lost), grace=grace, quiet=quiet)
+        ending = supervise(locks, name, command, ttl=ttl, wait=0.0 if nonblock else wait, busy_status=busy_status,
+                           on_lost=OnLost(on_lost), grace=grace, quiet=quiet, service=service)
+    _state["die_by"] = ending.signal
+    return ending.status
 
 
 @cli.command()
@@ -194,7 +294,7 @@ def status(name: str, urls: tuple[str, ...], as_json: bool, quiet: bool) -> int:
         found = locks.status(name)
     if quiet:
         return 0 if found.held else exits.FREE
-    click.echo(_json(found) if as_json else status_line(found))
+    out(_json(found) if as_json else status_line(found))
     return 0
 
 
@@ -216,11 +316,11 @@ def list_(pattern: str, urls: tuple[str, ...], as_json: bool) -> int:
     with _connect(urls) as locks:
         found = locks.list(pattern)
     if as_json:
-        click.echo(_json(found))
+        out(_json(found))
     elif found:
-        click.echo(table(found))
+        out(table(found))
     else:
-        click.echo(f"no held locks match {pattern!r}")
+        out(f"no held locks match {pattern!r}")
     return 0
 
 
@@ -245,23 +345,23 @@ def release(name: str, force: bool, yes: bool, urls: tuple[str, ...]) -> int:
     with _connect(urls) as locks:
         before = locks.status(name)
         if not before.held:
-            click.echo(f"lock {name!r} is not held ({describe(before)}); nothing to remove")
+            out(f"lock {name!r} is not held ({describe(before)}); nothing to remove")
             return 0
         if not yes:
             question = (f"Remove lock {name!r} ({describe(before)})? Its holder is not told and may still be "
                         "working")
             try:
                 agreed = click.confirm(question, default=False, err=True)
-            except click.Abort:
+            except (click.Abort, OSError):  # no answer, or no stderr to ask on
                 agreed = False
             if not agreed:
                 error(f"lock {name!r} was not removed", "--yes skips the question")
                 return exits.DECLINED
         removed = locks.force_release(name)
     if removed.held:
-        click.echo(f"removed lock {name!r} ({describe(removed)})")
+        out(f"removed lock {name!r} ({describe(removed)})")
     else:
-        click.echo(f"lock {name!r} was no longer held; nothing removed")
+        out(f"lock {name!r} was no longer held; nothing removed")
     return 0
 
 
@@ -343,38 +443,43 @@ def run_cli(args: list[str]) -> int:
     except click.ClickException as exc:
         error(exc.format_message())
         return exc.exit_code
+    except OutputFailed as exc:
+        if exc.status != exits.BROKEN_PIPE:  # a reader that went away (`| head`) is not an error
+            error(str(exc))
+        return exc.status
     except MissingExtra as exc:  # a URL whose backend needs an extra that is not installed: configuration
         error(str(exc))
         return exits.USAGE
     except (ValueError, TypeError) as exc:  # the library's argument checks (bad TTL, URL, name, pattern)
-        if _state["debug"]:
-            raise
+        _trace()
         error(str(exc), f"see '{_command_path(args)} --help'")
         return exits.USAGE
     except BackendError as exc:
-        if _state["debug"]:
-            raise
+        _trace()
         error(str(exc), f"{HINT_SERVER}, now {_shown_from(args)}")
         return exits.BACKEND
     except LockLost as exc:
-        if _state["debug"]:
-            raise
+        _trace()
         error(str(exc))
         return exits.LOST
     except LockError as exc:
-        if _state["debug"]:
-            raise
+        _trace()
         error(str(exc))
         return exits.BACKEND
     except KeyboardInterrupt:
         error("interrupted")
         return 130
     except Exception as exc:
-        if _state["debug"]:
-            raise
+        _trace()
         error(f"unexpected {type(exc).__name__}: {exc}", "run with --debug for the traceback, and report it")
         return 1
     return int(result or 0)
+
+
+def _trace() -> None:
+    """With --debug, the traceback of the error being handled (the exit status stays what it would be)."""
+    if _state["debug"]:
+        say(traceback.format_exc().rstrip())
 
 
 def _command_path(args: list[str]) -> str:

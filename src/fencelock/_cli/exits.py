@@ -1,20 +1,26 @@
-"""What `fencelock run` exits with, and when it stops a command whose lock was lost. No I/O.
+"""What `fencelock run` exits with, and when it stops a command whose lock was lost or is in doubt. No I/O.
+
+Pure standard library: the guardian (`guardian.py`, run by path without the package) imports this module too.
 
     the command's own status   it ran with the lock held to its end (128 + N if signal N ended it, as shells say)
     75   BUSY                  the lock was busy (`--wait 0`) or stayed busy for the whole wait; the command did not
                                run (EX_TEMPFAIL; `-E/--conflict-exit-code` changes it, as `flock -E` does)
-    70   LOST                  the lock was lost while the command ran; it was stopped as `--on-lost` says (or,
-                               with `--on-lost ignore`, ran on without the lock)
+    70   LOST                  the lock was lost, or its renewal went unconfirmed with less than --grace left,
+                               while the command ran; it was stopped as `--on-lost` says (or, with
+                               `--on-lost ignore`, ran on without the lock)
     69   BACKEND               the lock service failed or could not be reached (EX_UNAVAILABLE)
-    2    USAGE                 bad arguments or a malformed URL (click's usage status)
+    2    USAGE                 bad arguments, an empty or malformed URL, an empty COMMAND, a nested run of the
+                               same lock (click's usage status)
     1    DECLINED / FREE       `release --force` was not confirmed; `status --quiet`: the lock is free
     126  / 127                 the command could not be executed / was not found (as shells say)
+    74   OUTPUT                stdout could not be written (closed, full); 141 when its reader went away (EPIPE)
 """
 
 from __future__ import annotations
 
+import math
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 BUSY = 75
@@ -25,6 +31,8 @@ DECLINED = 1
 FREE = 1
 NOT_EXECUTABLE = 126
 NOT_FOUND = 127
+OUTPUT = 74  # EX_IOERR
+BROKEN_PIPE = 128 + 13  # as a shell reports a writer ended by SIGPIPE
 
 DEFAULT_GRACE = 10.0
 """Seconds between SIGTERM and SIGKILL for a command whose lock was lost. Long enough for a clean shutdown,
@@ -51,16 +59,11 @@ class Step:
 
 
 def after_loss(policy: OnLost, lost_at: float, now: float, grace: float, termed: bool) -> Step:
-    """The next step of stopping a command whose lock was lost at `lost_at` (`termed`: SIGTERM was sent)."""
-    if policy is OnLost.IGNORE:
-        return Step(None, None)
-    if policy is OnLost.KILL:
-        return Step(signal.SIGKILL, None)
-    if not termed:
-        return Step(signal.SIGTERM, lost_at + grace)
-    if now >= lost_at + grace:
-        return Step(signal.SIGKILL, None)
-    return Step(None, lost_at + grace)
+    """The next step of stopping a command whose lock was lost at `lost_at` (`termed`: SIGTERM was sent then):
+    `stop_step` for a certain loss."""
+    state = Stopping(lost_at, lost_at + grace) if termed else Stopping()
+    stop = stop_step(policy, state, Trouble.LOST, now, math.inf, grace)
+    return Step(stop.signal, stop.next_at)
 
 
 KILL_WAIT = 5.0
@@ -80,3 +83,127 @@ def after_exit(termed_at: float | None, killed_at: float | None, now: float, gra
     if now >= killed_at + KILL_WAIT:
         return Step(None, None)
     return Step(None, killed_at + KILL_WAIT)
+
+
+# -- stopping the command: on a loss, in doubt, when fencelock is gone ------------------------------------------
+
+
+class Trouble(str, Enum):
+    """What is wrong with the lock the command runs under, as far as the one deciding knows."""
+
+    NONE = "none"          # renewed and confirmed (fencelock), or fencelock is heard (the guardian)
+    DOUBT = "doubt"        # its renewal is unconfirmed (fencelock), or fencelock fell silent (the guardian)
+    LOST = "lost"          # known lost: the server said so, or its validity ran out
+    ORPHANED = "orphaned"  # fencelock is gone: nobody renews the lock or stops the command later
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """How far stopping the command's group has gone: SIGTERM sent at `termed_at` (None: not yet), SIGKILL due at
+    `kill_at`, SIGKILL sent (`killed`)."""
+
+    termed_at: float | None = None
+    kill_at: float | None = None
+    killed: bool = False
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The next step of stopping: send `signal` (None: nothing), then stand at `state`; look again at `next_at`
+    at the latest (None: only when something changes)."""
+
+    signal: int | None
+    state: Stopping
+    next_at: float | None
+
+
+def in_doubt(remaining: float, ttl: float, every: float) -> bool:
+    """A renewed lease is in doubt once its renewal, due `every` seconds after the last confirmed one, is late by
+    half an interval: less than `ttl - 1.5 * every` of validity remains (half the TTL when `every` is TTL/3)."""
+    return remaining < ttl - 1.5 * every
+
+
+def lease_trouble(lost: bool, remaining: float, ttl: float, every: float) -> Trouble:
+    """fencelock's view of its own lease: LOST, DOUBT (see `in_doubt`) or NONE."""
+    if lost or remaining <= 0.0:
+        return Trouble.LOST
+    return Trouble.DOUBT if in_doubt(remaining, ttl, every) else Trouble.NONE
+
+
+def stop_step(policy: OnLost, state: Stopping, trouble: Trouble, now: float, valid_until: float,
+              grace: float) -> Stop:
+    """The one rule for stopping a command's group, for fencelock and its guardian alike.
+
+    LOST stops at once: SIGKILL (`kill`), or SIGTERM and SIGKILL `grace` later (`term`). DOUBT stops once at most
+    `grace` of the lock's validity (ending at `valid_until`) remains: SIGTERM then, SIGKILL when the validity ends
+    (`kill`: SIGKILL when it ends). ORPHANED stops at once, SIGKILL no later than the validity's end. Once SIGTERM is
+    out, SIGKILL comes `grace` after it, never past the validity's end while in doubt; NONE (confirmed again) gives
+    back the whole grace. `ignore` never sends anything."""
+    if policy is OnLost.IGNORE or state.killed:
+        return Stop(None, state, None)
+    termed_at = state.termed_at
+    if trouble is Trouble.NONE:
+        if termed_at is None:
+            return Stop(None, state, None)
+        kill_at = termed_at + grace
+    elif trouble is Trouble.DOUBT:
+        if policy is OnLost.KILL:
+            if now >= valid_until:
+                return Stop(signal.SIGKILL, replace(state, kill_at=now, killed=True), None)
+            return Stop(None, state, valid_until)
+        if termed_at is None:
+            if valid_until - now > grace:
+                return Stop(None, state, valid_until - grace)
+            return _term(now, min(now + grace, valid_until))
+        kill_at = min(termed_at + grace, valid_until, math.inf if state.kill_at is None else state.kill_at)
+    else:  # LOST, ORPHANED: at once
+        if policy is OnLost.KILL:
+            return Stop(signal.SIGKILL, replace(state, kill_at=now, killed=True), None)
+        if termed_at is None:
+            return _term(now, now + grace if trouble is Trouble.LOST else min(now + grace, valid_until))
+        kill_at = state.kill_at if state.kill_at is not None else termed_at + grace
+    if now >= kill_at:
+        return Stop(signal.SIGKILL, Stopping(termed_at, kill_at, True), None)
+    return Stop(None, Stopping(termed_at, kill_at), kill_at)
+
+
+def _term(now: float, kill_at: float) -> Stop:
+    """SIGTERM now and SIGKILL at `kill_at`; SIGKILL at once if that time has come already (no grace left)."""
+    if now >= kill_at:
+        return Stop(signal.SIGKILL, Stopping(None, now, True), None)
+    return Stop(signal.SIGTERM, Stopping(now, kill_at), kill_at)
+
+
+SILENT = 0.25
+"""Seconds without a line from fencelock (it writes one every 50 ms) before its guardian counts it as silent:
+stopped (SIGSTOP), hung or starved. Short against any TTL `fencelock run` accepts (at least `MIN_RUN_TTL`)."""
+
+MIN_RUN_TTL = 1.0
+"""The shortest --ttl `fencelock run` takes: its renewal (every TTL/3), its 50 ms look at the command and the
+guardian's `SILENT` must all fit well within one TTL."""
+
+
+def guard_step(policy: OnLost, state: Stopping, now: float, grace: float, *, heard_at: float, valid_until: float,
+               eof: bool) -> Stop:
+    """The guardian's next step. It acts only as a backstop: when fencelock is gone (`eof` without `done`:
+    ORPHANED) or has been silent for `SILENT` seconds (DOUBT on the last validity end it heard), by `stop_step`."""
+    if eof:
+        return stop_step(policy, state, Trouble.ORPHANED, now, valid_until, grace)
+    if now - heard_at >= SILENT:
+        return stop_step(policy, state, Trouble.DOUBT, now, valid_until, grace)
+    return Stop(None, state, heard_at + SILENT)
+
+
+def heard(state: Stopping, line: str, now: float) -> Stopping:
+    """The guardian's state after fencelock's line `stop K` (it sent SIGTERM; SIGKILL due at K) or `kill`."""
+    words = line.split()
+    if words[:1] == ["kill"]:
+        return replace(state, killed=True)
+    if len(words) == 2 and words[0] == "stop" and not state.killed:
+        try:
+            kill_at = float(words[1])
+        except ValueError:
+            return state
+        termed_at = now if state.termed_at is None else state.termed_at
+        return Stopping(termed_at, kill_at if math.isfinite(kill_at) else None)
+    return state

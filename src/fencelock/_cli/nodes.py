@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
-import click
-
 from .._redis.redlock import NodesReport
 from . import exits
 from .commands import _connect, cli, json_option, url_option
-from .show import paint, seconds
+from .show import out, paint, seconds
 
 
 def nodes_table(report: NodesReport) -> str:
@@ -45,5 +43,5 @@ def nodes(urls: tuple[str, ...], as_json: bool) -> int:
     """
     with _connect(urls) as locks:
         report = locks.nodes()
-    click.echo(json.dumps(report.as_dict()) if as_json else nodes_table(report))
+    out(json.dumps(report.as_dict()) if as_json else nodes_table(report))
     return 0 if report.verdict.available else exits.BACKEND

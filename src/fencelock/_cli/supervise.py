@@ -1,40 +1,58 @@
 """`fencelock run`: hold a lock while a command runs as a child process, and release it after the child ends.
 
 The lock is renewed by the client's watchdog (a daemon thread) while the child runs. This module only watches
-the child, the watchdog's loss signal and the signals sent to us; what to do about each is decided in
+the child, the lease, the watchdog's loss signal and the signals sent to us; what to do about each is decided in
 `fencelock._cli.exits`.
 
 The command runs as the leader of a process group of its own, and every signal fencelock sends goes to that
 whole group: a `sh -c '...'` that does not exec, and whatever else the command starts, is stopped with it
 (a process that leaves the group on purpose, by setsid or setpgid, is not). SIGINT, SIGTERM and SIGHUP sent to
-fencelock are passed on to the group. On a terminal, fencelock hands the terminal's foreground to the
-command's group while it runs, as a shell does for a job, so Ctrl-C reaches the whole command once, straight
-from the terminal, and an interactive command can read it. When the main process ends, anything it left in
-its group is stopped (SIGTERM, then SIGKILL after --grace) before the lock is released: nothing of the command
-runs on without the lock. See docs/decisions/2026-12-01-run-process-group.md.
+fencelock are passed on to the group, unless they were ignored when fencelock started (nohup, a `&` job of a
+script): those stay ignored, by fencelock and the command. The group is stopped on a loss, and also when the
+lease's renewal goes unconfirmed with no more than --grace of its validity left (`exits.stop_step`). A guardian
+process (`guardian.py`) stops the group if fencelock itself dies or hangs. When the main process ends, anything
+it left in its group is stopped (SIGTERM, then SIGKILL after --grace) before the lock is released: nothing of the
+command runs on without the lock. Signals always go out before anything is printed, and if anything here fails,
+the group is killed before the error goes on. See docs/decisions/2026-12-01-run-process-group.md and
+2026-12-04-run-guardian.md.
+
+On a terminal, when fencelock is alone in its process group (a shell's job of its own), it hands the terminal's
+foreground to the command's group while it runs, as a shell does for a job, so Ctrl-C reaches the whole command
+once, straight from the terminal, and an interactive command can read it. In a pipeline or a script it keeps
+the terminal where it is (Ctrl-C reaches fencelock's group, and fencelock passes it on), until the command
+stops to read the terminal. When the command is stopped from the terminal (Ctrl-Z), fencelock takes the
+terminal back and stops itself, as sudo does; on SIGCONT it resumes the command.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from .._errors import BackendError, LockLost, NotAcquired
+from .._logic.args import check_renew
 from .._sync.client import Locks
 from .._sync.lease import Lease
 from . import exits
-from .exits import KILL_WAIT, OnLost, after_exit, after_loss, shell_status
+from .exits import KILL_WAIT, OnLost, Stopping, Trouble, after_exit, lease_trouble, shell_status, stop_step
 from .show import describe, error, note
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-POLL = 0.05  # seconds between looks at the child and the loss signal
+TERMINAL_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+POLL = 0.05  # seconds between looks at the child, the lease and the signals (and the guardian's heartbeat)
+SETTLE = 0.1  # seconds the rest of the group may take to end with its main process before it counts as left over
+GUARDIAN = Path(__file__).with_name("guardian.py")
 
 
 class Interrupted(BaseException):
@@ -45,36 +63,52 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
+@dataclass(frozen=True)
+class Ending:
+    """What fencelock exits with: `status`, or by dying of `signal` once all is done (the command died of it)."""
+
+    status: int
+    signal: int | None = None
+
+
+def _not_ignored(signums: Sequence[int]) -> tuple[int, ...]:
+    """The signals that were not ignored when fencelock started: an inherited SIG_IGN (nohup) is left alone."""
+    return tuple(s for s in signums if signal.getsignal(s) is not signal.SIG_IGN)
+
+
 def run(locks: Locks, name: str, command: Sequence[str], *, ttl: float, wait: float | None, busy_status: int,
-        on_lost: OnLost, grace: float, quiet: bool = False) -> int:
-    """Acquire `name`, run `command` while it is held, release it; returns the status to exit with.
-    `quiet`: nothing is said when the lock is busy."""
+        on_lost: OnLost, grace: float, quiet: bool = False, service: str = "") -> Ending:
+    """Acquire `name`, run `command` while it is held, release it; returns how to exit.
+    `quiet`: nothing is said when the lock is busy. `service`: the lock service as shown (FENCELOCK_SERVICE)."""
     lost = threading.Event()
+    forwarded = _not_ignored(FORWARDED)
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise Interrupted(signum)
 
-    previous = {signum: signal.signal(signum, interrupt) for signum in FORWARDED}
+    previous = {signum: signal.signal(signum, interrupt) for signum in forwarded}
     try:
         try:
             lease = locks.acquire(name, ttl=ttl, wait=wait, renew=True, on_lost=lambda _: lost.set())
         except Interrupted as exc:
             note(f"interrupted by {signal.Signals(exc.signum).name} while waiting for lock {name!r}; "
                  "the command did not run")
-            return 128 + exc.signum
+            return Ending(128 + exc.signum)
         except NotAcquired:
             if quiet:
-                return busy_status
+                return Ending(busy_status)
             why = "is held by another holder" if wait == 0 else f"stayed busy for the whole wait of {wait:g} s"
             error(f"lock {name!r} {why}{_holder(locks, name)}; the command did not run (exit {busy_status})",
                   "--wait S waits for it")
-            return busy_status
+            return Ending(busy_status)
+        supervisor = _Supervisor(lease, name, command, lost, on_lost, grace, forwarded, service)
         try:
-            return _supervise(lease, name, command, lost, on_lost, grace)
+            return supervisor.run()
         except Interrupted as exc:  # in the moment between the grant and the child's start
+            supervisor.close_guardian()
             _release(lease, name)
             note(f"interrupted by {signal.Signals(exc.signum).name}; the command did not run")
-            return 128 + exc.signum
+            return Ending(128 + exc.signum)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -89,112 +123,378 @@ def _holder(locks: Locks, name: str) -> str:
     return f" ({describe(status)})" if status.held else ""
 
 
-def _supervise(lease: Lease, name: str, command: Sequence[str], lost: threading.Event, on_lost: OnLost,
-               grace: float) -> int:
-    received: list[int] = []
+class _Guardian:
+    """fencelock's end of the guardian (see `guardian.py`): starts it, writes it lines, reaps it. Never raises:
+    without a guardian, `run` still works, only without the backstop."""
 
-    def record(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-
-    for signum in FORWARDED:
-        signal.signal(signum, record)
-    env = dict(os.environ, FENCELOCK_NAME=name, FENCELOCK_FENCE=str(lease.fence), FENCELOCK_TOKEN=lease.token)
-    try:
-        child = subprocess.Popen(list(command), env=env, **_own_group())
-    except FileNotFoundError:
-        error(f"command not found: {command[0]}", "give the full path, or check PATH")
-        _release(lease, name)
-        return exits.NOT_FOUND
-    except PermissionError:
-        error(f"command is not executable: {command[0]}", "check its mode (chmod +x) and its #! line")
-        _release(lease, name)
-        return exits.NOT_EXECUTABLE
-    except OSError as exc:
-        error(f"cannot run {command[0]}: {exc}")
-        _release(lease, name)
-        return exits.NOT_EXECUTABLE
-    group = child.pid  # the command's process group: it and everything it starts, unless they leave it
-    terminal = _hand_terminal(group)
-    try:
-        returncode, lost_at, termed = _watch(child, group, name, received, lost, on_lost, grace)
-        _stop_leftovers(group, name, received, lost_at if termed else None, grace)
-    finally:
-        if terminal is not None:
-            _take_terminal_back(terminal)
-    status = shell_status(returncode)
-    if lost_at is not None or lease.lost:
-        _release(lease, name)
-        error(f"lock {name!r} was lost while the command ran (the command's own status was {status}); "
-              f"exit {exits.LOST}", "was the key deleted, or the server unreachable for a whole TTL? "
-              "a longer --ttl rides out longer outages")
-        return exits.LOST
-    if not _release(lease, name):
-        error(f"lock {name!r} was lost before the command ended (the command's own status was {status}); "
-              f"exit {exits.LOST}", "a longer --ttl rides out longer outages")
-        return exits.LOST
-    return status
-
-
-def _watch(child: subprocess.Popen[bytes], group: int, name: str, received: list[int], lost: threading.Event,
-           on_lost: OnLost, grace: float) -> tuple[int, float | None, bool]:
-    """Wait for the command's main process; pass signals on to its group, stop the group if the lock is lost.
-    Returns its exit status, when the loss was seen (None: not lost), and whether SIGTERM went out for it."""
-    lost_at: float | None = None
-    termed = False
-    next_at: float | None = None
-    while True:
+    def __init__(self, on_lost: OnLost, grace: float) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._pipe: int | None = None
+        if on_lost is OnLost.IGNORE or not sys.executable:
+            return  # nothing to stop, whatever happens to fencelock
+        read, write = os.pipe()  # both ends non-inheritable: the command never holds the write end
         try:
-            return child.wait(timeout=POLL), lost_at, termed
-        except subprocess.TimeoutExpired:
-            pass
-        while received:
-            _send(group, received.pop(0))
-        now = time.monotonic()
-        if lost.is_set() and lost_at is None:
-            lost_at = now
-            step = after_loss(on_lost, lost_at, now, grace, termed)
-            if step.signal is None:
-                note(f"lost lock {name!r} while the command ran (pid {child.pid}); it runs on (--on-lost ignore)")
-            elif step.signal == signal.SIGTERM:
-                note(f"lost lock {name!r} while the command ran; sent SIGTERM to pid {child.pid} and its process "
-                     f"group, SIGKILL in {grace:g} s if they have not exited")
-            else:
-                note(f"lost lock {name!r} while the command ran; sent SIGKILL to pid {child.pid} and its "
-                     "process group")
-            _send(group, step.signal)
-            termed = step.signal == signal.SIGTERM
-            next_at = step.next_at
-        elif lost_at is not None and next_at is not None and now >= next_at:
-            step = after_loss(on_lost, lost_at, now, grace, termed)
-            if step.signal == signal.SIGKILL:
-                note(f"pid {child.pid} did not exit within {grace:g} s of SIGTERM; sent SIGKILL to its group")
-            _send(group, step.signal)
-            next_at = step.next_at
-
-
-def _stop_leftovers(group: int, name: str, received: list[int], termed_at: float | None, grace: float) -> None:
-    """The main process has ended: what it left running in its group would go on without the lock, so it is
-    stopped before the release, as `after_exit` says (`termed_at`: the loss already sent SIGTERM then)."""
-    if not _group_alive(group):
-        return
-    killed_at: float | None = None
-    while _group_alive(group):
-        while received:
-            _send(group, received.pop(0))
-        now = time.monotonic()
-        step = after_exit(termed_at, killed_at, now, grace)
-        if step.signal == signal.SIGTERM:
-            note(f"the command left processes running in its process group {group}; sent them SIGTERM, SIGKILL "
-                 f"in {grace:g} s if they have not exited")
-            termed_at = now
-        elif step.signal == signal.SIGKILL:
-            note(f"processes of group {group} did not exit within {grace:g} s of SIGTERM; sent SIGKILL")
-            killed_at = now
-        elif step.next_at is None:
-            error(f"processes of group {group} outlived SIGKILL for {KILL_WAIT:g} s; releasing lock {name!r} anyway")
+            self.proc = subprocess.Popen([sys.executable, "-E", "-s", str(GUARDIAN), on_lost.value, repr(grace)],
+                                         stdin=read, stdout=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            note(f"could not start the guardian ({exc}); if fencelock dies, the command runs on")
+            os.close(write)
             return
-        _send(group, step.signal)
-        time.sleep(POLL)
+        finally:
+            os.close(read)
+        os.set_blocking(write, False)  # a guardian that stopped reading never holds fencelock up
+        self._pipe = write
+
+    def tell(self, line: str) -> None:
+        if self._pipe is None:
+            return
+        try:
+            os.write(self._pipe, f"{line}\n".encode())
+        except BlockingIOError:
+            pass  # its pipe is full: it is not reading; the next line may get through
+        except OSError:
+            os.close(self._pipe)
+            self._pipe = None
+            pid = self.proc.pid if self.proc is not None else "?"
+            note(f"the guardian (pid {pid}) is gone; if fencelock dies now, the command runs on")
+
+    def close(self, done: bool) -> None:
+        """Tell it `done` (nothing of the group runs) if so, close the pipe (end of file), and reap it."""
+        if done:
+            self.tell("done")
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=1.0 if done else KILL_WAIT + 1.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+class _Supervisor:
+    """One run of the command: start it, watch it, stop it as `exits` says, and release the lock after it."""
+
+    def __init__(self, lease: Lease, name: str, command: Sequence[str], lost: threading.Event, on_lost: OnLost,
+                 grace: float, forwarded: tuple[int, ...], service: str) -> None:
+        self.lease, self.name, self.command, self.lost = lease, name, command, lost
+        self.on_lost, self.grace, self.forwarded, self.service = on_lost, grace, forwarded, service
+        self.every = check_renew(True, lease.ttl) or lease.ttl / 3
+        self.received: list[int] = []
+        self.stopping = Stopping()
+        self.valid_until = time.monotonic() + lease.remaining()
+        self.doubted = False       # SIGTERM went out while the lease was in doubt, not lost
+        self.told_ignore = False
+        self.guardian: _Guardian | None = None
+        self.group = 0
+        self.terminal: int | None = None  # our terminal's descriptor, while the command's group has it
+        self.child: subprocess.Popen[bytes] | None = None
+        self.passed_stop = False   # we passed a SIGTSTP on: the command's stop it causes is already followed
+
+    def close_guardian(self, done: bool = True) -> None:
+        if self.guardian is not None:
+            self.guardian.close(done)
+            self.guardian = None
+
+    # -- the run ---------------------------------------------------------------------------------------------
+
+    def run(self) -> Ending:
+        def record(signum: int, frame: FrameType | None) -> None:
+            self.received.append(signum)
+
+        previous = {signum: signal.signal(signum, record)
+                    for signum in (*self.forwarded, *_not_ignored((signal.SIGTSTP,)))}
+        try:
+            return self._run()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _run(self) -> Ending:
+        lease, name, command = self.lease, self.name, self.command
+        env = dict(os.environ, FENCELOCK_NAME=name, FENCELOCK_FENCE=str(lease.fence), FENCELOCK_TOKEN=lease.token,
+                   FENCELOCK_SERVICE=self.service)
+        self.guardian = _Guardian(self.on_lost, self.grace)
+        self.guardian.tell(f"valid {self.valid_until!r}")
+        if self.received and self.received[0] != signal.SIGTSTP:  # told to stop before the command started
+            self.close_guardian()
+            _release(lease, name)
+            note(f"interrupted by {signal.Signals(self.received[0]).name}; the command did not run")
+            return Ending(128 + self.received[0])
+        try:
+            self.child = child = subprocess.Popen(list(command), env=env, **_own_group())
+        except OSError as exc:
+            self.close_guardian()
+            status = _cannot_run(command[0], exc)
+            _release(lease, name)
+            return Ending(status)
+        self.group = child.pid  # the command's process group: it and everything it starts, unless they leave it
+        self.guardian.tell(f"group {self.group}")
+        try:
+            if _terminal() is not None and _alone_in_group():
+                self._hand_terminal()
+            returncode = self._watch()
+            self._stop_leftovers()
+        except BaseException:
+            self._going_down()
+            raise
+        finally:
+            self._take_terminal_back()
+        self.close_guardian(done=True)
+        return self._finish(returncode)
+
+    def _finish(self, returncode: int) -> Ending:
+        lease, name = self.lease, self.name
+        status = shell_status(returncode)
+        die_by = signal.SIGINT if returncode == -signal.SIGINT and signal.SIGINT in self.forwarded else None
+        if self.lost.is_set() or lease.lost:
+            _release(lease, name)
+            error(f"lock {name!r} was lost while the command ran (the command's own status was {status}); "
+                  f"exit {exits.LOST}", "was the key deleted, or the server unreachable for a whole TTL? "
+                  "a longer --ttl rides out longer outages")
+            return Ending(exits.LOST)
+        if not _release(lease, name):
+            error(f"lock {name!r} was lost before the command ended (the command's own status was {status}); "
+                  f"exit {exits.LOST}", "a longer --ttl rides out longer outages")
+            return Ending(exits.LOST)
+        if self.doubted:
+            error(f"lock {name!r} could not be confirmed renewed while the command ran, with --grace or less of it "
+                  f"left, so the command was stopped (its own status was {status}); exit {exits.LOST}",
+                  "is the server reachable? a longer --ttl rides out longer outages")
+            return Ending(exits.LOST)
+        return Ending(status, die_by)
+
+    def _going_down(self) -> None:
+        """Something failed here: before anything else, kill what still runs of the command (unless --on-lost
+        ignore), since no one will stop it later. Then release the lock if nothing of it runs."""
+        if self.group and self.on_lost is not OnLost.IGNORE and not self.stopping.killed:
+            _send(self.group, signal.SIGKILL)
+            self.stopping = Stopping(self.stopping.termed_at, time.monotonic(), True)
+        if self.child is not None and self.child.returncode is None and self.stopping.killed:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.child.wait(KILL_WAIT)  # reaped: a zombie leader would keep its group alive
+        gone = not self.group or _wait_gone(self.group, KILL_WAIT)
+        self.close_guardian(done=gone)
+        if gone:
+            with contextlib.suppress(Exception):
+                _release(self.lease, self.name)
+
+    # -- while the command's main process runs ---------------------------------------------------------------
+
+    def _watch(self) -> int:
+        """Wait for the command's main process; pass signals on, follow its stops, stop its group as the lease
+        says. Returns its exit code (negative: the signal that ended it)."""
+        child = self.child
+        assert child is not None
+        while True:
+            try:
+                pid, status = os.waitpid(child.pid, os.WNOHANG | os.WUNTRACED)
+            except ChildProcessError:  # pragma: no cover (someone else reaped it)
+                child.returncode = 0
+                return 0
+            if pid:
+                if os.WIFSTOPPED(status):
+                    self._child_stopped(os.WSTOPSIG(status))
+                    continue
+                child.returncode = os.waitstatus_to_exitcode(status)
+                return child.returncode
+            self._forward()
+            self._tick()
+            time.sleep(POLL)
+
+    def _forward(self) -> None:
+        while self.received:
+            signum = self.received.pop(0)
+            if signum == signal.SIGTSTP:
+                _send(self.group, signal.SIGTSTP)  # the command first, then ourselves (from the terminal: Ctrl-Z)
+                self.passed_stop = True
+                self._suspend(signum)
+            else:
+                _send(self.group, signum)
+                _send(self.group, signal.SIGCONT)  # a stopped command must see it now, not when it is resumed
+
+    def _tick(self) -> None:
+        """Look at the lease; signal the group if `stop_step` says so, then tell the guardian, then say it."""
+        lease, now = self.lease, time.monotonic()
+        remaining = lease.remaining()
+        if remaining > 0.0:
+            self.valid_until = now + remaining
+        trouble = lease_trouble(self.lost.is_set() or lease.lost, remaining, lease.ttl, self.every)
+        if trouble is Trouble.LOST and self.on_lost is OnLost.IGNORE and not self.told_ignore:
+            self.told_ignore = True
+            note(f"lost lock {self.name!r} while the command ran (pid {self.group}); it runs on (--on-lost ignore)")
+        self._step(stop_step(self.on_lost, self.stopping, trouble, now, self.valid_until, self.grace), trouble, now)
+        if self.guardian is not None:
+            self.guardian.tell(f"valid {self.valid_until!r}")
+
+    def _step(self, step: exits.Stop, trouble: Trouble, now: float) -> None:
+        before, self.stopping = self.stopping, step.state
+        if step.signal is None:
+            if step.state.kill_at != before.kill_at and step.state.kill_at is not None and self.guardian:
+                self.guardian.tell(f"stop {step.state.kill_at!r}")
+            return
+        _send(self.group, step.signal)
+        if step.signal == signal.SIGTERM:
+            _send(self.group, signal.SIGCONT)
+            if self.guardian is not None:
+                self.guardian.tell(f"stop {step.state.kill_at!r}")
+        elif self.guardian is not None:
+            self.guardian.tell("kill")
+        name, pid, grace = self.name, self.group, self.grace
+        left = max(0.0, self.valid_until - now)
+        if step.signal == signal.SIGKILL and before.termed_at is not None:
+            note(f"pid {pid} and its group did not exit within {now - before.termed_at:.1f} s of SIGTERM; "
+                 "sent SIGKILL to its group")
+        elif trouble is Trouble.DOUBT:
+            self.doubted = True
+            if step.signal == signal.SIGTERM:
+                note(f"lock {name!r} is in doubt (its renewal is unconfirmed) with {left:.1f} s of its validity left, "
+                     f"no more than --grace: sent SIGTERM to pid {pid} and its process group, SIGKILL when the "
+                     "validity ends if they have not exited")
+            else:
+                note(f"lock {name!r}'s validity ended with its renewal unconfirmed; sent SIGKILL to pid {pid} and "
+                     "its process group")
+        elif step.signal == signal.SIGTERM:
+            note(f"lost lock {name!r} while the command ran; sent SIGTERM to pid {pid} and its process group, "
+                 f"SIGKILL in {grace:g} s if they have not exited")
+        else:
+            note(f"lost lock {name!r} while the command ran; sent SIGKILL to pid {pid} and its process group")
+
+    # -- after the main process ended ------------------------------------------------------------------------
+
+    def _stop_leftovers(self) -> None:
+        """The main process has ended: what it left running in its group would go on without the lock, so it is
+        stopped before the release, as `after_exit` says (and sooner, as `stop_step` says, if the lease is in
+        trouble meanwhile)."""
+        group = self.group
+        killed_at: float | None = None
+        _wait_gone(group, SETTLE)  # what a signal to the whole group just ended is no leftover
+        while _group_alive(group):
+            self._forward()
+            now = time.monotonic()
+            self._tick()
+            if not self.stopping.killed:
+                step = after_exit(self.stopping.termed_at, None, now, self.grace)
+                if step.signal == signal.SIGTERM:
+                    _send(group, signal.SIGTERM)
+                    _send(group, signal.SIGCONT)
+                    self.stopping = Stopping(now, now + self.grace)
+                    if self.guardian is not None:
+                        self.guardian.tell(f"stop {now + self.grace!r}")
+                    note(f"the command left processes running in its process group {group}; sent them SIGTERM, "
+                         f"SIGKILL in {self.grace:g} s if they have not exited")
+                elif self.stopping.kill_at is not None and now >= self.stopping.kill_at:
+                    _send(group, signal.SIGKILL)
+                    self.stopping = Stopping(self.stopping.termed_at, now, True)
+                    if self.guardian is not None:
+                        self.guardian.tell("kill")
+                    note(f"processes of group {group} did not exit within {now - (self.stopping.termed_at or now):.1f}"
+                         " s of SIGTERM; sent SIGKILL")
+            if self.stopping.killed:
+                killed_at = now if killed_at is None else killed_at
+                if now >= killed_at + KILL_WAIT:
+                    error(f"processes of group {group} outlived SIGKILL for {KILL_WAIT:g} s; releasing lock "
+                          f"{self.name!r} anyway")
+                    return
+            time.sleep(POLL)
+
+    # -- the terminal, and stops ------------------------------------------------------------------------------
+
+    def _hand_terminal(self) -> None:
+        """Make the command's group the terminal's foreground group, as a shell does for a job, so that Ctrl-C
+        (and the rest of what a terminal sends) reaches the whole command, and the command can read the terminal.
+        Only where our own process group has the terminal's foreground."""
+        fd = _terminal()
+        if fd is None:
+            return
+        try:
+            os.tcsetpgrp(fd, self.group)
+        except OSError:
+            return
+        self.terminal = fd
+        _send(self.group, signal.SIGCONT)  # in case it read the terminal before it was its own: it was stopped
+
+    def _take_terminal_back(self) -> None:
+        fd, self.terminal = self.terminal, None
+        if fd is None:
+            return
+        previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group asking for the terminal
+        try:
+            os.tcsetpgrp(fd, os.getpgrp())
+        except OSError:
+            pass
+        finally:
+            signal.signal(signal.SIGTTOU, previous)
+
+    def _child_stopped(self, signum: int) -> None:
+        """The command's main process stopped. Wanting the terminal while we have it: it gets it. Stopped from the
+        terminal (Ctrl-Z), or wanting a terminal we do not have: we stop too, so that the shell sees the job
+        stopped. A SIGSTOP from someone else: it stays stopped, and the lock stays held."""
+        if signum not in TERMINAL_STOPS:
+            return
+        if signum == signal.SIGTSTP and self.passed_stop:
+            self.passed_stop = False  # the stop we passed on: we followed it already
+            return
+        if signum != signal.SIGTSTP and self.terminal is None and _terminal() is not None:
+            self._hand_terminal()  # it stopped to read (or set) the terminal, which is ours to give: give it
+            return
+        self._suspend(signum)
+
+    def _suspend(self, signum: int) -> None:
+        """Stop ourselves (as the command was), the terminal taken back first; when continued, resume it."""
+        had_terminal = self.terminal is not None
+        self._take_terminal_back()
+        note(f"the command was stopped ({signal.Signals(signum).name}); fencelock stops too. Lock {self.name!r} is "
+             "not renewed while fencelock is stopped: resume it (fg) within "
+             f"{max(0.0, self.valid_until - time.monotonic()):.0f} s, or the command is killed when the lock runs "
+             "out")
+        previous = signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        try:
+            os.kill(os.getpid(), signal.SIGTSTP)  # (an orphaned process group is not stopped: then we go on)
+        finally:
+            signal.signal(signal.SIGTSTP, previous)
+        # continued (fg, bg, or SIGCONT): the command too, unless its lock went meanwhile (the next tick stops it)
+        self._tick()
+        if self.stopping.termed_at is not None or self.stopping.killed:
+            return
+        if had_terminal or signum != signal.SIGTSTP:
+            self._hand_terminal()
+        _send(self.group, signal.SIGCONT)
+
+
+def _cannot_run(program: str, exc: OSError) -> int:
+    """Say why `program` could not be started; the status a shell would give."""
+    if isinstance(exc, FileNotFoundError):
+        interpreter = _interpreter(program)
+        if interpreter is not None:
+            error(f"cannot run {program}: its interpreter {interpreter} (on its #! line) was not found",
+                  "fix the #! line, or install the interpreter")
+            return exits.NOT_EXECUTABLE
+        error(f"command not found: {program}", "give the full path, or check PATH")
+        return exits.NOT_FOUND
+    if isinstance(exc, PermissionError):
+        error(f"command is not executable: {program}", "check its mode (chmod +x) and its #! line")
+        return exits.NOT_EXECUTABLE
+    error(f"cannot run {program}: {exc}")
+    return exits.NOT_EXECUTABLE
+
+
+def _interpreter(program: str) -> str | None:
+    """The #! interpreter of `program` if the file exists and starts with one (then it is the one missing)."""
+    path = program if os.sep in program else shutil.which(program)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as file:
+            first = file.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    return words[0] if words else None
 
 
 def _own_group() -> dict[str, Any]:
@@ -215,29 +515,25 @@ def _terminal() -> int | None:
     return None
 
 
-def _hand_terminal(group: int) -> int | None:
-    """Make `group` the terminal's foreground group, as a shell does for a job, so that Ctrl-C (and the rest of
-    what a terminal sends) reaches the whole command, and the command can read the terminal. Returns the
-    terminal's descriptor to give it back later, or None where we do not own the terminal's foreground."""
-    fd = _terminal()
-    if fd is None:
-        return None
+def _alone_in_group() -> bool:
+    """Whether no other process shares our process group (a shell's job of its own, not a pipeline's member nor a
+    script's). Read from /proc; elsewhere, whether we lead our group."""
+    group, me = os.getpgrp(), os.getpid()
     try:
-        os.tcsetpgrp(fd, group)
-    except OSError:
-        return None
-    _send(group, signal.SIGCONT)  # in case it read the terminal before it was its own: it was stopped for that
-    return fd
-
-
-def _take_terminal_back(fd: int) -> None:
-    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group asking for the terminal
-    try:
-        os.tcsetpgrp(fd, os.getpgrp())
-    except OSError:
-        pass
-    finally:
-        signal.signal(signal.SIGTTOU, previous)
+        entries = os.listdir("/proc")
+    except OSError:  # pragma: no cover (no /proc)
+        return group == me
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as file:
+                fields = file.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(group).encode() and fields[0] != b"Z":
+            return False
+    return True
 
 
 def _group_alive(group: int) -> bool:
@@ -250,13 +546,23 @@ def _group_alive(group: int) -> bool:
     return True
 
 
+def _wait_gone(group: int, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for `group` to have no process left; whether it has none."""
+    deadline = time.monotonic() + timeout
+    while _group_alive(group):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL / 5)
+    return True
+
+
 def _send(group: int, signum: int | None) -> None:
     """Send `signum` to every process of the command's group (None: nothing)."""
-    if signum is None:
+    if signum is None or group <= 1:  # (killpg(1) would be kill(-1): every process we may signal)
         return
     try:
         os.killpg(group, signum)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
 
 
@@ -270,3 +576,4 @@ def _release(lease: Lease, name: str) -> bool:
     except BackendError as exc:
         note(f"could not release lock {name!r} ({exc}); it expires by itself within {lease.ttl:g} s")
     return True
+

@@ -1,0 +1,151 @@
+"""`fencelock run`'s guardian: when fencelock itself dies (SIGKILL, the OOM killer, `timeout -k`, a signal it does not
+handle) or is stopped past its lock's validity (SIGSTOP), the command's group is stopped all the same, so nothing of
+the command runs on without the lock. Real processes, found in /proc; the lock read by an independent client.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import fencelock._cli as fencelock_cli
+from fencelock._redis.keys import redis_keys
+from fencelock.testing.servers import RedisServer
+from fencelock.testing.timing import slack
+
+from . import test_run_tree as _tree
+from .test_cli import fl, py, start, status_of
+from .test_run_tree import alive, children, grandchild, wait_exit
+
+reap = _tree.reap   # the same fixture: whatever a test found alive is SIGKILLed after it
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+
+
+def guardian_of(fencelock_pid: int, timeout: float = 20.0) -> int:
+    """The guardian: fencelock's child that runs guardian.py (it starts before the command)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in children(fencelock_pid):
+            if b"guardian.py" in _cmdline(pid):
+                return pid
+        time.sleep(0.02)
+    raise AssertionError("fencelock started no guardian")
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGUSR1])
+def test_when_fencelock_dies_its_command_stops_and_the_next_holder_never_runs_beside_it(
+        standalone: RedisServer, name: str, reap: list[int], sig: signal.Signals) -> None:
+    proc = start("run", "--ttl", "2", name, "--", "sh", "-c", "sleep 1000; :", url=standalone.url)
+    shell, sleeper = grandchild(proc.pid, reap)
+    guardians = [pid for pid in children(proc.pid) if b"guardian.py" in _cmdline(pid)]
+    reap += guardians
+    proc.send_signal(sig)                  # the OOM killer, `timeout -k`, a signal fencelock does not handle
+    wait_exit(proc)
+    assert gone_within(sleeper, slack(3.0)), "the command ran on after fencelock died"
+    assert not alive(shell)
+    assert guardians, "fencelock started no guardian"
+    assert gone_within(guardians[0], slack(3.0)), "the guardian lingered after the group was gone"
+    # Another holder takes the lock once it expires; its command looks for the first one's in /proc.
+    seen = fl("run", "--wait", "30", name, "--", *py(f"""
+        from pathlib import Path
+        try:
+            state = Path("/proc/{sleeper}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            state = "gone"
+        print("alive" if state not in ("gone", "Z") else "not running")
+    """), url=standalone.url)
+    assert seen.returncode == 0, seen.stderr
+    assert seen.stdout.strip() == "not running"
+
+
+def test_a_fencelock_stopped_past_its_ttl_has_its_command_killed_before_the_key_expires(
+        standalone: RedisServer, name: str, reap: list[int]) -> None:
+    proc = start("run", "--ttl", "2", "--on-lost", "kill", name, "--", "sh", "-c", "sleep 1000; :",
+                 url=standalone.url)
+    _, sleeper = grandchild(proc.pid, reap)
+    raw, key = standalone.client(), redis_keys(name).lock
+    assert raw.exists(key)
+    os.kill(proc.pid, signal.SIGSTOP)      # a frozen process: its renewal thread stops with it
+    try:
+        deadline = time.monotonic() + slack(10.0)
+        while time.monotonic() < deadline:
+            exists = raw.exists(key)       # read the server first, then the process: an order, not a time
+            running = alive(sleeper)
+            if not running:
+                break
+            assert exists, "the command still ran after the server had dropped the lock"
+            time.sleep(0.005)
+        else:
+            raise AssertionError("the command of a stopped fencelock was never stopped")
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    err = wait_exit(proc)
+    assert proc.returncode == 70, err
+    assert "guardian" in err
+    assert not status_of(standalone.url, name).held
+
+
+def test_a_normal_run_leaves_no_guardian_behind(standalone: RedisServer, name: str, reap: list[int]) -> None:
+    proc = start("run", name, "--", "sh", "-c", "sleep 0.5", url=standalone.url)
+    guardian = guardian_of(proc.pid)
+    reap.append(guardian)
+    err = wait_exit(proc)
+    assert proc.returncode == 0, err
+    assert not alive(guardian)
+    assert err == ""
+
+
+def test_the_command_holds_no_descriptor_of_the_guardian_pipe(standalone: RedisServer, name: str) -> None:
+    # Only fencelock may hold the pipe's write end: the guardian sees end of file exactly when fencelock is gone.
+    done = fl("run", name, "--", *py("""
+        import os
+        print(sorted(int(fd) for fd in os.listdir("/proc/self/fd")))
+    """), url=standalone.url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0, 1, 2, 3]"   # stdin, stdout, stderr, and the listing's own descriptor
+
+
+def test_with_on_lost_ignore_no_guardian_is_started(standalone: RedisServer, name: str) -> None:
+    proc = start("run", "--on-lost", "ignore", name, "--", "sleep", "1", url=standalone.url)
+    deadline = time.monotonic() + 20
+    kids: list[int] = []
+    while not any(b"sleep" in _cmdline(pid) for pid in kids):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.02)
+        kids = children(proc.pid)
+    wait_exit(proc)
+    assert proc.returncode == 0
+    assert not any(b"guardian.py" in _cmdline(pid) for pid in kids)   # (it would be started before the command)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_the_guardian_runs_by_path_without_importing_the_package() -> None:
+    guardian = Path(fencelock_cli.__file__).with_name("guardian.py")
+    done = subprocess.run([sys.executable, "-E", "-s", "-X", "importtime", str(guardian), "term", "1"],
+                          capture_output=True, text=True, timeout=30, check=False, input="done\n")
+    assert done.returncode == 0, done.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line]
+    assert "exits" in imported
+    assert not [module for module in imported if module.startswith("fencelock")], imported

@@ -1,0 +1,153 @@
+"""`fencelock run`'s rules for stopping a command (`_cli.exits`), for fencelock and its guardian, on a fake clock."""
+
+from __future__ import annotations
+
+import math
+import signal
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fencelock._cli.exits import (
+    SILENT,
+    OnLost,
+    Stop,
+    Stopping,
+    Trouble,
+    guard_step,
+    heard,
+    in_doubt,
+    lease_trouble,
+    stop_step,
+)
+
+TERM, KILL, IGNORE = OnLost.TERM, OnLost.KILL, OnLost.IGNORE
+NONE, DOUBT, LOST, ORPHANED = Trouble.NONE, Trouble.DOUBT, Trouble.LOST, Trouble.ORPHANED
+TTL, EVERY, GRACE = 30.0, 10.0, 10.0
+
+
+# -- is the lease in doubt? -------------------------------------------------------------------------------------
+
+def test_a_lease_is_in_doubt_once_its_renewal_is_half_an_interval_late() -> None:
+    # renewed every 10 s, a confirmed lease never has less than ~20 s left; the renewal due then is late by 5 s
+    assert not in_doubt(29.7, TTL, EVERY)
+    assert not in_doubt(20.0, TTL, EVERY)      # due now: not late yet
+    assert not in_doubt(15.01, TTL, EVERY)
+    assert in_doubt(14.99, TTL, EVERY)         # half the TTL at the default interval
+    assert lease_trouble(False, 29.0, TTL, EVERY) is NONE
+    assert lease_trouble(False, 14.0, TTL, EVERY) is DOUBT
+    assert lease_trouble(True, 14.0, TTL, EVERY) is LOST
+    assert lease_trouble(False, 0.0, TTL, EVERY) is LOST   # its validity ran out
+
+
+# -- fencelock: loss, doubt, confirmation ----------------------------------------------------------------------
+
+def test_a_certain_loss_sends_sigterm_at_once_and_sigkill_after_the_whole_grace() -> None:
+    step = stop_step(TERM, Stopping(), LOST, 100.0, 120.0, GRACE)
+    assert step == Stop(signal.SIGTERM, Stopping(100.0, 110.0), 110.0)   # validity left does not shorten it
+    assert stop_step(TERM, step.state, LOST, 109.9, 120.0, GRACE) == Stop(None, step.state, 110.0)
+    assert stop_step(TERM, step.state, LOST, 110.0, 120.0, GRACE) == Stop(signal.SIGKILL,
+                                                                          Stopping(100.0, 110.0, True), None)
+    assert stop_step(KILL, Stopping(), LOST, 100.0, 120.0, GRACE).signal == signal.SIGKILL
+    assert stop_step(IGNORE, Stopping(), LOST, 100.0, 120.0, GRACE) == Stop(None, Stopping(), None)
+
+
+def test_in_doubt_sigterm_comes_when_grace_is_left_and_sigkill_when_the_validity_ends() -> None:
+    # validity ends at 130; grace 10: nothing before 120, SIGTERM at 120, SIGKILL at 130
+    assert stop_step(TERM, Stopping(), DOUBT, 110.0, 130.0, GRACE) == Stop(None, Stopping(), 120.0)
+    step = stop_step(TERM, Stopping(), DOUBT, 120.0, 130.0, GRACE)
+    assert step == Stop(signal.SIGTERM, Stopping(120.0, 130.0), 130.0)
+    assert stop_step(TERM, step.state, DOUBT, 129.9, 130.0, GRACE).signal is None
+    assert stop_step(TERM, step.state, DOUBT, 130.0, 130.0, GRACE).signal == signal.SIGKILL
+    # the watchdog calls it lost at the validity's end: the deadline set in doubt holds
+    assert stop_step(TERM, step.state, LOST, 130.0, 130.0, GRACE).signal == signal.SIGKILL
+
+
+def test_with_a_grace_longer_than_the_ttl_doubt_sends_sigterm_as_soon_as_it_begins() -> None:
+    # --ttl 3, --grace 10: in doubt (1.4 s left) means at once, SIGKILL when those 1.4 s end
+    step = stop_step(TERM, Stopping(), DOUBT, 50.0, 51.4, GRACE)
+    assert step == Stop(signal.SIGTERM, Stopping(50.0, 51.4), 51.4)
+
+
+def test_a_renewal_confirmed_after_sigterm_gives_back_the_whole_grace() -> None:
+    termed = stop_step(TERM, Stopping(), DOUBT, 120.0, 130.0, GRACE).state
+    step = stop_step(TERM, termed, NONE, 125.0, 150.0, GRACE)
+    assert step == Stop(None, Stopping(120.0, 130.0), 130.0)   # 120 + grace: the SIGTERM is not taken back
+    assert stop_step(TERM, step.state, NONE, 130.0, 150.0, GRACE).signal == signal.SIGKILL
+
+
+def test_on_lost_kill_in_doubt_kills_when_the_validity_ends_and_ignore_never_signals() -> None:
+    assert stop_step(KILL, Stopping(), DOUBT, 120.0, 130.0, GRACE) == Stop(None, Stopping(), 130.0)
+    assert stop_step(KILL, Stopping(), DOUBT, 130.0, 130.0, GRACE).signal == signal.SIGKILL
+    assert stop_step(IGNORE, Stopping(), DOUBT, 130.0, 130.0, GRACE).signal is None
+
+
+def test_after_sigkill_nothing_more_is_sent() -> None:
+    killed = Stopping(100.0, 110.0, True)
+    for trouble in Trouble:
+        assert stop_step(TERM, killed, trouble, 200.0, 130.0, GRACE) == Stop(None, killed, None)
+
+
+@given(st.floats(0.0, 1000.0), st.floats(1.0, 100.0), st.floats(0.0, 100.0), st.floats(0.0, 200.0),
+       st.sampled_from([TERM, KILL]))
+def test_in_doubt_the_command_is_never_left_running_past_the_validity(start: float, ttl: float, grace: float,
+                                                                       valid_for: float, policy: OnLost) -> None:
+    """Stepping through time as fencelock does (every 50 ms), SIGKILL has gone out by the validity's end."""
+    valid_until = start + valid_for
+    state, now = Stopping(), start
+    while now <= valid_until + 0.05:
+        state = stop_step(policy, state, DOUBT, now, valid_until, grace).state
+        if state.killed:
+            break
+        now += 0.05
+    assert state.killed
+    assert now < valid_until + 0.05 + 1e-9
+
+
+# -- the guardian ----------------------------------------------------------------------------------------------
+
+def test_the_guardian_does_nothing_while_fencelock_is_heard() -> None:
+    step = guard_step(TERM, Stopping(), 100.0, GRACE, heard_at=99.9, valid_until=100.5, eof=False)
+    assert step == Stop(None, Stopping(), 99.9 + SILENT)
+
+
+def test_the_guardian_stops_the_group_at_once_when_fencelock_is_gone() -> None:
+    step = guard_step(TERM, Stopping(), 100.0, GRACE, heard_at=100.0, valid_until=125.0, eof=True)
+    assert step == Stop(signal.SIGTERM, Stopping(100.0, 110.0), 110.0)
+    # ... never killing later than the validity ends, since nobody renews the lock now
+    step = guard_step(TERM, Stopping(), 100.0, GRACE, heard_at=100.0, valid_until=103.0, eof=True)
+    assert step == Stop(signal.SIGTERM, Stopping(100.0, 103.0), 103.0)
+    assert guard_step(KILL, Stopping(), 100.0, GRACE, heard_at=100.0, valid_until=125.0,
+                      eof=True).signal == signal.SIGKILL
+    assert guard_step(IGNORE, Stopping(), 100.0, GRACE, heard_at=100.0, valid_until=125.0,
+                      eof=True).signal is None
+    # no validity heard yet (fencelock died at once): SIGKILL after the grace
+    step = guard_step(TERM, Stopping(), 100.0, GRACE, heard_at=100.0, valid_until=math.inf, eof=True)
+    assert step.state.kill_at == 110.0
+
+
+def test_a_silent_fencelock_is_treated_as_a_lease_in_doubt() -> None:
+    # stopped at 100 with its validity ending at 125: SIGTERM at 115 (grace 10), SIGKILL at 125
+    def quiet(policy: OnLost, state: Stopping, now: float) -> Stop:
+        return guard_step(policy, state, now, GRACE, heard_at=100.0, valid_until=125.0, eof=False)
+
+    assert quiet(TERM, Stopping(), 100.0 + SILENT) == Stop(None, Stopping(), 115.0)
+    step = quiet(TERM, Stopping(), 115.0)
+    assert step == Stop(signal.SIGTERM, Stopping(115.0, 125.0), 125.0)
+    assert quiet(TERM, step.state, 125.0).signal == signal.SIGKILL
+    assert quiet(KILL, Stopping(), 124.9).signal is None
+    assert quiet(KILL, Stopping(), 125.0).signal == signal.SIGKILL
+
+
+def test_the_guardian_follows_what_fencelock_already_sent() -> None:
+    state = heard(Stopping(), "stop 110.5", 100.0)
+    assert state == Stopping(100.0, 110.5)
+    # fencelock then dies: no second SIGTERM, SIGKILL when fencelock meant to send it
+    assert guard_step(TERM, state, 101.0, GRACE, heard_at=100.0, valid_until=130.0, eof=True) == Stop(
+        None, state, 110.5)
+    assert guard_step(TERM, state, 110.5, GRACE, heard_at=100.0, valid_until=130.0, eof=True).signal == signal.SIGKILL
+    killed = heard(state, "kill", 105.0)
+    assert killed.killed
+    assert guard_step(TERM, killed, 111.0, GRACE, heard_at=100.0, valid_until=130.0, eof=True).signal is None
+    assert heard(Stopping(), "stop nonsense", 100.0) == Stopping()
+    assert heard(Stopping(), "valid 12.5", 100.0) == Stopping()
