@@ -362,12 +362,12 @@ argument lists (the same objects) carry the same command, encoded once."""
 
 
 def encode(conn: Any, request: ScriptRequest, *, reload: bool) -> bytes:
-    """The request as bytes (`resp.script_call`), encoded as the connection's own commands are; with `confirm`,
-    that command follows the script in the same write (on a reload too)."""
+    """The request as bytes (`resp.script_call`), keys and arguments in UTF-8 whatever the connection's encoding
+    (`resp.UTF8`); with `confirm`, that command follows the script in the same write (on a reload too)."""
     lua = request.lua
-    call = resp.script_call(conn.encoder, lua.sha, lua.source, request.keys, request.args, reload=reload,
+    call = resp.script_call(resp.UTF8, lua.sha, lua.source, request.keys, request.args, reload=reload,
                             wake=request.wake)
-    return call if request.confirm is None else call + resp.command(conn.encoder, request.confirm)
+    return call if request.confirm is None else call + resp.command(resp.UTF8, request.confirm)
 
 
 def packed(cache: Packed, conn: Any, request: ScriptRequest) -> bytes:

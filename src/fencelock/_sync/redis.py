@@ -25,6 +25,7 @@ from .._redis.durability import Durability, Unsupported
 from .._redis.eviction import eviction_risk
 from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
 from .._redis.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
+from .._redis.resp import utf8
 from .._scripts import (
     ACQUIRE,
     EVICTION,
@@ -106,7 +107,7 @@ class RedisBackend:
             if given_up():  # (see `_call_script`: the Cluster's own client sends these)
                 raise BackendError(f"{lua.name} not sent to {self.shown}: its caller was cancelled", name=name)
             try:
-                ready_node(self._client, keys[0])
+                ready_node(self._client, utf8(keys[:1])[0])
             except CLIENT_ERRORS as exc:
                 raise _backend_error(exc, f"{lua.name} failed on {self.shown}", name) from exc
             try:
@@ -126,7 +127,7 @@ class RedisBackend:
         self._probe(durability, name)
         for attempt in range(2):
             if self._cluster:
-                node, source = cluster_node(self._client, keys[0])
+                node, source = cluster_node(self._client, utf8(keys[:1])[0])
                 channel = self._node_channels.get(node)
                 if channel is None:
                     channel = self._node_channels[node] = Channel(source)
@@ -305,7 +306,7 @@ class RedisBackend:
             pipe = client.pipeline(transaction=False)
             for members in calls:
                 keys, args = self._extend_args(leases, members)
-                pipe.evalsha(EXTEND_MANY.sha, len(keys), *keys, *args)
+                pipe.evalsha(EXTEND_MANY.sha, len(keys), *utf8(keys), *utf8(args))
             if self._durability is not None:  # the whole batch's writes, confirmed at once
                 pipe.execute_command(*self._durability.command)
             self.renewal_requests += len(calls)
@@ -440,7 +441,7 @@ def wait_for_wake(client: AnyRedis, wake_key: str, wait: float) -> int | None:
         return 0
     redis: Any = client
     try:
-        popped = redis.blpop([wake_key], timeout=server_wait)
+        popped = redis.blpop(utf8([wake_key]), timeout=server_wait)
     except CLIENT_ERRORS:
         return None
     return 0 if popped is None else int(popped[1])
@@ -449,16 +450,18 @@ def wait_for_wake(client: AnyRedis, wake_key: str, wait: float) -> int | None:
 def scan_names(client: AnyRedis, pattern: str, prefix: str, *, where: str, cluster: bool) -> set[str]:
     """The names of the lock keys on `client` that match `pattern` (fnmatch), found by SCAN, never KEYS.
 
-    On a Cluster, SCAN runs on every primary node (each holds its own slots' keys).
+    On a Cluster, SCAN runs on every primary node (each holds its own slots' keys). Keys come back as bytes
+    whatever the client's `decode_responses`: one that is not UTF-8 is not fencelock's, and is skipped.
     """
-    match = scan_match(pattern, prefix)
+    match = scan_match(pattern, prefix).encode("utf-8")
     redis: Any = client
     names: set[str] = set()
     try:
         if cluster:
-            keys = redis.scan_iter(match=match, count=SCAN_COUNT, target_nodes=RedisCluster.PRIMARIES)
+            keys = redis.scan_iter(match=match, count=SCAN_COUNT, target_nodes=RedisCluster.PRIMARIES,
+                                   NEVER_DECODE=True)
         else:
-            keys = redis.scan_iter(match=match, count=SCAN_COUNT)
+            keys = redis.scan_iter(match=match, count=SCAN_COUNT, NEVER_DECODE=True)
         for key in keys:
             name = name_of_lock_key(key, prefix)
             if name is not None and fnmatchcase(name, pattern):
@@ -471,8 +474,10 @@ def scan_names(client: AnyRedis, pattern: str, prefix: str, *, where: str, clust
 
 def run_script(client: AnyRedis, lua: Lua, keys: list[str], args: list[Any], *, name: str,
                      where: str) -> Any:
-    """EVALSHA `lua`; on NOSCRIPT (restart, failover, SCRIPT FLUSH) EVAL it, which also caches it again."""
+    """EVALSHA `lua`; on NOSCRIPT (restart, failover, SCRIPT FLUSH) EVAL it, which also caches it again. Keys and
+    str arguments go as UTF-8 whatever the client's encoding (`resp.utf8`)."""
     redis: Any = client
+    keys, args = utf8(keys), utf8(args)
     try:
         try:
             return redis.evalsha(lua.sha, len(keys), *keys, *args)
