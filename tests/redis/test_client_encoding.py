@@ -104,7 +104,7 @@ def test_a_client_with_another_encoding_locks_the_same_keys_as_a_url_client(
 @pytest.mark.parametrize("front", ["sync", "asyncio"])
 def test_list_skips_a_key_that_is_not_utf8_and_never_raises_a_decode_error(
         servers: tuple[str, int, str, Any], front: str, settings: dict[str, Any], name: str) -> None:
-    kind, port, url, raw = servers
+    kind, port, _, raw = servers
     raw.set(STRAY, b"x", px=5000)
     try:
         if front == "sync":

@@ -100,7 +100,8 @@ def check_durability(value: object, timeout: object) -> Durability | None:
         raise TypeError(f"durability must be None, 'replica', 'aof' or a number of replicas, got bool {value!r}")
     if isinstance(value, int):
         if not 1 <= value <= MAX_REPLICAS:
-            raise ValueError(f"durability must be a number of replicas from 1 to {MAX_REPLICAS}, got {shown_number(value)}")
+            raise ValueError(f"durability must be a number of replicas from 1 to {MAX_REPLICAS}, got "
+                             f"{shown_number(value)}")
         return Durability("replica", value, seconds)
     if isinstance(value, str):
         if value not in MODES:
