@@ -28,6 +28,7 @@ STRAY = b"fencelock:{\xe9\xff}:lock"  # under our prefix, not UTF-8: fencelock n
 
 
 def _target(kind: str, front: str, port: int, settings: dict[str, Any]) -> Any:
+    made: Any
     if kind == "redis":
         made = redis.Redis if front == "sync" else redis.asyncio.Redis
     else:

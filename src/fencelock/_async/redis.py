@@ -6,6 +6,7 @@ turned into `BackendError` here, at this one boundary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from functools import partial
 from typing import Any
@@ -471,7 +472,7 @@ async def scan_names(client: AnyRedis, pattern: str, prefix: str, *, where: str,
     return names
 
 
-async def run_script(client: AnyRedis, lua: Lua, keys: list[str], args: list[Any], *, name: str,
+async def run_script(client: AnyRedis, lua: Lua, keys: Sequence[str | bytes], args: list[Any], *, name: str,
                      where: str) -> Any:
     """EVALSHA `lua`; on NOSCRIPT (restart, failover, SCRIPT FLUSH) EVAL it, which also caches it again. Keys and
     str arguments go as UTF-8 whatever the client's encoding (`resp.utf8`)."""

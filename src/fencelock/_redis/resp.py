@@ -15,6 +15,7 @@ other type is refused (`ValueError`): the reader then drops the connection inste
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 
@@ -64,7 +65,7 @@ UTF8 = Utf8Encoder()
 """The encoder of every key and argument fencelock sends (names are checked as UTF-8 before anything is sent)."""
 
 
-def utf8(values: list[Any]) -> list[Any]:
+def utf8(values: Sequence[Any]) -> list[Any]:
     """`values` with every str as its UTF-8 bytes, for redis-py's commands (which would use the client's
     `encoding`); bytes and numbers are left to redis-py."""
     return [value.encode("utf-8", "surrogateescape") if type(value) is str else value for value in values]
