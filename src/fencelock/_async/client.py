@@ -191,7 +191,7 @@ class AsyncLocks:
                     step = plan.answered(attempt)
                 elif isinstance(step, Grant):
                     lease = AsyncLease(backend, clock, name, token, step.fence, ttl, step.valid_until,
-                                       renew_every=renew_every, on_lost=on_lost)
+                                       watchdog=self._watchdog, renew_every=renew_every, on_lost=on_lost)
                     if renew_every is not None or on_lost is not None:
                         self._watchdog.watch(lease)
                     waited = clock() - plan.started

@@ -192,7 +192,7 @@ class Locks:
                     step = plan.answered(attempt)
                 elif isinstance(step, Grant):
                     lease = Lease(backend, clock, name, token, step.fence, ttl, step.valid_until,
-                                       renew_every=renew_every, on_lost=on_lost)
+                                       watchdog=self._watchdog, renew_every=renew_every, on_lost=on_lost)
                     if renew_every is not None or on_lost is not None:
                         self._watchdog.watch(lease)
                     waited = clock() - plan.started
