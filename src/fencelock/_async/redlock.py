@@ -171,8 +171,11 @@ class AsyncRedlockBackend:
         released = 0  # the fence of the release that woke us, if one did
         if wait > 0.0:
             # Every release pushes a wake-up on every node; the waiters of one name all block on the same node.
-            home = self._nodes[zlib.crc32(name.encode()) % self._n]
-            woken = await wait_for_wake(home, keys.wake, wait)
+            at = zlib.crc32(name.encode()) % self._n
+            try:
+                woken = await wait_for_wake(self._nodes[at], keys.wake, wait, name=name, where=self._shown[at])
+            except BackendError:
+                woken = None  # that node refuses BLPOP: the pause below (the other nodes may be fine)
             if woken is None:
                 # That node failed: a short jittered pause instead, so that contenders do not collide again.
                 await sleep(self._rng.uniform(0.0, fallback_pause(wait)))

@@ -21,8 +21,8 @@ error, and its caller keeps what it holds.
 Written once here and used by both front ends' transport (`_transport.py`, generated) and the sync select loop
 (`_sync/_multiplex.py`): `ScriptRequest`, the order rule's decision (`turn`), a request's bytes (`encode`,
 `packed`; NOSCRIPT's resend is `encode(reload=True)`), how its reply is read and what it means (`reading`,
-`outcome`, `server_error`, `killed`) and when a request may go again (`may_resend`). A request in flight is an
-`asyncio.Future` or a `concurrent.futures.Future`; both have the `Finished` methods used here.
+`outcome`, `WaitRefused`, `server_error`, `killed`) and when a request may go again (`may_resend`). A request in
+flight is an `asyncio.Future` or a `concurrent.futures.Future`; both have the `Finished` methods used here.
 """
 
 from __future__ import annotations
@@ -388,18 +388,40 @@ RELOAD: Any = object()
 """`outcome` of a request answered NOSCRIPT: it goes again as EVAL on the same connection, once."""
 
 
+class WaitRefused(ResponseError):
+    """The server refused a request's BLPOP (an ACL without it, a renamed command, a proxy that does not block):
+    `error`. The script written after it ran all the same, at once: `reply` is its reply."""
+
+    def __init__(self, error: ResponseError, reply: Any) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.reply = reply
+
+
+def waited(request: ScriptRequest, reloaded: bool) -> bool:
+    """The replies begin with the request's BLPOP's (sent with `wake`, and not yet again as EVAL after NOSCRIPT)."""
+    return request.wake is not None and not reloaded
+
+
 def reading(request: ScriptRequest, reloaded: bool) -> tuple[int, int]:
-    """How many replies to drop first (its BLPOP's, if sent with `wake` and not yet again as EVAL after
-    NOSCRIPT), and how many to read (the script's, and its `confirm` command's)."""
-    return 0 if request.wake is None or reloaded else 1, 1 if request.confirm is None else 2
+    """How many replies to drop first (none: a BLPOP's is read, `outcome` looks at it), and how many to read (its
+    BLPOP's if `waited`, the script's, and its `confirm` command's)."""
+    return 0, (1 if waited(request, reloaded) else 0) + (1 if request.confirm is None else 2)
 
 
 def outcome(request: ScriptRequest, replies: Any, reloaded: bool) -> Any:
-    """What the replies read as `reading` says mean: the request's reply (`Confirmed`, `Resent`), or RELOAD."""
+    """What the replies read as `reading` says mean: the request's reply (`Confirmed`, `Resent`), RELOAD, or a
+    `WaitRefused` that carries it when the server answered its BLPOP with an error (otherwise that answer, a
+    wake-up or a timeout, is dropped)."""
+    wait = None
+    if waited(request, reloaded):
+        wait, *rest = replies
+        replies = rest[0] if len(rest) == 1 else rest
     reply = replies if request.confirm is None else confirmed_reply(replies[0], replies[1])
     if isinstance(reply, NoScriptError) and not reloaded:
         return RELOAD
-    return reply_of(request, reply)
+    reply = reply_of(request, reply)
+    return WaitRefused(wait, reply) if isinstance(wait, ResponseError) else reply
 
 
 def server_error(message: str) -> ResponseError:

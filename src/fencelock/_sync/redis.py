@@ -14,14 +14,24 @@ from typing import Any
 
 from redis import Redis, RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MasterDownError,
+    NoScriptError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
 from .._errors import BackendError, NotDurable
 from .._events import emit
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
-from .._redis.channel import Confirmed, goes_again, release_answer, resent
+from .._redis.channel import Confirmed, WaitRefused, goes_again, release_answer, resent
 from .._redis.durability import Durability, Unsupported
 from .._redis.eviction import eviction_risk
 from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
@@ -118,12 +128,12 @@ class RedisBackend:
                     raise
             return resent(lua, run_script(self._client, lua, keys, args, name=name, where=self.shown))
         reply = call_script(self._channel, lua, keys, args, wake)
-        if isinstance(reply, Exception):
+        if isinstance(reply, Exception) and not isinstance(reply, WaitRefused):  # (that one: `_unless_refused`)
             raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
         return reply
 
     def _run_confirmed(self, durability: Durability, lua: Lua, name: str, keys: list[str], args: list[Any],
-                             wake: tuple[str, float] | None) -> Confirmed:
+                             wake: tuple[str, float] | None) -> Confirmed | WaitRefused:
         """The script, then WAIT / WAITAOF in the same write on the same connection: no extra round trip."""
         self._probe(durability, name)
         for attempt in range(2):
@@ -149,9 +159,9 @@ class RedisBackend:
                 wake = None
             else:
                 break
-        if isinstance(reply, Exception):
+        if isinstance(reply, Exception) and not isinstance(reply, WaitRefused):
             raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
-        assert isinstance(reply, Confirmed)
+        assert isinstance(reply, (Confirmed, WaitRefused))
         return reply
 
     def _probe(self, durability: Durability, name: str) -> None:
@@ -222,10 +232,11 @@ class RedisBackend:
         server_wait = wait - SERVER_TIMER
         if server_wait >= MIN_BLOCK and self._cluster:
             # redis-py refuses scripts in cluster pipelines: wait, then attempt, in two round trips.
-            wait_for_wake(self._client, wake, wait)
+            wait_for_wake(self._client, wake, wait, name=name, where=self.shown)
             reply = self._run(lua, name, script_keys, args, confirm=True)
         elif server_wait >= MIN_BLOCK:
-            reply = self._run(lua, name, script_keys, args, wake=(wake, server_wait), confirm=True)
+            reply = self._unless_refused(
+                self._run(lua, name, script_keys, args, wake=(wake, server_wait), confirm=True), name)
         else:
             if wait > 0.0:
                 # Too short for the server's timer to end a BLPOP on time: sleep through it here.
@@ -244,6 +255,17 @@ class RedisBackend:
                 in_background(partial(self._check_eviction, name, keys.lock, generation))
             return Attempt(True, int(value), None)
         return Attempt(False, 0, value / 1000.0 if value >= 0 else None)
+
+    def _unless_refused(self, reply: Any, name: str) -> Any:
+        """The reply of an attempt sent after its BLPOP; if the server refused that BLPOP (`WaitRefused`), the
+        grant the attempt got all the same (the lock was free), or else `BackendError` with the server's message:
+        waiting cannot work there, and trying again at once would only spin."""
+        if not isinstance(reply, WaitRefused):
+            return reply
+        attempt = reply.reply.reply if isinstance(reply.reply, Confirmed) else reply.reply
+        if isinstance(attempt, list) and attempt and attempt[0] == 1:
+            return reply.reply
+        raise wait_refused(reply.error, self.shown, name)
 
     def release(self, name: str, token: str, fence: int) -> Released:
         """Delete our key; the script also wakes the next waiter (the fair queue's head on its own list)."""
@@ -429,12 +451,13 @@ def _apply(results: list[bool | None], members: list[int], reply: Any) -> None:
         results[i] = int(code) == 1
 
 
-def wait_for_wake(client: AnyRedis, wake_key: str, wait: float) -> int | None:
+def wait_for_wake(client: AnyRedis, wake_key: str, wait: float, *, name: str, where: str) -> int | None:
     """Block until a release pushes to `wake_key` or about `wait` seconds pass.
 
     Returns the fence the release pushed (0: no wake-up came), or None if the server failed. The server ends
     BLPOP only on a timer tick, so it is asked for `SERVER_TIMER` less and the rest is slept. A fault ends the
-    wait early: the next attempt meets it and reports it.
+    wait early: the next attempt meets it and reports it. A server that refuses BLPOP itself (`refuses_wait`)
+    raises `BackendError` naming `name`, with its message: waiting cannot work there.
     """
     server_wait = wait - SERVER_TIMER
     if server_wait < MIN_BLOCK:
@@ -443,9 +466,27 @@ def wait_for_wake(client: AnyRedis, wake_key: str, wait: float) -> int | None:
     redis: Any = client
     try:
         popped = redis.blpop(utf8([wake_key]), timeout=server_wait)
+    except ResponseError as exc:
+        if refuses_wait(exc):
+            raise wait_refused(exc, where, name) from exc
+        return None
     except CLIENT_ERRORS:
         return None
     return 0 if popped is None else int(popped[1])
+
+
+def refuses_wait(exc: ResponseError) -> bool:
+    """The server answered BLPOP with an error that comes again at every try (NOPERM, an unknown or renamed
+    command, a proxy that does not block), not one of a Cluster's passing states (a moving slot, a failover)."""
+    return not isinstance(exc, (AskError, TryAgainError, ClusterDownError, ReadOnlyError, MasterDownError))
+
+
+def wait_refused(exc: ResponseError, where: str, name: str) -> BackendError:
+    """The error of a waiter whose server refused BLPOP (decision 2026-12-04-wait-refused)."""
+    error = BackendError(f"{where} refused the wait for a release (BLPOP): {exc}; fencelock needs BLPOP on its "
+                         "keys to wait (wait=0 needs none)", name=name)
+    error.__cause__ = exc
+    return error
 
 
 def scan_names(client: AnyRedis, pattern: str, prefix: str, *, where: str, cluster: bool) -> set[str]:
