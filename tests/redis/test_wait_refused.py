@@ -31,7 +31,7 @@ def refusing(request: pytest.FixtureRequest, standalone: RedisServer,
     else:
         servers, url = list(cluster.nodes), cluster.url
         refused = f"redis+cluster://{USER}:{PASSWORD}@127.0.0.1:{cluster.nodes[0].port}"
-    admins = [server.client() for server in servers]
+    admins: list[Any] = [server.client() for server in servers]
     for admin in admins:
         admin.execute_command("ACL", "SETUSER", USER, "reset", "on", f">{PASSWORD}", "~*", "&*", "+@all", "-blpop")
     yield url, refused, admins
