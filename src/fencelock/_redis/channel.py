@@ -398,30 +398,32 @@ class WaitRefused(ResponseError):
         self.reply = reply
 
 
-def waited(request: ScriptRequest, reloaded: bool) -> bool:
-    """The replies begin with the request's BLPOP's (sent with `wake`, and not yet again as EVAL after NOSCRIPT)."""
-    return request.wake is not None and not reloaded
+class Refused(NamedTuple):
+    """What a connection's `read` returns when a reply it was told to skip (a BLPOP's) was an error: that error,
+    and what it read after it (as it would have returned it)."""
+
+    error: ResponseError
+    replies: Any
 
 
 def reading(request: ScriptRequest, reloaded: bool) -> tuple[int, int]:
-    """How many replies to drop first (none: a BLPOP's is read, `outcome` looks at it), and how many to read (its
-    BLPOP's if `waited`, the script's, and its `confirm` command's)."""
-    return 0, (1 if waited(request, reloaded) else 0) + (1 if request.confirm is None else 2)
+    """How many replies to skip first (its BLPOP's, if sent with `wake` and not yet again as EVAL after
+    NOSCRIPT: its answer is dropped, unless it is an error, `Refused`), and how many to read (the script's, and
+    its `confirm` command's)."""
+    return 0 if request.wake is None or reloaded else 1, 1 if request.confirm is None else 2
 
 
 def outcome(request: ScriptRequest, replies: Any, reloaded: bool) -> Any:
     """What the replies read as `reading` says mean: the request's reply (`Confirmed`, `Resent`), RELOAD, or a
-    `WaitRefused` that carries it when the server answered its BLPOP with an error (otherwise that answer, a
-    wake-up or a timeout, is dropped)."""
+    `WaitRefused` that carries it when the server answered its BLPOP with an error (`Refused`)."""
     wait = None
-    if waited(request, reloaded):
-        wait, *rest = replies
-        replies = rest[0] if len(rest) == 1 else rest
+    if isinstance(replies, Refused):
+        wait, replies = replies
     reply = replies if request.confirm is None else confirmed_reply(replies[0], replies[1])
     if isinstance(reply, NoScriptError) and not reloaded:
         return RELOAD
     reply = reply_of(request, reply)
-    return WaitRefused(wait, reply) if isinstance(wait, ResponseError) else reply
+    return reply if wait is None else WaitRefused(wait, reply)
 
 
 def server_error(message: str) -> ResponseError:

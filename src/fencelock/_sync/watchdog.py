@@ -5,8 +5,9 @@ It owns liveness, as etcd's `concurrency.Session` does; the lease only reports i
 here, a daemon thread in the synchronous twin), never one per lease:
 
 - leases wait in a heap ordered by when they are next due;
-- everything due in one tick goes to the backend in one batch (`extend_many`: one script call per 100 leases
-  and node), sent in the background, so a server that does not answer never stops the timer;
+- everything due in one tick goes to the backend in one batch per server (`extend_many`: one script call per 100
+  leases and slot), sent in the background, so a server that does not answer never stops the timer, nor the
+  renewals on the others;
 - a lease whose validity runs out without a confirmed renewal is lost at that moment, by the local monotonic
   clock, whatever the network does; one the server says is gone or taken is lost at once.
 
@@ -21,6 +22,7 @@ import itertools
 import math
 import os
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -105,9 +107,11 @@ class Watchdog:
     def _run(self) -> None:
         while not self._closed:
             now = self._clock()
-            renew: list[Lease] = []
+            batches: dict[object, tuple[list[Lease], Signal]] = {}
             expired: list[Lease] = []
-            flight = Signal()  # one per batch: every lease in it waits for the same answer
+            # Which server renews a lease (`renewal_group`, where the backend has several): a batch per server,
+            # so a stalled one holds up neither the others' renewals nor a release of a lease elsewhere.
+            group: Callable[[str], object] | None = getattr(self._backend, "renewal_group", None)
             with self._lock:
                 # Everything due now, and what is due a little later (see EARLY_SHARE): one wake-up, one batch.
                 due: dict[int, Lease] = {}
@@ -123,8 +127,13 @@ class Watchdog:
                 for lease in due.values():
                     tick = lease._life.tick(now)
                     if tick is _RENEW:
-                        renew.append(lease)
-                        lease._life.sending(flight)
+                        # One batch per server (a Cluster's primaries): each one waits for its own answer only.
+                        key = None if group is None else group(lease.name)
+                        batch = batches.get(key)
+                        if batch is None:
+                            batch = batches[key] = [], Signal()
+                        batch[0].append(lease)
+                        lease._life.sending(batch[1])
                     elif tick is _EXPIRE:
                         expired.append(lease)
                         continue
@@ -133,7 +142,7 @@ class Watchdog:
                     self._push(lease)  # looked at again when its validity ends, at the latest
             for lease in expired:
                 lease._lose("its validity ran out before a renewal was confirmed", later=True)
-            if renew:
+            for renew, flight in batches.values():
                 in_background(partial(self._renew, renew, flight))
             with self._lock:
                 next_at = self._heap[0][0] if self._heap else None  # (a stale entry only wakes us early)
