@@ -28,8 +28,8 @@ log = logging.getLogger("fencelock")
 
 OnLost = Callable[["AsyncLease"], object]
 """Called once, with the lease, when it is lost: in the caller's thread or task when its own call finds the loss,
-else off the watchdog (a thread of the client's callbacks; asyncio: soon on the loop, and an `async def` callback's
-coroutine runs as a task)."""
+else off the watchdog (a thread of the client's callbacks; asyncio: soon on the loop, where a slow one must be an
+`async def`, whose coroutine runs as a task)."""
 
 _pid = os.getpid()
 

@@ -29,8 +29,8 @@ log = logging.getLogger("fencelock")
 
 OnLost = Callable[["Lease"], object]
 """Called once, with the lease, when it is lost: in the caller's thread or task when its own call finds the loss,
-else off the watchdog (a thread of the client's callbacks; asyncio: soon on the loop, and an `def` callback's
-coroutine runs as a task)."""
+else off the watchdog (a thread of the client's callbacks; asyncio: soon on the loop, where a slow one must be an
+`def`, whose coroutine runs as a task)."""
 
 _pid = os.getpid()
 
