@@ -55,6 +55,7 @@ def _utf8_key(name: str) -> bytes:
 def test_a_client_with_another_encoding_locks_the_same_keys_as_a_url_client(
         servers: tuple[str, int, str, Any], front: str, settings: dict[str, Any], name: str) -> None:
     kind, port, url, raw = servers
+    raw.script_flush()  # the scripts' first sending is then EVAL of their source, as the client encodes it
     names = [f"{name}:{suffix}" for suffix in NAMES]
     for stray in names:
         raw.delete(_utf8_key(stray))

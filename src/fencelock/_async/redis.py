@@ -437,7 +437,7 @@ class AsyncRedisBackend:
             # The server lost its scripts (restart, failover, SCRIPT FLUSH): load once, then send again what
             # failed, still in one pipeline, rather than one call after another.
             try:
-                await client.script_load(EXTEND_MANY.source)
+                await client.script_load(EXTEND_MANY.source.encode("utf-8"))
             except CLIENT_ERRORS:
                 break
             calls = missing
@@ -613,7 +613,7 @@ async def run_script(client: AnyRedis, lua: Lua, keys: Sequence[str | bytes], ar
         try:
             return await redis.evalsha(lua.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return await redis.eval(lua.source, len(keys), *keys, *args)
+            return await redis.eval(lua.source.encode("utf-8"), len(keys), *keys, *args)
     except CLIENT_ERRORS as exc:
         raise _backend_error(exc, f"{lua.name} failed on {where}", name) from exc
 

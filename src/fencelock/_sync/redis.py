@@ -438,7 +438,7 @@ class RedisBackend:
             # The server lost its scripts (restart, failover, SCRIPT FLUSH): load once, then send again what
             # failed, still in one pipeline, rather than one call after another.
             try:
-                client.script_load(EXTEND_MANY.source)
+                client.script_load(EXTEND_MANY.source.encode("utf-8"))
             except CLIENT_ERRORS:
                 break
             calls = missing
@@ -614,7 +614,7 @@ def run_script(client: AnyRedis, lua: Lua, keys: Sequence[str | bytes], args: li
         try:
             return redis.evalsha(lua.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return redis.eval(lua.source, len(keys), *keys, *args)
+            return redis.eval(lua.source.encode("utf-8"), len(keys), *keys, *args)
     except CLIENT_ERRORS as exc:
         raise _backend_error(exc, f"{lua.name} failed on {where}", name) from exc
 
