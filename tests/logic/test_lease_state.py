@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fencelock._logic.lease import LeaseState, Renewal, Tick
@@ -137,7 +137,98 @@ def test_an_extend_without_an_answer_may_shorten_but_never_lengthen_the_validity
     life.extend_unknown(0.5, T0 + 0.5)
     assert life.valid_until == validity_end(0.5, T0 + 0.5)
     assert life.extended(10.0, T0 + 0.6, T0 + 0.7)
-    assert life.valid_until == validity_end(10.0, T0 + 0.6)
+    # The unanswered extend to 0.5 s may still land after this one: 0.5 s is all this one may count (before, it
+    # counted 10 s while the server could keep 0.5).
+    assert life.valid_until == validity_end(0.5, T0 + 0.6)
+
+
+def test_a_renewal_and_an_extend_of_one_lease_are_never_in_flight_at_once() -> None:
+    life = renewed_lease()
+    assert life.tick(T0 + EVERY) is Tick.RENEW
+    life.sending("renewal")
+    assert life.take("extend") == "renewal"  # the extend waits for the renewal's answer
+    assert life.renewed(True, TTL, T0 + EVERY, T0 + EVERY + 0.5) is Renewal.EXTENDED
+    assert life.take("extend") is None  # now it goes
+    assert life.take("another extend") == "extend"
+    assert life.tick(life.due) is Tick.WATCH  # the watchdog does not renew it meanwhile
+    assert life.extended(60.0, T0 + EVERY + 0.6, T0 + EVERY + 0.7)
+    life.done("extend")
+    assert life.renewal is None
+    assert life.valid_until == validity_end(60.0, T0 + EVERY + 0.6)
+    assert life.due == T0 + EVERY + 0.6 + EVERY  # renewed again one interval after the extend
+    life.done("not the one in flight")  # (only the request in flight frees the turn)
+    assert life.take("next") is None
+
+
+def test_a_renewal_without_an_answer_bounds_every_later_count_by_its_ttl() -> None:
+    """The reported race: a renewal with the lease's 3 s TTL got no answer; an extend to 60 s sent after it
+    lands first, then the renewal lands and sets the key back to 3 s. The extend counts 3 s, and so does every
+    later renewal (each carries 60 s now)."""
+    life = renewed_lease()
+    life.tick(T0 + EVERY)
+    life.sending("renewal")
+    assert life.renewed(None, TTL, T0 + EVERY, T0 + EVERY + 2.0) is Renewal.RETRY
+    assert life.unsettled == TTL
+    assert life.extended(60.0, T0 + EVERY + 2.1, T0 + EVERY + 2.2)
+    assert life.valid_until == validity_end(TTL, T0 + EVERY + 2.1)
+    assert life.renewed(True, 60.0, T0 + 4.0, T0 + 4.1) is Renewal.EXTENDED
+    assert life.valid_until == validity_end(TTL, T0 + 4.0)
+
+
+def test_an_extend_without_an_answer_makes_a_renewed_lease_due_soon_and_any_other_at_its_end() -> None:
+    life = renewed_lease()
+    life.extend_unknown(60.0, T0 + 0.5, T0 + 2.5)
+    assert life.due == renewal_retry(T0 + 2.5, life.valid_until, EVERY)
+    watched = renewed_lease(every=None)
+    watched.extend_unknown(0.5, T0 + 0.5, T0 + 0.6)
+    assert watched.due == watched.valid_until == validity_end(0.5, T0 + 0.5)
+
+
+# A model of the server: each request that sets the key's expiry lands at some moment after it was sent (an
+# answered one before its answer; an unanswered one at any later step, or never) and sets expiry = landing + TTL.
+ORDER_STEPS = st.lists(st.tuples(st.sampled_from(["send", "answer", "silence", "land", "gone"]),
+                                 st.floats(0.0, 1.0), st.sampled_from([0.5, 3.0, 60.0]), st.integers(0, 3)),
+                       max_size=40)
+
+
+@settings(max_examples=1000)
+@given(steps=ORDER_STEPS)
+def test_remaining_never_exceeds_what_the_server_keeps_whatever_order_requests_land_in(
+        steps: list[tuple[str, float, float, int]]) -> None:
+    life = renewed_lease()
+    now = T0
+    expiry = T0 + TTL  # the grant landed as it was sent
+    flight: tuple[float, float, bool] | None = None  # (sent at, ttl, an extend?)
+    pending: list[tuple[float, float]] = []  # unanswered, may land later: (sent at, ttl)
+    for step, elapsed, ttl, pick in steps:
+        now += elapsed
+        if step == "send" and flight is None and life.take("flight") is None:
+            flight = (now, ttl, pick % 2 == 0)
+        elif step == "answer" and flight is not None:
+            sent_at, sent_ttl, is_extend = flight
+            expiry = now + sent_ttl  # it landed just now, and was answered
+            if is_extend:
+                life.extended(sent_ttl, sent_at, now)
+                life.done("flight")
+            else:
+                life.renewed(True, sent_ttl, sent_at, now)
+            flight = None
+        elif step == "silence" and flight is not None:
+            sent_at, sent_ttl, is_extend = flight
+            if is_extend:
+                life.extend_unknown(sent_ttl, sent_at, now)
+                life.done("flight")
+            else:
+                life.renewed(None, sent_ttl, sent_at, now)
+            pending.append((sent_at, sent_ttl))
+            flight = None
+        elif step == "land" and pending:
+            _, late_ttl = pending.pop(pick % len(pending))
+            expiry = now + late_ttl  # an unanswered one lands now, after whatever was counted
+        elif step == "gone" and flight is None:
+            life.stop_renewing()
+        if life.remaining(now) > 0.0:
+            assert life.valid_until <= expiry, (life.valid_until, expiry)
 
 
 def test_an_extend_confirmed_after_its_ttl_ran_out_grants_nothing() -> None:

@@ -27,6 +27,8 @@ from tests.conftest import _require_server_binary
 NAME = "inputs:job"
 NAN, INF = float("nan"), float("inf")
 SURROGATE = "bad\ud800name"
+HUGE = 10**400  # an int too large for a float: float() raises OverflowError, which must never escape
+HUGER = 10**5000  # ... and too long for str() to print
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +83,13 @@ LOCK_CASES: list[tuple[str, Call, type[Exception], str, bool]] = [
     ("renew-nan", lambda lk: lk.acquire(NAME, renew=NAN), ValueError, "renew", True),
     ("renew-over-half", lambda lk: lk.acquire(NAME, ttl=10, renew=6), ValueError, "renew", True),
     ("renew-str", lambda lk: lk.acquire(NAME, renew="yes"), TypeError, "renew", True),
+    ("ttl-huge-int", lambda lk: lk.acquire(NAME, ttl=HUGE), ValueError, "ttl", True),
+    ("ttl-huger-int", lambda lk: lk.acquire(NAME, ttl=-HUGER), ValueError, "ttl", True),
+    ("wait-huge-int", lambda lk: lk.acquire(NAME, wait=HUGE), ValueError, "wait", True),
+    ("renew-huge-int", lambda lk: lk.acquire(NAME, renew=HUGE), ValueError, "renew", True),
+    ("lock-ttl-huge-int", lambda lk: lk.lock(NAME, ttl=HUGE), ValueError, "ttl", True),
+    ("lock-wait-huger-int", lambda lk: lk.lock(NAME, wait=HUGER), ValueError, "wait", True),
+    ("lock-renew-huge-int", lambda lk: lk.lock(NAME, renew=HUGE), ValueError, "renew", True),
     ("fair-str", lambda lk: lk.acquire(NAME, fair="yes"), TypeError, "fair", True),
     ("fair-int", lambda lk: lk.acquire(NAME, fair=1), TypeError, "fair", True),
     ("on-lost-int", lambda lk: lk.acquire(NAME, on_lost=5), TypeError, "on_lost", True),
@@ -143,10 +152,11 @@ def test_asyncio_entry_points_refuse_bad_input_before_sending(server: RedisServe
 
 
 EXTEND_CASES = [(1e300, ValueError), (NAN, ValueError), (INF, ValueError), (True, TypeError), ("1", TypeError),
-                (2.0**53, ValueError)]
+                (2.0**53, ValueError), (HUGE, ValueError), (HUGER, ValueError)]
 
 
-@pytest.mark.parametrize(("ttl", "kind"), EXTEND_CASES, ids=[repr(c[0]) for c in EXTEND_CASES])
+@pytest.mark.parametrize(("ttl", "kind"), EXTEND_CASES,
+                         ids=[repr(c[0]) if c[0] not in (HUGE, HUGER) else "huge-int" for c in EXTEND_CASES])
 def test_extend_refuses_bad_ttls_before_sending(server: RedisServer, ttl: object, kind: type[Exception]) -> None:
     admin: Any = server.client()
     with fencelock.connect(server.url) as locks:
@@ -199,6 +209,18 @@ def _connect_cases(server: RedisServer) -> list[tuple[str, Callable[[], Any], ty
          TypeError, "repair"),
         ("repair-delay-nan", lambda: fencelock.connect([one, other, third], repair_delay=NAN), ValueError,
          "repair_delay"),
+        ("node-timeout-huge-int", lambda: fencelock.connect([one, other, third], node_timeout=HUGE), ValueError,
+         "node_timeout"),
+        ("repair-delay-huge-int", lambda: fencelock.connect([one, other, third], repair_delay=HUGE), ValueError,
+         "repair_delay"),
+        ("fence-retention-1e308", lambda: fencelock.connect(one, fence_retention=1e308), ValueError,
+         "fence_retention"),
+        ("fence-retention-huge-int", lambda: fencelock.connect(one, fence_retention=HUGE), ValueError,
+         "fence_retention"),
+        ("durability-timeout-huge-int", lambda: fencelock.connect(one, durability="replica",
+                                                                  durability_timeout=HUGE), ValueError,
+         "durability_timeout"),
+        ("durability-huge-int", lambda: fencelock.connect(one, durability=HUGE), ValueError, "durability"),
         ("redlock-same-url", lambda: fencelock.connect([one, one, other]), ValueError, "url"),
         ("redlock-localhost", lambda: fencelock.connect([one, one.replace("127.0.0.1", "localhost"), other]),
          ValueError, "url"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from redis.asyncio import RedisCluster
+from redis.asyncio import ConnectionPool, Redis, RedisCluster
 
 from ._connection import idle_closed
 
@@ -51,3 +51,23 @@ async def ready_node(client: Any, key: str) -> None:
     for conn in list(getattr(node, "_free", ())):
         if conn.is_connected and idle_closed(conn):
             await conn.disconnect(nowait=True)
+
+
+def node_of(client: Any, key: bytes) -> Any:
+    """The primary that serves `key`'s slot by the layout the client last read (None: none read yet)."""
+    try:
+        return client.get_node_from_key(key)
+    except Exception:
+        return None
+
+
+def node_redis(client: Any, node: Any, made: dict[str, Any]) -> Any:
+    """A plain client of the primary `node`, to pipeline scripts to it (a cluster pipeline refuses them): made
+    from the node's connection settings and kept in `made` (its owner closes them). (The synchronous twin uses
+    the node's own redis-py client.)"""
+    found = made.get(node.name)
+    if found is None:
+        pool = ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
+        found = made[node.name] = Redis.from_pool(pool)  # (its aclose closes the pool)
+    return found
+

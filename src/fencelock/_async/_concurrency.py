@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
+import logging
 import weakref
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger("fencelock")
 
 Handle = asyncio.Future
 """A call started by `fan_out` that may still be running."""
@@ -218,3 +222,27 @@ def now() -> float:
 async def wait_first(handles: Collection[Handle[T]], timeout: float) -> tuple[set[Handle[T]], set[Handle[T]]]:
     """Wait at most `timeout` seconds for the first of `handles` to finish: (the finished ones, the others)."""
     return await asyncio.wait(handles, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+
+
+class Callbacks:
+    """Runs a client's callbacks (`on_lost`) off the watchdog: each one soon, on the loop, after the watchdog's
+    current step (`call_soon`); one that returns an awaitable (an `async def` callback) has it run as a task.
+    Twin: `_sync/_concurrency.Callbacks` (a thread of the client's own)."""
+
+    def call(self, work: Callable[[], object]) -> None:
+        asyncio.get_running_loop().call_soon(work)
+
+
+def run_result(result: object, what: str) -> None:
+    """What a user's callback returned: an awaitable runs to its end as a task (its failure logged as `what`)."""
+    if not inspect.isawaitable(result):
+        return
+
+    async def run() -> None:
+        try:
+            await result
+        except Exception:
+            log.exception(what)
+
+    _keep(asyncio.ensure_future(run()))
+

@@ -11,7 +11,7 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from .._redis.channel import ChannelBase, Closed, closed_by_peer
+from .._redis.channel import ChannelBase, Closed, Refused, closed_by_peer
 
 
 class Connections(ChannelBase):
@@ -90,15 +90,17 @@ async def write(conn: Any, command: bytes) -> None:
 
 
 async def read(conn: Any, skip: int = 0, count: int = 1) -> Any:
-    """One reply (`count` > 1: a list of that many in a row), after `skip` dropped ones; a server's error is
-    returned, not raised. A network fault raises redis-py's TimeoutError, or `Closed` (any ConnectionError)."""
+    """One reply (`count` > 1: a list of that many in a row), after `skip` dropped ones (one that is an error is
+    returned with them: `Refused`); a server's error is returned, not raised. A network fault raises redis-py's
+    TimeoutError, or `Closed` (any ConnectionError)."""
     replies: list[Any] = []
+    refused = None
     try:
         for _ in range(skip):
             try:
                 await conn.read_response()
-            except ResponseError:
-                pass
+            except ResponseError as exc:
+                refused = exc
         while len(replies) < count:
             try:
                 replies.append(await conn.read_response())
@@ -108,4 +110,5 @@ async def read(conn: Any, skip: int = 0, count: int = 1) -> Any:
         if isinstance(exc, Closed):
             raise
         raise Closed(str(exc)) from exc
-    return replies[0] if count == 1 else replies
+    value = replies[0] if count == 1 else replies
+    return value if refused is None else Refused(refused, value)

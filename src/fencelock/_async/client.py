@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import secrets
+import threading
 import time
 from functools import partial
 from types import TracebackType
@@ -29,6 +30,7 @@ from .._logic.status import LockStatus
 from .._logic.timing import Clock
 from .._redis.redlock import NodesReport
 from ._concurrency import (
+    Signal,
     current_task,
     event_loop,
     in_background,
@@ -44,6 +46,9 @@ from .watchdog import AsyncWatchdog
 
 TOKEN_BYTES = 16
 """128 bits from `secrets`, one token per acquisition."""
+
+DRAIN_LIMIT = 5.0
+"""Seconds `aclose` waits at most for the acquires in flight to end (each one's requests are bounded)."""
 
 
 class AsyncBackend(Protocol):
@@ -105,6 +110,10 @@ class AsyncLocks:
         self._watchdog = AsyncWatchdog(backend, clock)
         self._rooms = AsyncWaitingRooms()  # this client's waiters, by name (see `waiting`)
         self._closed = False  # set by aclose: cleanups still running in the background then close after them
+        self._finished = False  # aclose has closed the backend: nothing may open a connection any more
+        self._acquiring = 0  # acquires in flight, which aclose waits for (they give back what they were granted)
+        self._acquiring_lock = threading.Lock()
+        self._drained = Signal()  # set once the client is closed and no acquire is in flight
         self._loop: object = _UNUSED  # the event loop this client belongs to, from its first use
 
     @property
@@ -141,14 +150,23 @@ class AsyncLocks:
     async def _acquire_checked(self, args: AcquireArgs) -> AsyncLease:
         """`acquire` with its arguments checked: a seat among this client's waiters on the name, then the loop."""
         self._check_usable(args.name)
-        # This client's waiters on one name share its connections (`waiting`); etcd's and ZooKeeper's own queues
-        # already make each waiter watch one key over the client's one connection.
-        seat = None if self._backend.always_queues else self._rooms.seat(args.name, args.fair)
+        with self._acquiring_lock:
+            self._acquiring += 1
         try:
-            return await self._acquire(args, seat)
+            # This client's waiters on one name share its connections (`waiting`); etcd's and ZooKeeper's own
+            # queues already make each waiter watch one key over the client's one connection.
+            seat = None if self._backend.always_queues else self._rooms.seat(args.name, args.fair)
+            try:
+                return await self._acquire(args, seat)
+            finally:
+                if seat is not None:
+                    seat.leave()
         finally:
-            if seat is not None:
-                seat.leave()
+            with self._acquiring_lock:
+                self._acquiring -= 1
+                drained = self._closed and not self._acquiring
+            if drained:
+                self._drained.set()
 
     async def _acquire(self, args: AcquireArgs, seat: AsyncSeat | None) -> AsyncLease:
         """The acquire loop; `seat`: its place among this client's waiters on the name. Every decision is
@@ -170,6 +188,8 @@ class AsyncLocks:
         sent = asking = False
         try:
             while True:
+                if self._closed:  # (aclose waits for this acquire, which gives back what it may have been granted)
+                    raise await self._closed_while(name, token, plan.queued, sent)
                 if isinstance(step, (Try, Block)) and step.waited is not None:
                     emit("wait", name, kind, "acquire", waited=step.waited)
                 if isinstance(step, Try):
@@ -185,13 +205,18 @@ class AsyncLocks:
                                 attempt = await request()
                     except BackendError as exc:
                         asking = False
-                        step = plan.failed(exc)
+                        if not self._closed:  # (else: the connection was closed under it, see the loop's top)
+                            step = plan.failed(exc)
                         continue
+                    except LockError:
+                        if self._closed:  # (the room's gate, woken by aclose)
+                            raise await self._closed_while(name, token, plan.queued, sent) from None
+                        raise
                     asking = False
                     step = plan.answered(attempt)
                 elif isinstance(step, Grant):
                     lease = AsyncLease(backend, clock, name, token, step.fence, ttl, step.valid_until,
-                                       renew_every=renew_every, on_lost=on_lost)
+                                       watchdog=self._watchdog, renew_every=renew_every, on_lost=on_lost)
                     if renew_every is not None or on_lost is not None:
                         self._watchdog.watch(lease)
                     waited = clock() - plan.started
@@ -201,13 +226,15 @@ class AsyncLocks:
                     await shielded(self._forget(name, token, False))
                     step = plan.given_back()
                 elif isinstance(step, Sleep):
-                    await sleep(step.seconds)
+                    await sleep(step.seconds)  # (short: a retry's back-off; the loop's top then sees aclose)
                     step = plan.slept()
                 elif isinstance(step, Block):
                     assert seat is not None  # only a seated waiter is ever behind another
                     try:
                         await seat.wait_turn(step.timeout)
                     except BaseException:
+                        if self._closed:
+                            raise await self._closed_while(name, token, plan.queued, sent) from None
                         if step.forget_if_interrupted:
                             in_background(forget_later, ours=True)
                         raise
@@ -227,6 +254,16 @@ class AsyncLocks:
             if sent and not asking and not isinstance(step, (Block, GiveBack)) and not isinstance(exc, Exception):
                 in_background(forget_later, ours=True)
             raise
+
+    async def _closed_while(self, name: str, token: str, queued: bool, sent: bool) -> LockError:
+        """The error of an acquire whose client was closed while it ran. What it sent may have been granted (a
+        wait ended by `aclose` runs its attempt): that key is given back now, before `aclose` closes the
+        connections (it waits for this), and never returned as a lease."""
+        given = ""
+        if sent and not self._finished and await shielded(self._forget(name, token, queued)):
+            given = "; the lock its attempt was granted meanwhile was given back"
+        return LockError(f"this client of {self._backend.shown} was closed while the acquire ran{given}",
+                         name=name)
 
     async def _forget(self, name: str, token: str, queued: bool) -> bool:
         """Best effort: delete a key this acquisition may have created (True if there was one), and leave the
@@ -325,10 +362,24 @@ class AsyncLocks:
             self._loop = loop
 
     async def aclose(self) -> None:
-        """Stop the watchdog and close the connections this client made (leases still held expire by TTL)."""
+        """End every acquire of this client (each raises `LockError`, and gives back a grant it got meanwhile),
+        stop the watchdog and close the connections this client made (leases still held expire by TTL)."""
         self._closed = True
+        self._rooms.close()
+        interrupt = getattr(self._backend, "interrupt", None)
+        if interrupt is not None:
+            interrupt()  # (Redis: a waiter's BLPOP in flight ends now; its attempt still gets its answer)
+        with self._acquiring_lock:
+            if not self._acquiring:
+                self._drained.set()
+        # Each acquire's requests are bounded (a blocking wait by `block_cap`): it ends soon, unless aclose is
+        # called from inside one (a callback of its own), which must not wait for itself. (Under another event
+        # loop than the client's, its acquires cannot run here: nothing to wait for.)
+        if self._loop is _UNUSED or self._loop is event_loop():
+            await self._drained.wait(min(self._backend.block_cap + 1.0, DRAIN_LIMIT))
         await self._watchdog.aclose()
         await self._backend.aclose()
+        self._finished = True
 
     async def __aenter__(self) -> AsyncLocks:
         return self

@@ -171,8 +171,11 @@ class AsyncRedlockBackend:
         released = 0  # the fence of the release that woke us, if one did
         if wait > 0.0:
             # Every release pushes a wake-up on every node; the waiters of one name all block on the same node.
-            home = self._nodes[zlib.crc32(name.encode()) % self._n]
-            woken = await wait_for_wake(home, keys.wake, wait)
+            at = zlib.crc32(name.encode()) % self._n
+            try:
+                woken = await wait_for_wake(self._nodes[at], keys.wake, wait, name=name, where=self._shown[at])
+            except BackendError:
+                woken = None  # that node refuses BLPOP: the pause below (the other nodes may be fine)
             if woken is None:
                 # That node failed: a short jittered pause instead, so that contenders do not collide again.
                 await sleep(self._rng.uniform(0.0, fallback_pause(wait)))
@@ -436,17 +439,19 @@ class AsyncRedlockBackend:
         client: Any = self._nodes[j]
         pattern = f"{self._prefix}:{{*}}:fence"
         try:
-            marker = await client.get(self._marker)
+            marker = await client.get(self._marker.encode("utf-8"))
             if marker is None:
                 return None
             floor = marker_floor(marker.decode() if isinstance(marker, bytes) else str(marker))
-            keys = [key async for key in client.scan_iter(match=pattern, count=1000)]
+            # Keys as bytes whatever the client's decoding; kept as text that goes back out as the same bytes.
+            keys = [key async for key in client.scan_iter(match=pattern.encode("utf-8"), count=1000,
+                                                          NEVER_DECODE=True)]
             values: dict[str, int] = {}
             for start in range(0, len(keys), REPAIR_BATCH):
                 batch = keys[start:start + REPAIR_BATCH]
                 for key, value in zip(batch, await client.mget(batch), strict=True):
                     if value is not None:
-                        values[key.decode() if isinstance(key, bytes) else key] = int(value)
+                        values[bytes(key).decode("utf-8", "surrogateescape")] = int(value)
             return floor, values
         except CLIENT_ERRORS:
             return None

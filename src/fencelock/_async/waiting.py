@@ -10,7 +10,7 @@ import os
 import threading
 from types import TracebackType
 
-from .._errors import BackendError, QuorumUnavailable
+from .._errors import BackendError, LockError, QuorumUnavailable
 from .._logic.waiting import FAIR_SLOTS, SLOTS, Room
 from ._concurrency import Signal
 
@@ -22,6 +22,17 @@ class AsyncWaitingRooms:
         self._rooms: dict[tuple[str, bool], Room[AsyncSeat]] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._closed = False
+
+    def close(self) -> None:
+        """The client is closing: every waiter waiting here for its turn or a place wakes now, and its wait
+        raises `LockError` (`AsyncSeat._check`)."""
+        with self._lock:
+            self._closed = True
+            for room in self._rooms.values():
+                for seat in room.seats():
+                    seat._turn.set()
+                    seat._place.set()
 
     def seat(self, name: str, fair: bool) -> AsyncSeat:
         """A seat for one acquisition, behind this client's other waiters on `name`; `leave` it at the end."""
@@ -90,7 +101,10 @@ class AsyncSeat:
                     seat._place.set()
 
     def _check(self) -> None:
-        """Raise the failure another waiter met while this one waited (`fail`)."""
+        """Raise the failure another waiter met while this one waited (`fail`), or `LockError` if the client
+        was closed meanwhile (`close`)."""
+        if self._rooms._closed:
+            raise LockError("the client was closed while this acquire waited", name=self._key[0])
         exc = self._failure
         if exc is None:
             return

@@ -4,8 +4,9 @@ It owns liveness, as etcd's `concurrency.Session` does; the lease only reports i
 here, a daemon thread in the synchronous twin), never one per lease:
 
 - leases wait in a heap ordered by when they are next due;
-- everything due in one tick goes to the backend in one batch (`extend_many`: one script call per 100 leases
-  and node), sent in the background, so a server that does not answer never stops the timer;
+- everything due in one tick goes to the backend in one batch per server (`extend_many`: one script call per 100
+  leases and slot), sent in the background, so a server that does not answer never stops the timer, nor the
+  renewals on the others;
 - a lease whose validity runs out without a confirmed renewal is lost at that moment, by the local monotonic
   clock, whatever the network does; one the server says is gone or taken is lost at once.
 
@@ -20,6 +21,7 @@ import itertools
 import math
 import os
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -27,7 +29,7 @@ from .._events import backend_kind, emit
 from .._logic.args import ttl_ms
 from .._logic.lease import Renewal, Tick
 from .._logic.timing import Clock
-from ._concurrency import Runner, Signal, alive, in_background, join, spawn
+from ._concurrency import Callbacks, Runner, Signal, alive, in_background, join, spawn
 
 if TYPE_CHECKING:
     from .client import AsyncBackend
@@ -49,16 +51,34 @@ class AsyncWatchdog:
         self._clock = clock
         self._heap: list[tuple[float, int, AsyncLease]] = []
         self._order = itertools.count()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the heap's, and each lease's `_life.take` (see `lock`)
         self._wakeup = Signal()
         self._runner: Runner | None = None
         self._pid = os.getpid()
         self._closed = False
         self._next_wake = 0.0
         self.renewals = 0  # leases renewed so far (for benchmarks and debugging)
+        self.callbacks = Callbacks()  # the `on_lost` of a loss the runner finds run here, never on the runner
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held while a due lease is looked at and its renewal claimed: a lease's extend takes its turn under it
+        (`LeaseState.take`), so that a renewal and an extend of one lease are never in flight at once."""
+        return self._lock
+
+    def reschedule(self, lease: AsyncLease) -> None:
+        """`lease` is due at a new time (`lease._life.due`, after its extend): look at it then."""
+        with self._lock:
+            self._push(lease)
+            sooner = lease._life.due < self._next_wake
+            if sooner:
+                self._next_wake = lease._life.due
+        if sooner:
+            self._wakeup.set()
 
     def watch(self, lease: AsyncLease) -> None:
         """Keep `lease` alive (if it renews) and watch it for loss until it is released or lost."""
+        lease._watched = True
         if os.getpid() != self._pid:
             # A forked child: the parent's leases are not ours to renew, its runner did not survive, and its lock
             # may have been copied while held. Start afresh.
@@ -86,9 +106,14 @@ class AsyncWatchdog:
     async def _run(self) -> None:
         while not self._closed:
             now = self._clock()
-            due: list[AsyncLease] = []
+            batches: dict[object, tuple[list[AsyncLease], Signal]] = {}
+            expired: list[AsyncLease] = []
+            # Which server renews a lease (`renewal_group`, where the backend has several): a batch per server,
+            # so a stalled one holds up neither the others' renewals nor a release of a lease elsewhere.
+            group: Callable[[str], object] | None = getattr(self._backend, "renewal_group", None)
             with self._lock:
                 # Everything due now, and what is due a little later (see EARLY_SHARE): one wake-up, one batch.
+                due: dict[int, AsyncLease] = {}
                 while self._heap:
                     at, _, lease = self._heap[0]
                     life = lease._life
@@ -96,23 +121,27 @@ class AsyncWatchdog:
                         break
                     heapq.heappop(self._heap)
                     if at == life.due:
-                        due.append(lease)  # (else a stale entry: the lease was rescheduled since; dropped)
-            renew: list[AsyncLease] = []
-            for lease in due:
-                tick = lease._life.tick(now)
-                if tick is _RENEW:
-                    renew.append(lease)
-                elif tick is _EXPIRE:
-                    lease._lose("its validity ran out before a renewal was confirmed")
-                    continue
-                elif tick is _DROP:
-                    continue
-                with self._lock:
+                        due[id(lease)] = lease  # (else a stale entry: the lease was rescheduled since; dropped)
+                # Looked at and claimed under the lock, so that an extend never takes its turn in between.
+                for lease in due.values():
+                    tick = lease._life.tick(now)
+                    if tick is _RENEW:
+                        # One batch per server (a Cluster's primaries): each one waits for its own answer only.
+                        key = None if group is None else group(lease.name)
+                        batch = batches.get(key)
+                        if batch is None:
+                            batch = batches[key] = [], Signal()
+                        batch[0].append(lease)
+                        lease._life.sending(batch[1])
+                    elif tick is _EXPIRE:
+                        expired.append(lease)
+                        continue
+                    elif tick is _DROP:
+                        continue
                     self._push(lease)  # looked at again when its validity ends, at the latest
-            if renew:
-                flight = Signal()  # one per batch: every lease in it waits for the same answer
-                for lease in renew:
-                    lease._life.sending(flight)
+            for lease in expired:
+                lease._lose("its validity ran out before a renewal was confirmed", later=True)
+            for renew, flight in batches.values():
                 in_background(partial(self._renew, renew, flight))
             with self._lock:
                 next_at = self._heap[0][0] if self._heap else None  # (a stale entry only wakes us early)
@@ -124,9 +153,10 @@ class AsyncWatchdog:
     async def _renew(self, leases: list[AsyncLease], flight: Signal) -> None:
         """Renew one tick's batch; then reschedule, or report the losses. Runs off the timer."""
         sent_at = self._clock()
+        ttls = [lease.ttl for lease in leases]  # each renewal counts with the TTL it sent
         try:
             results: list[bool | None] = await self._backend.extend_many(
-                [(lease.name, lease.token, lease.fence, ttl_ms(lease.ttl)) for lease in leases])
+                [(lease.name, lease.token, lease.fence, ttl_ms(ttl)) for lease, ttl in zip(leases, ttls, strict=True)])
         except Exception:  # a BackendError, or a failure that escaped the backend's boundary: no answer either way
             results = [None] * len(leases)
         except BaseException:
@@ -134,9 +164,9 @@ class AsyncWatchdog:
             raise
         now = self._clock()
         wake = False
-        for lease, extended in zip(leases, results, strict=True):
+        for lease, ttl, extended in zip(leases, ttls, results, strict=True):
             life = lease._life
-            outcome = life.renewed(extended, lease.ttl, sent_at, now)
+            outcome = life.renewed(extended, ttl, sent_at, now)
             if outcome is _EXTENDED:
                 self.renewals += 1
             elif outcome is _RETRY:
@@ -144,7 +174,7 @@ class AsyncWatchdog:
                      error=f"no answer; retried while {life.valid_until - now:.3f} s of validity remain")
             else:
                 if outcome is _GONE:
-                    lease._lose("the server says it was deleted or taken by another holder")
+                    lease._lose("the server says it was deleted or taken by another holder", later=True)
                 elif outcome is _GIVE_BACK:
                     # Reported lost on time, then the late renewal got through: give that key back.
                     in_background(partial(self._backend.release, lease.name, lease.token, lease.fence))

@@ -58,19 +58,34 @@ def check_flag(value: object, arg: str, name: object = None) -> bool:
     return value
 
 
-def _number(value: object, arg: str, name: object) -> float:
+def shown_number(value: object) -> str:
+    """`value` for a message: an integer too long to print whole (10**5000 cannot be) is described instead."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        return f"{'-' if value < 0 else ''}an integer of about {int(abs(value).bit_length() * 0.30103) + 1} digits"
+    return repr(value)
+
+
+def seconds_of(value: object, arg: str, name: object = None) -> float:
+    """`value` as a float number of seconds (not yet range-checked): TypeError for a non-number (or a bool),
+    ValueError for NaN or an integer too large for a float (never OverflowError)."""
     # bool is an int subclass: `ttl=True` is a bug in the caller, never one second.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{arg} must be a number of seconds, got {type(value).__name__} {value!r}{_where(name)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValueError(f"{arg} must be a number of seconds, got {shown_number(value)}, too large for any "
+                         f"timeout{_where(name)}") from None
     if math.isnan(number):
         raise ValueError(f"{arg} must be a number of seconds, got NaN{_where(name)}")
     return number
 
 
+
+
 def check_ttl(ttl: object, name: object = None, arg: str = "ttl") -> float:
     """A finite number of seconds, from `MIN_TTL` to `MAX_SECONDS`."""
-    seconds = _number(ttl, arg, name)
+    seconds = seconds_of(ttl, arg, name)
     if not math.isfinite(seconds) or not MIN_TTL <= seconds <= MAX_SECONDS:
         raise ValueError(
             f"{arg} must be a number of seconds from {MIN_TTL} to {MAX_SECONDS:.0f} (ten years), got {ttl!r}"
@@ -88,7 +103,7 @@ def check_wait(wait: object, name: object = None) -> float | None:
     """None (or inf) waits forever; 0 makes one attempt; s > 0 is one deadline for every retry and wake-up."""
     if wait is None:
         return None
-    seconds = _number(wait, "wait", name)
+    seconds = seconds_of(wait, "wait", name)
     if seconds == math.inf:
         return None
     if not 0 <= seconds <= MAX_SECONDS:
@@ -113,7 +128,7 @@ def check_renew(renew: object, ttl: float, name: object = None) -> float | None:
         return None
     if renew is True:
         return ttl * RENEW_FRACTION
-    seconds = _number(renew, "renew", name)
+    seconds = seconds_of(renew, "renew", name)
     if not math.isfinite(seconds) or not MIN_RENEW <= seconds < ttl / 2:
         raise ValueError(f"renew must be True, False or a number of seconds from {MIN_RENEW} to below ttl/2 "
                          f"({ttl / 2}), "

@@ -2,11 +2,19 @@
 
 `LeaseState` is what the lease and the renewal watchdog share; every change to it is one of its methods, and each
 takes the times it needs as arguments. Loss is final: nothing brings a lost or released lease back.
+
+The validity rule: `remaining()` never exceeds what the server keeps, whatever order requests land in there.
+- At most one request that sets the key's expiry (a renewal or an extend) is in flight per lease (`take`): a
+  second one waits for the first's answer, so they land in the order they were sent.
+- A confirmed one counts from its own start, with the TTL it sent (`renewed`, `extended`).
+- One that got no answer may still land later, after requests sent since (on another connection, behind a proxy
+  or a stalled server): the shortest TTL of those (`unsettled`) bounds every later count, for the lease's life.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from typing import Generic, TypeVar
 
 from .outcomes import Released, State, after_release
@@ -39,9 +47,12 @@ _HELD, _RELEASED, _LOST = State.HELD, State.RELEASED, State.LOST
 
 
 class LeaseState(Generic[F]):
-    """One lease's state. `renewal` holds the caller's token for a renewal in flight (None: none is)."""
+    """One lease's state. `renewal` holds the caller's token for the one request in flight that sets the key's
+    expiry, a renewal or an extend (None: none is); `unsettled` the shortest TTL of such requests that got no
+    answer (inf: none)."""
 
-    __slots__ = ("due", "lost_reason", "renew_every", "renewal", "state", "uncertain_at", "valid_until")
+    __slots__ = ("due", "lost_reason", "renew_every", "renewal", "state", "uncertain_at", "unsettled",
+                 "valid_until")
 
     def __init__(self, ttl: float, valid_until: float, renew_every: float | None) -> None:
         self.state = _HELD
@@ -52,6 +63,7 @@ class LeaseState(Generic[F]):
         self.renewal: F | None = None
         self.lost_reason = ""
         self.uncertain_at: float | None = None  # a release was sent and never answered, at this time
+        self.unsettled = math.inf
 
     # -- reading ---------------------------------------------------------------------------------------------
 
@@ -82,22 +94,48 @@ class LeaseState(Generic[F]):
         return Tick.RENEW if self.renew_every is not None and self.renewal is None else Tick.WATCH
 
     def sending(self, flight: F) -> None:
-        """A renewal of this lease went out; `flight` is what a release waits on until its answer came."""
+        """A renewal of this lease went out (`tick` said RENEW, so none was in flight); `flight` is what a release
+        or an extend waits on until its answer came."""
         self.renewal = flight
 
+    def take(self, flight: F) -> F | None:
+        """The holder's extend wants to go: None, and `flight` is now the request in flight; or the one already
+        in flight (a renewal, another extend), to wait for before asking again."""
+        if self.renewal is None:
+            self.renewal = flight
+            return None
+        return self.renewal
+
+    def done(self, flight: F) -> None:
+        """The holder's extend `flight` (from `take`) has its outcome: the next request may go."""
+        if self.renewal is flight:
+            self.renewal = None
+
+    def _count(self, ttl: float, sent_at: float) -> None:
+        """A confirmed request sent at `sent_at` with `ttl`: valid from its start, for at most the shortest TTL
+        that an unanswered earlier request may still set when it lands."""
+        self.valid_until = validity_end(min(ttl, self.unsettled), sent_at)
+
+    def _unanswered(self, ttl: float, sent_at: float) -> None:
+        """A request with `ttl` got no answer: applied at once, it bounds the validity now; landing later, every
+        later count (`_count`)."""
+        self.valid_until = min(self.valid_until, validity_end(ttl, sent_at))
+        self.unsettled = min(self.unsettled, ttl)
+
     def renewed(self, extended: bool | None, ttl: float, sent_at: float, now: float) -> Renewal:
-        """The renewal sent at `sent_at` was answered at `now`: True extended, False not ours, None no answer.
-        The new validity counts from the request's start, however late the answer came."""
+        """The renewal sent at `sent_at` with `ttl` was answered at `now`: True extended, False not ours, None no
+        answer. The new validity counts from the request's start, however late the answer came."""
         self.renewal = None
         if self.state is not _HELD:
             return Renewal.GIVE_BACK if extended and self.state is _LOST else Renewal.IGNORE
         every = self.renew_every or ttl
         if extended:
-            self.valid_until = validity_end(ttl, sent_at)
+            self._count(ttl, sent_at)
             self.due = sent_at + every
             return Renewal.EXTENDED
         if extended is False:
             return Renewal.GONE
+        self._unanswered(ttl, sent_at)
         self.due = renewal_retry(now, self.valid_until, every)
         return Renewal.RETRY
 
@@ -116,15 +154,26 @@ class LeaseState(Generic[F]):
         self.renew_every = None
 
     def extended(self, ttl: float, sent_at: float, now: float) -> bool:
-        """The holder's extend to `ttl`, sent at `sent_at`, was confirmed at `now`. False: the confirmation came
-        after that TTL had run out, so it grants nothing (the lease is lost)."""
-        self.valid_until = validity_end(ttl, sent_at)
+        """The holder's extend to `ttl`, sent at `sent_at`, was confirmed at `now`; a renewed lease is next due one
+        interval after it. False: the confirmation came after that TTL had run out, so it grants nothing (the
+        lease is lost)."""
+        self._count(ttl, sent_at)
+        if self.renew_every is not None:
+            self.due = sent_at + self.renew_every  # (the watchdog must be told: `AsyncWatchdog.reschedule`)
         return now < self.valid_until
 
-    def extend_unknown(self, ttl: float, sent_at: float) -> None:
-        """The holder's extend got no answer: the server may have applied it. A shorter TTL then bounds the
-        validity; a longer one is not counted until confirmed."""
-        self.valid_until = min(self.valid_until, validity_end(ttl, sent_at))
+    def extend_unknown(self, ttl: float, sent_at: float, now: float | None = None) -> None:
+        """The holder's extend got no answer (by `now`): the server may have applied it, now or later. A shorter
+        TTL then bounds the validity (and every later count); a longer one is not counted until confirmed. A
+        renewed lease is due again soon (the watchdog skipped it while the extend was in flight); any other, when
+        its validity ends."""
+        self._unanswered(ttl, sent_at)
+        if now is None:
+            return
+        if self.renew_every is not None:
+            self.due = renewal_retry(now, self.valid_until, self.renew_every)
+        else:
+            self.due = min(self.due, self.valid_until)
 
     def release_unknown(self, sent_at: float) -> None:
         """A release sent at `sent_at` got no answer: the server may or may not have deleted the key."""

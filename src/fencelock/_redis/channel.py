@@ -21,8 +21,8 @@ error, and its caller keeps what it holds.
 Written once here and used by both front ends' transport (`_transport.py`, generated) and the sync select loop
 (`_sync/_multiplex.py`): `ScriptRequest`, the order rule's decision (`turn`), a request's bytes (`encode`,
 `packed`; NOSCRIPT's resend is `encode(reload=True)`), how its reply is read and what it means (`reading`,
-`outcome`, `server_error`, `killed`) and when a request may go again (`may_resend`). A request in flight is an
-`asyncio.Future` or a `concurrent.futures.Future`; both have the `Finished` methods used here.
+`outcome`, `WaitRefused`, `server_error`, `killed`) and when a request may go again (`may_resend`). A request in
+flight is an `asyncio.Future` or a `concurrent.futures.Future`; both have the `Finished` methods used here.
 """
 
 from __future__ import annotations
@@ -362,12 +362,12 @@ argument lists (the same objects) carry the same command, encoded once."""
 
 
 def encode(conn: Any, request: ScriptRequest, *, reload: bool) -> bytes:
-    """The request as bytes (`resp.script_call`), encoded as the connection's own commands are; with `confirm`,
-    that command follows the script in the same write (on a reload too)."""
+    """The request as bytes (`resp.script_call`), keys and arguments in UTF-8 whatever the connection's encoding
+    (`resp.UTF8`); with `confirm`, that command follows the script in the same write (on a reload too)."""
     lua = request.lua
-    call = resp.script_call(conn.encoder, lua.sha, lua.source, request.keys, request.args, reload=reload,
+    call = resp.script_call(resp.UTF8, lua.sha, lua.source, request.keys, request.args, reload=reload,
                             wake=request.wake)
-    return call if request.confirm is None else call + resp.command(conn.encoder, request.confirm)
+    return call if request.confirm is None else call + resp.command(resp.UTF8, request.confirm)
 
 
 def packed(cache: Packed, conn: Any, request: ScriptRequest) -> bytes:
@@ -388,18 +388,42 @@ RELOAD: Any = object()
 """`outcome` of a request answered NOSCRIPT: it goes again as EVAL on the same connection, once."""
 
 
+class WaitRefused(ResponseError):
+    """The server refused a request's BLPOP (an ACL without it, a renamed command, a proxy that does not block):
+    `error`. The script written after it ran all the same, at once: `reply` is its reply."""
+
+    def __init__(self, error: ResponseError, reply: Any) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.reply = reply
+
+
+class Refused(NamedTuple):
+    """What a connection's `read` returns when a reply it was told to skip (a BLPOP's) was an error: that error,
+    and what it read after it (as it would have returned it)."""
+
+    error: ResponseError
+    replies: Any
+
+
 def reading(request: ScriptRequest, reloaded: bool) -> tuple[int, int]:
-    """How many replies to drop first (its BLPOP's, if sent with `wake` and not yet again as EVAL after
-    NOSCRIPT), and how many to read (the script's, and its `confirm` command's)."""
+    """How many replies to skip first (its BLPOP's, if sent with `wake` and not yet again as EVAL after
+    NOSCRIPT: its answer is dropped, unless it is an error, `Refused`), and how many to read (the script's, and
+    its `confirm` command's)."""
     return 0 if request.wake is None or reloaded else 1, 1 if request.confirm is None else 2
 
 
 def outcome(request: ScriptRequest, replies: Any, reloaded: bool) -> Any:
-    """What the replies read as `reading` says mean: the request's reply (`Confirmed`, `Resent`), or RELOAD."""
+    """What the replies read as `reading` says mean: the request's reply (`Confirmed`, `Resent`), RELOAD, or a
+    `WaitRefused` that carries it when the server answered its BLPOP with an error (`Refused`)."""
+    wait = None
+    if isinstance(replies, Refused):
+        wait, replies = replies
     reply = replies if request.confirm is None else confirmed_reply(replies[0], replies[1])
     if isinstance(reply, NoScriptError) and not reloaded:
         return RELOAD
-    return reply_of(request, reply)
+    reply = reply_of(request, reply)
+    return reply if wait is None else WaitRefused(wait, reply)
 
 
 def server_error(message: str) -> ResponseError:

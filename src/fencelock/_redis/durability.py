@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .._logic.args import seconds_of, shown_number
+
 DEFAULT_DURABILITY_TIMEOUT = 1.0
 """Seconds the server waits for the confirmation before it answers with what it has (a grant is then refused)."""
 
@@ -98,7 +100,8 @@ def check_durability(value: object, timeout: object) -> Durability | None:
         raise TypeError(f"durability must be None, 'replica', 'aof' or a number of replicas, got bool {value!r}")
     if isinstance(value, int):
         if not 1 <= value <= MAX_REPLICAS:
-            raise ValueError(f"durability must be a number of replicas from 1 to {MAX_REPLICAS}, got {value!r}")
+            raise ValueError(f"durability must be a number of replicas from 1 to {MAX_REPLICAS}, got "
+                             f"{shown_number(value)}")
         return Durability("replica", value, seconds)
     if isinstance(value, str):
         if value not in MODES:
@@ -109,12 +112,10 @@ def check_durability(value: object, timeout: object) -> Durability | None:
 
 
 def _timeout(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"durability_timeout must be a number of seconds, got {type(value).__name__} {value!r}")
-    seconds = float(value)
-    if not math.isfinite(seconds) or not 0.001 <= seconds <= 3600.0:
+    number = seconds_of(value, "durability_timeout")
+    if not math.isfinite(number) or not 0.001 <= number <= 3600.0:
         raise ValueError(f"durability_timeout must be a number of seconds from 0.001 to 3600, got {value!r}")
-    return seconds
+    return number
 
 
 def check_against_socket(durability: Durability, socket_timeout: float | None) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from .._logic.args import ttl_ms
+from .._logic.args import seconds_of, ttl_ms
 
 EXACT_IN_LUA = 2**53
 """Below this a Lua number (a double) holds an integer exactly; the clock floor (µs since 1970) stays far below."""
@@ -34,15 +34,13 @@ def clock_us(seconds: int, micros: int) -> int:
 
 def check_fence_retention(value: object) -> float:
     """`fence_retention`: a finite number of seconds > 0 that fits PEXPIRE in whole milliseconds."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"fence_retention must be a number of seconds, got {type(value).__name__} {value!r}")
-    seconds = float(value)
-    if math.isnan(seconds) or not math.isfinite(seconds) or seconds <= 0:
+    number = seconds_of(value, "fence_retention")
+    if not math.isfinite(number) or number <= 0:
         raise ValueError(f"fence_retention must be a finite number of seconds > 0, got {value!r}")
-    if ttl_ms(seconds) > MAX_FENCE_RETENTION_MS:
+    if number > MAX_FENCE_RETENTION_MS / 1000.0 or ttl_ms(number) > MAX_FENCE_RETENTION_MS:
         raise ValueError(f"fence_retention must be at most {MAX_FENCE_RETENTION_MS // 1000} seconds "
                          f"(2**53 ms), got {value!r}")
-    return seconds
+    return number
 
 
 def fence_keep_ms(retention: float, lease_ttl_ms: int) -> int:

@@ -78,8 +78,15 @@ def scan_match(pattern: str, prefix: str = PREFIX) -> str:
 
 
 def name_of_lock_key(key: str | bytes, prefix: str = PREFIX) -> str | None:
-    """The lock name a `fencelock:{<encoded name>}:lock` key belongs to (None: not a lock key of `prefix`)."""
-    text = key.decode() if isinstance(key, bytes) else key
+    """The lock name a `fencelock:{<encoded name>}:lock` key belongs to (None: not a lock key of `prefix`, or
+    not UTF-8, which fencelock never writes)."""
+    if isinstance(key, bytes):
+        try:
+            text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    else:
+        text = key
     start, end = f"{prefix}:{{", "}:lock"
     if not (text.startswith(start) and text.endswith(end)) or len(text) < len(start) + len(end):
         return None

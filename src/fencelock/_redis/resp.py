@@ -3,9 +3,10 @@
 Every acquire, release and extend of the single node and of Redlock (one per node) is a script call, sent on a
 dedicated connection (`Channel`, `_transport.py`) with none of redis-py's per-command work: the few microseconds
 it spends per command and per reply sit on the hand-off's critical path, and count five times over for Redlock.
-`command` and `script_call` encode a request as redis-py would (the caller gives the connection's encoder, so
-keys are encoded the same way as everywhere else); `parse` decodes one reply (the synchronous twin reads with
-it; the asyncio twin uses redis-py's reader).
+`command` and `script_call` encode a request as redis-py would with the encoder given: fencelock's own requests
+always use `UTF8`, whatever the client's `encoding` (a key's bytes, and so who holds a name, never depend on how
+a client was configured); `utf8` does the same for what goes through redis-py's own commands. `parse` decodes one
+reply (the synchronous twin reads with it; the asyncio twin uses redis-py's reader).
 
 Replies a script can give: integers, simple and bulk strings, nil, arrays of these, errors; with RESP3 also null,
 booleans and doubles, and push messages that the server may send between replies (dropped by the reader). Any
@@ -14,6 +15,7 @@ other type is refused (`ValueError`): the reader then drops the connection inste
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 
@@ -40,6 +42,33 @@ class Encoder(Protocol):
     encoding_errors: str
 
     def encode(self, value: Any) -> bytes | memoryview: ...
+
+
+class Utf8Encoder:
+    """redis-py's encoding rule with UTF-8 fixed: bytes as they are, int and float as their decimal text, str as
+    UTF-8 (`surrogateescape`: a key read back from the server that is not UTF-8 goes out as the bytes it was)."""
+
+    encoding = "utf-8"
+    encoding_errors = "surrogateescape"
+
+    def encode(self, value: Any) -> bytes | memoryview:
+        if isinstance(value, (bytes, memoryview)):
+            return value
+        if isinstance(value, str):
+            return value.encode("utf-8", "surrogateescape")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return repr(value).encode()
+        raise TypeError(f"cannot send {type(value).__name__} {value!r} to Redis")
+
+
+UTF8 = Utf8Encoder()
+"""The encoder of every key and argument fencelock sends (names are checked as UTF-8 before anything is sent)."""
+
+
+def utf8(values: Sequence[Any]) -> list[Any]:
+    """`values` with every str as its UTF-8 bytes, for redis-py's commands (which would use the client's
+    `encoding`); bytes and numbers are left to redis-py."""
+    return [value.encode("utf-8", "surrogateescape") if type(value) is str else value for value in values]
 
 
 def command(encoder: Encoder, parts: tuple[Any, ...]) -> bytes:

@@ -63,3 +63,18 @@ def ready_node(client: Any, key: str) -> None:
             continue
         pool.release(conn)
         return
+
+
+def node_of(client: Any, key: bytes) -> Any:
+    """The primary that serves `key`'s slot by the layout the client last read (None: none read yet)."""
+    try:
+        return client.get_node_from_key(key)
+    except Exception:
+        return None
+
+
+def node_redis(client: Any, node: Any, made: dict[str, Any]) -> Any:
+    """The primary `node`'s own redis-py client, to pipeline scripts to it (a cluster pipeline refuses them);
+    the cluster client owns it. (The asyncio twin makes one and keeps it in `made`.)"""
+    return client.get_redis_connection(node)
+

@@ -3,7 +3,10 @@ Hand-written twin: `_async/_concurrency.py` (httpcore's `_synchronization.py` is
 
 from __future__ import annotations
 
+import inspect
+import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -11,6 +14,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger("fencelock")
 
 
 def shielded(value: T) -> T:
@@ -179,3 +184,51 @@ def wait_first(handles: Collection[Handle[T]], timeout: float) -> tuple[set[Hand
     """Wait at most `timeout` seconds for the first of `handles` to finish: (the finished ones, the others)."""
     done, pending = wait(handles, timeout=max(0.0, timeout), return_when=FIRST_COMPLETED)
     return done, pending
+
+
+class Callbacks:
+    """Runs a client's callbacks (`on_lost`) off the watchdog: one after another, in the order they came, on a
+    daemon thread of the client's own (started when needed, ended once idle), so that a slow one never holds up
+    the renewal of the other leases. Twin: `_async/_concurrency.Callbacks` (the loop's `call_soon`)."""
+
+    IDLE = 5.0  # seconds the thread waits for more work before it ends
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._running = False
+        self._pid = os.getpid()
+
+    def call(self, work: Callable[[], object]) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: the parent's thread does not exist here
+                self._queue, self._running, self._pid = queue.SimpleQueue(), False, os.getpid()
+            self._queue.put(work)
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="fencelock-callbacks", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                work = self._queue.get(timeout=self.IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self._running = False
+                        return
+                continue
+            try:
+                work()
+            except Exception:
+                log.exception("a fencelock callback failed")
+
+
+def run_result(result: object, what: str) -> None:
+    """What a user's callback returned: a coroutine (an `async def` callback) cannot run in a thread; it is closed
+    and the mistake logged as `what`."""
+    if inspect.iscoroutine(result):
+        result.close()
+        log.error("%s: it returned a coroutine, which the synchronous client cannot run; pass a plain function",
+                  what)
+

@@ -15,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._redis import resp
-from .._redis.channel import ChannelBase, Closed, closed_by_peer, server_error
+from .._redis.channel import ChannelBase, Closed, Refused, closed_by_peer, server_error
 from ._concurrency import T
 
 LANE_WORKERS = 8
@@ -123,7 +123,8 @@ def write(conn: Any, command: bytes) -> None:
 
 def read(conn: Any, skip: int = 0, count: int = 1) -> Any:
     """One reply, read from the connection's socket (blocking for the rest of it, at most the socket timeout),
-    after `skip` replies that come before it (a BLPOP's, see `ScriptRequest.wake`), which are dropped; with
+    after `skip` replies that come before it (a BLPOP's, see `ScriptRequest.wake`), which are dropped (one that is
+    an error is returned with the rest: `Refused`); with
     `count` > 1, a list of that many replies in a row (a script's and its `confirm`'s).
 
     A server's error is returned as redis-py's exception (NoScriptError, ResponseError), not raised: the
@@ -134,6 +135,7 @@ def read(conn: Any, skip: int = 0, count: int = 1) -> Any:
     data = b""
     start = 0  # where the next reply begins in `data`
     replies: list[Any] = []
+    refused = None  # a skipped reply that was an error (`Refused`)
     while True:
         try:
             more = sock.recv(65536)
@@ -151,6 +153,8 @@ def read(conn: Any, skip: int = 0, count: int = 1) -> Any:
                 continue  # a push message the server sent on its own: not a reply
             if skip:
                 skip -= 1
+                if isinstance(reply, resp.ServerError):
+                    refused = server_error(reply)
                 continue
             if isinstance(reply, resp.ServerError):
                 reply = server_error(reply)
@@ -159,7 +163,8 @@ def read(conn: Any, skip: int = 0, count: int = 1) -> Any:
                 continue
             if start != len(data):  # the requests' last reply: anything more means we lost track
                 raise RedisConnectionError(f"unexpected data after a reply from {_where(conn)}")
-            return replies[0] if count == 1 else replies
+            value = replies[0] if count == 1 else replies
+            return value if refused is None else Refused(refused, value)
 
 
 def _where(conn: Any) -> str:

@@ -38,6 +38,21 @@ class Channel(Connections):
     carries one request at a time, and one caller's requests to the server keep their order (the rules:
     docs/design/redis-transport.md)."""
 
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self._blocking: set[Any] = set()  # connections carrying a request that waits (BLPOP) first
+        self.interrupted = False
+
+    def interrupt(self) -> None:
+        """End every blocking wait (BLPOP) in flight here now (its client is closing): its connection is closed
+        under it, and its request ends with that error, not sent again; a waiting request not sent yet is not
+        sent. Other requests run on."""
+        self.interrupted = True
+        for conn in list(self._blocking):
+            conn.fencelock_interrupted = True
+            self._open.discard(conn)
+            discard(conn)
+
     def take(self, generation: int) -> Any:
         """An idle connection, connected and with nothing left to read (one the server closed while it was idle
         is dropped here); None if there is none."""
@@ -112,6 +127,8 @@ def _call_script(request: ScriptRequest, cache: Packed, generation: int,
         return channel.not_sent(step.before)
     if step.action is KILL:
         fresh = True  # (once the old connection is ended, no resend follows: `fresh` sends once)
+    if request.wake is not None and channel.interrupted:
+        return Unwritten(f"not sent to {channel.where}: its client is closing")
     conn = None if fresh else channel.take(generation)
     if conn is None:
         try:
@@ -147,7 +164,7 @@ def _call_script(request: ScriptRequest, cache: Packed, generation: int,
         channel.give_back(conn)  # (dropped: it is not connected)
         if not isinstance(exc, Exception):
             raise
-        if not fresh and may_resend(request.lua, exc):
+        if not fresh and may_resend(request.lua, exc) and not getattr(conn, "fencelock_interrupted", False):
             return _call_script(request.again(), cache, generation, None, fresh=True)
         return exc
     channel.give_back(conn)
@@ -157,6 +174,16 @@ def _call_script(request: ScriptRequest, cache: Packed, generation: int,
 def _exchange(conn: Any, request: ScriptRequest, command: bytes) -> Any:
     """Write the request and read its reply (a server's error as the reply); after NOSCRIPT, the script goes again
     as EVAL on the same connection, once, without its BLPOP. A network fault raises (`Unwritten`: nothing sent)."""
+    if request.wake is not None:
+        request.channel._blocking.add(conn)
+        try:
+            return _exchange_once(conn, request, command)
+        finally:
+            request.channel._blocking.discard(conn)
+    return _exchange_once(conn, request, command)
+
+
+def _exchange_once(conn: Any, request: ScriptRequest, command: bytes) -> Any:
     reloaded = False
     while True:
         try:

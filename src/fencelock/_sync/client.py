@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import secrets
+import threading
 import time
 from functools import partial
 from types import TracebackType
@@ -30,6 +31,7 @@ from .._logic.status import LockStatus
 from .._logic.timing import Clock
 from .._redis.redlock import NodesReport
 from ._concurrency import (
+    Signal,
     current_task,
     event_loop,
     in_background,
@@ -45,6 +47,9 @@ from .watchdog import Watchdog
 
 TOKEN_BYTES = 16
 """128 bits from `secrets`, one token per acquisition."""
+
+DRAIN_LIMIT = 5.0
+"""Seconds `close` waits at most for the acquires in flight to end (each one's requests are bounded)."""
 
 
 class Backend(Protocol):
@@ -106,6 +111,10 @@ class Locks:
         self._watchdog = Watchdog(backend, clock)
         self._rooms = WaitingRooms()  # this client's waiters, by name (see `waiting`)
         self._closed = False  # set by close: cleanups still running in the background then close after them
+        self._finished = False  # close has closed the backend: nothing may open a connection any more
+        self._acquiring = 0  # acquires in flight, which close waits for (they give back what they were granted)
+        self._acquiring_lock = threading.Lock()
+        self._drained = Signal()  # set once the client is closed and no acquire is in flight
         self._loop: object = _UNUSED  # the event loop this client belongs to, from its first use
 
     @property
@@ -142,14 +151,23 @@ class Locks:
     def _acquire_checked(self, args: AcquireArgs) -> Lease:
         """`acquire` with its arguments checked: a seat among this client's waiters on the name, then the loop."""
         self._check_usable(args.name)
-        # This client's waiters on one name share its connections (`waiting`); etcd's and ZooKeeper's own queues
-        # already make each waiter watch one key over the client's one connection.
-        seat = None if self._backend.always_queues else self._rooms.seat(args.name, args.fair)
+        with self._acquiring_lock:
+            self._acquiring += 1
         try:
-            return self._acquire(args, seat)
+            # This client's waiters on one name share its connections (`waiting`); etcd's and ZooKeeper's own
+            # queues already make each waiter watch one key over the client's one connection.
+            seat = None if self._backend.always_queues else self._rooms.seat(args.name, args.fair)
+            try:
+                return self._acquire(args, seat)
+            finally:
+                if seat is not None:
+                    seat.leave()
         finally:
-            if seat is not None:
-                seat.leave()
+            with self._acquiring_lock:
+                self._acquiring -= 1
+                drained = self._closed and not self._acquiring
+            if drained:
+                self._drained.set()
 
     def _acquire(self, args: AcquireArgs, seat: Seat | None) -> Lease:
         """The acquire loop; `seat`: its place among this client's waiters on the name. Every decision is
@@ -171,6 +189,8 @@ class Locks:
         sent = asking = False
         try:
             while True:
+                if self._closed:  # (close waits for this acquire, which gives back what it may have been granted)
+                    raise self._closed_while(name, token, plan.queued, sent)
                 if isinstance(step, (Try, Block)) and step.waited is not None:
                     emit("wait", name, kind, "acquire", waited=step.waited)
                 if isinstance(step, Try):
@@ -186,13 +206,18 @@ class Locks:
                                 attempt = request()
                     except BackendError as exc:
                         asking = False
-                        step = plan.failed(exc)
+                        if not self._closed:  # (else: the connection was closed under it, see the loop's top)
+                            step = plan.failed(exc)
                         continue
+                    except LockError:
+                        if self._closed:  # (the room's gate, woken by close)
+                            raise self._closed_while(name, token, plan.queued, sent) from None
+                        raise
                     asking = False
                     step = plan.answered(attempt)
                 elif isinstance(step, Grant):
                     lease = Lease(backend, clock, name, token, step.fence, ttl, step.valid_until,
-                                       renew_every=renew_every, on_lost=on_lost)
+                                       watchdog=self._watchdog, renew_every=renew_every, on_lost=on_lost)
                     if renew_every is not None or on_lost is not None:
                         self._watchdog.watch(lease)
                     waited = clock() - plan.started
@@ -202,13 +227,15 @@ class Locks:
                     shielded(self._forget(name, token, False))
                     step = plan.given_back()
                 elif isinstance(step, Sleep):
-                    sleep(step.seconds)
+                    sleep(step.seconds)  # (short: a retry's back-off; the loop's top then sees close)
                     step = plan.slept()
                 elif isinstance(step, Block):
                     assert seat is not None  # only a seated waiter is ever behind another
                     try:
                         seat.wait_turn(step.timeout)
                     except BaseException:
+                        if self._closed:
+                            raise self._closed_while(name, token, plan.queued, sent) from None
                         if step.forget_if_interrupted:
                             in_background(forget_later, ours=True)
                         raise
@@ -228,6 +255,16 @@ class Locks:
             if sent and not asking and not isinstance(step, (Block, GiveBack)) and not isinstance(exc, Exception):
                 in_background(forget_later, ours=True)
             raise
+
+    def _closed_while(self, name: str, token: str, queued: bool, sent: bool) -> LockError:
+        """The error of an acquire whose client was closed while it ran. What it sent may have been granted (a
+        wait ended by `close` runs its attempt): that key is given back now, before `close` closes the
+        connections (it waits for this), and never returned as a lease."""
+        given = ""
+        if sent and not self._finished and shielded(self._forget(name, token, queued)):
+            given = "; the lock its attempt was granted meanwhile was given back"
+        return LockError(f"this client of {self._backend.shown} was closed while the acquire ran{given}",
+                         name=name)
 
     def _forget(self, name: str, token: str, queued: bool) -> bool:
         """Best effort: delete a key this acquisition may have created (True if there was one), and leave the
@@ -326,10 +363,24 @@ class Locks:
             self._loop = loop
 
     def close(self) -> None:
-        """Stop the watchdog and close the connections this client made (leases still held expire by TTL)."""
+        """End every acquire of this client (each raises `LockError`, and gives back a grant it got meanwhile),
+        stop the watchdog and close the connections this client made (leases still held expire by TTL)."""
         self._closed = True
+        self._rooms.close()
+        interrupt = getattr(self._backend, "interrupt", None)
+        if interrupt is not None:
+            interrupt()  # (Redis: a waiter's BLPOP in flight ends now; its attempt still gets its answer)
+        with self._acquiring_lock:
+            if not self._acquiring:
+                self._drained.set()
+        # Each acquire's requests are bounded (a blocking wait by `block_cap`): it ends soon, unless close is
+        # called from inside one (a callback of its own), which must not wait for itself. (Under another event
+        # loop than the client's, its acquires cannot run here: nothing to wait for.)
+        if self._loop is _UNUSED or self._loop is event_loop():
+            self._drained.wait(min(self._backend.block_cap + 1.0, DRAIN_LIMIT))
         self._watchdog.close()
         self._backend.close()
+        self._finished = True
 
     def __enter__(self) -> Locks:
         return self

@@ -41,8 +41,13 @@ class RedisGuard:
         fence = check_fence(fence, name)
         key = check_text(key, "key", name)
         value = check_value(value, name)
-        accepted, highest = run_script(self._client, GUARD_SET, [self._guard_key(name), key],
-                                             [str(fence), value], name=name, where="the guarded Redis")
+        # The data key and value are the caller's: encoded as their client encodes them (fencelock's own key and
+        # arguments go as UTF-8, `run_script`).
+        encoder: Any = self._client.get_encoder()
+        accepted, highest = run_script(self._client, GUARD_SET,
+                                             [self._guard_key(name), bytes(encoder.encode(key))],
+                                             [str(fence), encoder.encode(value)], name=name,
+                                             where="the guarded Redis")
         if accepted != 1:
             highest = int(highest)  # a decimal string from the script: every digit, never a double
             raise StaleFence(f"write with fence {fence} rejected: fence {highest} was already accepted",
@@ -53,7 +58,7 @@ class RedisGuard:
         name = check_name(name)
         client: Any = self._client
         try:
-            value = client.get(self._guard_key(name))
+            value = client.get(self._guard_key(name).encode("utf-8"))
         except CLIENT_ERRORS as exc:
             raise BackendError(f"reading the guard failed: {type(exc).__name__}: {exc}", name=name) from exc
         return None if value is None else int(value)

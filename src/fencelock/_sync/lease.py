@@ -19,15 +19,18 @@ from .._logic.args import check_ttl, ttl_ms
 from .._logic.lease import LeaseState
 from .._logic.outcomes import Released, State
 from .._logic.timing import Clock
-from ._concurrency import Signal, cancel, current_task, event_loop
+from ._concurrency import Signal, cancel, current_task, event_loop, run_result
 
 if TYPE_CHECKING:
     from .client import Backend
+    from .watchdog import Watchdog
 
 log = logging.getLogger("fencelock")
 
 OnLost = Callable[["Lease"], object]
-"""Called once, with the lease, when it is lost (from the watchdog's thread or task, or the caller's)."""
+"""Called once, with the lease, when it is lost: in the caller's thread or task when its own call finds the loss,
+else off the watchdog (a thread of the client's callbacks; asyncio: soon on the loop, where a slow one must be an
+`def`, whose coroutine runs as a task)."""
 
 _pid = os.getpid()
 
@@ -40,16 +43,42 @@ def _forked() -> None:
 os.register_at_fork(after_in_child=_forked)
 
 
+_CANCELLED: Any = object()  # a release interrupted half-way (a cancellation, KeyboardInterrupt): not an outcome
+
+
+class _Release:
+    """A release under way: what a concurrent `release()` of the same lease waits for, and then reports."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = Signal()
+        self.error: BaseException | None = _CANCELLED
+
+    def joined(self) -> None:
+        """The outcome for a caller that joined: return, or raise the same error (a copy: each caller its own)."""
+        error = self.error
+        if error is None:
+            return
+        again = type(error).__new__(type(error))
+        again.args, again.__dict__ = error.args, dict(error.__dict__)
+        raise again from error.__cause__
+
+
 class Lease:
     """One granted acquisition of a lock: its name, token and fence, and the right to extend or release it."""
 
-    __slots__ = ("_backend", "_clock", "_granted_at", "_life", "_loop", "_on_lost", "_pid", "_task", "fence",
-                 "name", "token", "ttl")
+    __slots__ = ("_backend", "_clock", "_granted_at", "_life", "_loop", "_on_lost", "_pid", "_releasing", "_task",
+                 "_watchdog", "_watched", "fence", "name", "token", "ttl")
 
     def __init__(self, backend: Backend, clock: Clock, name: str, token: str, fence: int, ttl: float,
-                 valid_until: float, *, renew_every: float | None = None, on_lost: OnLost | None = None) -> None:
+                 valid_until: float, *, watchdog: Watchdog, renew_every: float | None = None,
+                 on_lost: OnLost | None = None) -> None:
         self._backend = backend
         self._clock = clock
+        self._watchdog = watchdog  # its client's: renews it (if watched), and its lock guards `_life.take`
+        self._watched = False
+        self._releasing: _Release | None = None  # the release under way, which a concurrent release() joins
         self._pid = _pid
         self._loop = event_loop()  # (made by acquire, under its client's loop)
         # Its validity, next due time, renewal in flight (a Signal) and state, shared with the watchdog.
@@ -99,19 +128,31 @@ class Lease:
         if self._life.state is State.RELEASED:
             raise LockLost("the lease was released", name=self.name)
 
-    def _lose(self, reason: str, op: str = "renew") -> None:
-        """Mark the lease lost (once): tell the `on_lost` callback, and cancel the task holding it (asyncio)."""
+    def _lose(self, reason: str, op: str = "renew", *, later: bool = False) -> None:
+        """Mark the lease lost (once): tell the `on_lost` callback, and cancel the task holding it (asyncio).
+        `later` (the watchdog found it): the callback runs off the watchdog (`Callbacks`), never holding it up;
+        else in the caller's thread or task, before its call returns."""
         if not self._life.lose(reason):
             return
         emit("lost", self.name, backend_kind(self._backend), op, fence=self.fence,
              held=self._clock() - self._granted_at, error=reason)
+        if later and self._on_lost is not None:
+            self._watchdog.callbacks.call(self._notify)  # (asyncio: before the task's cancellation is delivered)
         if self._task is not None and self._task is not current_task():
             cancel(self._task)
-        if self._on_lost is not None:
-            try:
-                self._on_lost(self)
-            except Exception:
-                log.exception("the on_lost callback of lock %r failed", self.name)
+        if not later and self._on_lost is not None:
+            self._notify()
+
+    def _notify(self) -> None:
+        """Call `on_lost`; a failure is logged, never raised (asyncio: a coroutine it returns runs as a task)."""
+        assert self._on_lost is not None
+        what = f"the on_lost callback of lock {self.name!r} failed"
+        try:
+            result = self._on_lost(self)
+        except Exception:
+            log.exception("%s", what)
+            return
+        run_result(result, what)
 
     def _check_owner(self, action: str) -> None:
         if _pid != self._pid:
@@ -123,19 +164,37 @@ class Lease:
 
     def extend(self, ttl: float | None = None) -> None:
         """Reset the lease to `ttl` seconds (default: its TTL) from now. Raises `LockLost` if no longer ours, or if
-        the server confirmed only after `ttl` had run out."""
+        the server confirmed only after `ttl` had run out. A renewal (or another extend) in flight is waited for
+        first: one request that sets the key's expiry at a time, so they land in the order they were sent."""
         self._check_owner("extend")
         new_ttl = self.ttl if ttl is None else check_ttl(ttl, self.name)
-        if self._life.state is not State.HELD:
-            raise LockLost(f"cannot extend a lease that is {self._life.state.value}", name=self.name)
+        mine = Signal()
+        while True:
+            if self._life.state is not State.HELD:
+                raise LockLost(f"cannot extend a lease that is {self._life.state.value}", name=self.name)
+            with self._watchdog.lock:
+                before = self._life.take(mine)
+            if before is None:
+                break
+            before.wait(None)  # (a renewal's batch always ends: its requests are bounded)
+        try:
+            self._extend(new_ttl)
+        finally:
+            with self._watchdog.lock:
+                self._life.done(mine)
+            mine.set()
+            if self._watched:
+                self._watchdog.reschedule(self)
+
+    def _extend(self, new_ttl: float) -> None:
         sent_at = self._clock()
         kind = backend_kind(self._backend)
         try:
             extended = self._backend.extend(self.name, self.token, self.fence, ttl_ms(new_ttl))
         except BaseException as exc:
-            # Unknown outcome (no reply, a reset, a cancellation): the server may have applied the new TTL. A
-            # shorter one then bounds what the lease may claim; a longer one is not counted until confirmed.
-            self._life.extend_unknown(new_ttl, sent_at)
+            # Unknown outcome (no reply, a reset, a cancellation): the server may have applied the new TTL, now or
+            # later. A shorter one then bounds what the lease may claim; a longer one is not counted until confirmed.
+            self._life.extend_unknown(new_ttl, sent_at, self._clock())
             if isinstance(exc, BackendError):
                 emit("failed", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at,
                      error=str(exc))
@@ -159,6 +218,7 @@ class Lease:
 
         Renewal stops at the call, whatever its outcome. On a network error or a cancellation the lease keeps its
         token and stays releasable until its validity ends: call it again (the error's `lease` is this lease).
+        Releases called at once (two threads or tasks) send one request, and each caller gets its outcome.
         """
         self._check_owner("release")
         if self._life.state is State.RELEASED:
@@ -166,11 +226,28 @@ class Lease:
         # Whatever happens next, the holder wants out: renewal ends now, so a release that fails (or is cancelled)
         # leaves a key that its TTL frees, never one renewed for ever. Still held until then: release again.
         self._life.stop_renewing()
+        while True:
+            with self._watchdog.lock:
+                ongoing = self._releasing
+                if ongoing is None:
+                    ongoing = self._releasing = _Release()
+                    break
+            ongoing.done.wait(None)
+            if ongoing.error is not _CANCELLED:  # (else it was interrupted half-way: this caller sends its own)
+                ongoing.joined()
+                return
         try:
             self._release()
-        except LockError as exc:
-            exc.lease = self  # so that the caller can retry: `err.lease.release()`
+        except BaseException as exc:
+            ongoing.error = exc if isinstance(exc, Exception) else _CANCELLED
+            if isinstance(exc, LockError):
+                exc.lease = self  # so that the caller can retry: `err.lease.release()`
             raise
+        else:
+            ongoing.error = None
+        finally:
+            self._releasing = None
+            ongoing.done.set()
 
     def _release(self) -> None:
         flight = self._life.renewal

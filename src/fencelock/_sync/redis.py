@@ -7,24 +7,37 @@ turned into `BackendError` here, at this one boundary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from functools import partial
 from typing import Any
 
 from redis import Redis, RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ClusterError,
+    MasterDownError,
+    NoScriptError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
 from .._errors import BackendError, NotDurable
 from .._events import emit
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
-from .._redis.channel import Confirmed, goes_again, release_answer, resent
+from .._redis.channel import PATIENCE, Confirmed, WaitRefused, goes_again, release_answer, resent
 from .._redis.durability import Durability, Unsupported
 from .._redis.eviction import eviction_risk
 from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
 from .._redis.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
+from .._redis.resp import utf8
 from .._scripts import (
     ACQUIRE,
     EVICTION,
@@ -37,9 +50,10 @@ from .._scripts import (
     STATUS,
     Lua,
 )
-from ._cluster import cluster_node, cluster_refresh, ready_node
+from ._cluster import cluster_node, cluster_refresh, node_of, node_redis, ready_node
 from ._concurrency import given_up, in_background, sleep
 from ._connection import close_client
+from ._fanout import fan_out
 from ._transport import Channel, call_script
 
 AnyRedis = Redis | RedisCluster
@@ -73,6 +87,7 @@ class RedisBackend:
         self._durability = durability
         self._probed = durability is None or durability.probe() is None
         self._node_channels: dict[str, Channel] = {}
+        self._node_clients: dict[str, Any] = {}  # a Cluster's primaries as plain clients (renewal pipelines)
         self._fence_retention = fence_retention  # seconds a name's fence key outlives its last grant or extend
         self._owns_client = owns_client
         self._prefix = prefix
@@ -91,6 +106,7 @@ class RedisBackend:
         self.renewal_requests = 0  # script calls the watchdog made (for benchmarks)
         self._eviction_checked = False  # (once per client, after its first grant: `_check_eviction`)
         self._closed = False
+        self._interrupted = False  # the client is closing: its blocking waits were ended (`interrupt`)
 
     @property
     def client(self) -> AnyRedis:
@@ -99,14 +115,24 @@ class RedisBackend:
     def _run(self, lua: Lua, name: str, keys: list[str], args: list[Any],
                    wake: tuple[str, float] | None = None, confirm: bool = False) -> Any:
         """The script's reply; with `wake` (one Redis only), it first waits on that list (`ScriptRequest.wake`).
-        `confirm` (a grant or an extend): with durability on, the reply is a `Confirmed`."""
+        `confirm` (a grant or an extend): with durability on, the reply is a `Confirmed`. After `close` (a lease
+        of the closed client released or extended), the connections it made are closed again after it."""
+        if not self._closed:
+            return self._run_open(lua, name, keys, args, wake, confirm)
+        try:
+            return self._run_open(lua, name, keys, args, wake, confirm)
+        finally:
+            self.close()
+
+    def _run_open(self, lua: Lua, name: str, keys: list[str], args: list[Any],
+                        wake: tuple[str, float] | None, confirm: bool) -> Any:
         if confirm and self._durability is not None:
             return self._run_confirmed(self._durability, lua, name, keys, args, wake)
         if self._channel is None:
             if given_up():  # (see `_call_script`: the Cluster's own client sends these)
                 raise BackendError(f"{lua.name} not sent to {self.shown}: its caller was cancelled", name=name)
             try:
-                ready_node(self._client, keys[0])
+                ready_node(self._client, utf8(keys[:1])[0])
             except CLIENT_ERRORS as exc:
                 raise _backend_error(exc, f"{lua.name} failed on {self.shown}", name) from exc
             try:
@@ -116,20 +142,18 @@ class RedisBackend:
                     raise
             return resent(lua, run_script(self._client, lua, keys, args, name=name, where=self.shown))
         reply = call_script(self._channel, lua, keys, args, wake)
-        if isinstance(reply, Exception):
+        if isinstance(reply, Exception) and not isinstance(reply, WaitRefused):  # (that one: `_unless_refused`)
             raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
         return reply
 
     def _run_confirmed(self, durability: Durability, lua: Lua, name: str, keys: list[str], args: list[Any],
-                             wake: tuple[str, float] | None) -> Confirmed:
+                             wake: tuple[str, float] | None) -> Confirmed | WaitRefused:
         """The script, then WAIT / WAITAOF in the same write on the same connection: no extra round trip."""
         self._probe(durability, name)
         for attempt in range(2):
             if self._cluster:
-                node, source = cluster_node(self._client, keys[0])
-                channel = self._node_channels.get(node)
-                if channel is None:
-                    channel = self._node_channels[node] = Channel(source)
+                node, source = cluster_node(self._client, utf8(keys[:1])[0])
+                channel = self._node_channel(node, source)
             else:
                 assert self._channel is not None
                 channel = self._channel
@@ -147,9 +171,9 @@ class RedisBackend:
                 wake = None
             else:
                 break
-        if isinstance(reply, Exception):
+        if isinstance(reply, Exception) and not isinstance(reply, WaitRefused):
             raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
-        assert isinstance(reply, Confirmed)
+        assert isinstance(reply, (Confirmed, WaitRefused))
         return reply
 
     def _probe(self, durability: Durability, name: str) -> None:
@@ -204,9 +228,8 @@ class RedisBackend:
 
         The wait and the attempt travel in one write: BLPOP on the wake list, then the acquire script, which
         the server runs the moment BLPOP returns. A woken waiter needs no second round trip, so the lock passes
-        from holder to waiter in about one server hop (on a Cluster, which redis-py does not let us pipeline
-        scripts to, in two). `fair`: the waiter queues, blocks on its own wake list, and only the head of the
-        queue may take a free lock.
+        from holder to waiter in about one server hop (on a Cluster too: `_wait_on_node`). `fair`: the waiter
+        queues, blocks on its own wake list, and only the head of the queue may take a free lock.
         """
         keys = redis_keys(name, self._prefix)
         if fair:
@@ -218,12 +241,11 @@ class RedisBackend:
             lua, script_keys, wake = ACQUIRE, [keys.lock, keys.fence, keys.waiters], keys.wake
             args = [token, ttl_ms, fence_keep_ms(self._fence_retention, ttl_ms)]
         server_wait = wait - SERVER_TIMER
-        if server_wait >= MIN_BLOCK and self._cluster:
-            # redis-py refuses scripts in cluster pipelines: wait, then attempt, in two round trips.
-            wait_for_wake(self._client, wake, wait)
-            reply = self._run(lua, name, script_keys, args, confirm=True)
+        if server_wait >= MIN_BLOCK and self._cluster and self._durability is None:
+            reply = self._wait_on_node(lua, name, script_keys, args, (wake, server_wait))
         elif server_wait >= MIN_BLOCK:
-            reply = self._run(lua, name, script_keys, args, wake=(wake, server_wait), confirm=True)
+            reply = self._unless_refused(
+                self._run(lua, name, script_keys, args, wake=(wake, server_wait), confirm=True), name)
         else:
             if wait > 0.0:
                 # Too short for the server's timer to end a BLPOP on time: sleep through it here.
@@ -242,6 +264,56 @@ class RedisBackend:
                 in_background(partial(self._check_eviction, name, keys.lock, generation))
             return Attempt(True, int(value), None)
         return Attempt(False, 0, value / 1000.0 if value >= 0 else None)
+
+    def _node_channel(self, node: str, source: Any) -> Channel:
+        channel = self._node_channels.get(node)
+        if channel is None:
+            channel = self._node_channels[node] = Channel(source)
+        return channel
+
+    def _wait_on_node(self, lua: Lua, name: str, keys: list[str], args: list[Any],
+                            wake: tuple[str, float]) -> Any:
+        """A Cluster waiter's attempt: BLPOP and the script in one write to the slot's primary, over a connection
+        of fencelock's own to it (redis-py sends no script in a cluster pipeline), as on one Redis. If the slot
+        moved or the cluster is changing (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, a primary gone), the layout is read
+        again and the attempt goes alone through redis-py's routing, which follows a moving slot; the next
+        attempt waits again."""
+        try:
+            node, source = cluster_node(self._client, utf8(keys[:1])[0])
+        except CLIENT_ERRORS:
+            return self._run(lua, name, keys, args)
+        reply = call_script(self._node_channel(node, source), lua, keys, args, wake)
+        if isinstance(reply, WaitRefused):
+            return self._unless_refused(reply, name)
+        if not isinstance(reply, Exception):
+            return reply
+        moved = isinstance(reply, ResponseError) and not refuses_wait(reply)
+        if self._interrupted or not (moved or isinstance(reply, RedisConnectionError)):
+            raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
+        try:
+            cluster_refresh(self._client)
+        except CLIENT_ERRORS:
+            pass
+        return self._run(lua, name, keys, args)
+
+    def interrupt(self) -> None:
+        """The client is closing: end its blocking waits in flight now (their attempts return at once, with the
+        grant the attempt got if any), and send no waiter's attempt again."""
+        self._interrupted = True
+        for channel in [self._channel, *self._node_channels.values()]:
+            if channel is not None:
+                channel.interrupt()
+
+    def _unless_refused(self, reply: Any, name: str) -> Any:
+        """The reply of an attempt sent after its BLPOP; if the server refused that BLPOP (`WaitRefused`), the
+        grant the attempt got all the same (the lock was free), or else `BackendError` with the server's message:
+        waiting cannot work there, and trying again at once would only spin."""
+        if not isinstance(reply, WaitRefused):
+            return reply
+        attempt = reply.reply.reply if isinstance(reply.reply, Confirmed) else reply.reply
+        if isinstance(attempt, list) and attempt and attempt[0] == 1:
+            return reply.reply
+        raise wait_refused(reply.error, self.shown, name)
 
     def release(self, name: str, token: str, fence: int) -> Released:
         """Delete our key; the script also wakes the next waiter (the fair queue's head on its own list)."""
@@ -282,11 +354,20 @@ class RedisBackend:
                          f"({durability.shown}: {durability.wanted()} wanted, {got}); the lease keeps the validity "
                          "it had", name=name, wanted=durability.wanted(), got=got)
 
+    def renewal_group(self, name: str) -> object:
+        """Which server renews `name` (the watchdog sends a batch per server): on a Cluster, the primary of its
+        slot as the client last read the layout (None: one Redis, or not known)."""
+        if not self._cluster:
+            return None
+        node = node_of(self._client, redis_keys(name, self._prefix).lock.encode())
+        return None if node is None else node.name
+
     def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
         """The watchdog's batch: (name, token, fence, ttl_ms) each; True extended, False not ours, None no answer.
 
-        Leases go in script calls of at most `BATCH` (on a Cluster, one slot per call); on a single Redis all the
-        calls of one batch travel in one pipeline: one round trip however many leases are due.
+        Leases go in script calls of at most `BATCH` (on a Cluster, one slot per call). All the calls for one
+        server travel in one pipeline: one round trip however many leases are due. A Cluster's primaries are
+        asked at once, each bounded by its own socket timeout, so a stalled one delays none of the others.
         """
         groups: dict[int, list[int]] = {}
         for i, (name, _, _, _) in enumerate(leases):
@@ -296,41 +377,72 @@ class RedisBackend:
         for members in groups.values():
             calls.extend(members[start:start + BATCH] for start in range(0, len(members), BATCH))
         results: list[bool | None] = [None] * len(leases)
-        if self._cluster:  # redis-py refuses scripts in cluster pipelines: one call per slot group
+        if not self._cluster:
+            self._extend_pipelined(self._client, calls, leases, results, self._durability)
+            return results
+        if self._durability is not None:  # confirmed per slot, over the slot primary's own connections
             for members in calls:
                 _apply(results, members, self._extend_call(leases, members))
             return results
-        client: Any = self._client
+        by_node: dict[str, tuple[Any, list[list[int]]]] = {}
+        for members in calls:
+            node = node_of(self._client, redis_keys(leases[members[0]][0], self._prefix).lock.encode())
+            if node is not None:  # (not known: no answer; the next renewal reads the layout again)
+                by_node.setdefault(node.name, (node, []))[1].append(members)
+        jobs = [partial(self._extend_on_node, node, node_calls, leases, results)
+                for node, node_calls in by_node.values()]
+        timeout = socket_timeout(self._client) or PATIENCE
+        fan_out(jobs, 2 * timeout + 1.0, lambda done: len(done) == len(jobs))
+        return results
+
+    def _extend_on_node(self, node: Any, calls: list[list[int]], leases: list[tuple[str, str, int, int]],
+                              results: list[bool | None]) -> None:
+        """One Cluster primary's share of a batch, pipelined on a plain client of that node (redis-py sends no
+        script in a cluster pipeline). A slot that moved answers MOVED: the layout is read again for the next."""
+        try:
+            moved = self._extend_pipelined(node_redis(self._client, node, self._node_clients), calls,
+                                                 leases, results, None)
+            if moved:
+                cluster_refresh(self._client)
+        except Exception:  # (anything: those leases just got no answer)
+            return
+
+    def _extend_pipelined(self, client: Any, calls: list[list[int]], leases: list[tuple[str, str, int, int]],
+                                results: list[bool | None], durability: Durability | None) -> bool:
+        """`calls` in one pipeline on `client` (one server), their answers spread over `results`. True if a slot
+        answered MOVED or ASK (it is served elsewhere now)."""
+        moved = False
         for attempt in range(2):
             pipe = client.pipeline(transaction=False)
             for members in calls:
                 keys, args = self._extend_args(leases, members)
-                pipe.evalsha(EXTEND_MANY.sha, len(keys), *keys, *args)
-            if self._durability is not None:  # the whole batch's writes, confirmed at once
-                pipe.execute_command(*self._durability.command)
+                pipe.evalsha(EXTEND_MANY.sha, len(keys), *utf8(keys), *utf8(args))
+            if durability is not None:  # the whole batch's writes, confirmed at once
+                pipe.execute_command(*durability.command)
             self.renewal_requests += len(calls)
             try:
                 replies = pipe.execute(raise_on_error=False)
             except CLIENT_ERRORS:
-                return results
-            if self._durability is not None and not self._batch_confirmed(replies.pop()):
-                return results  # not confirmed: no answer counted (the leases keep the validity they had)
+                return moved
+            if durability is not None and not self._batch_confirmed(replies.pop()):
+                return moved  # not confirmed: no answer counted (the leases keep the validity they had)
             missing = []
             for members, reply in zip(calls, replies, strict=True):
                 if isinstance(reply, NoScriptError):
                     missing.append(members)
                 else:
+                    moved = moved or isinstance(reply, AskError)
                     _apply(results, members, reply)
             if not missing or attempt:
                 break
             # The server lost its scripts (restart, failover, SCRIPT FLUSH): load once, then send again what
             # failed, still in one pipeline, rather than one call after another.
             try:
-                client.script_load(EXTEND_MANY.source)
+                client.script_load(EXTEND_MANY.source.encode("utf-8"))
             except CLIENT_ERRORS:
                 break
             calls = missing
-        return results
+        return moved
 
     def _batch_confirmed(self, confirmation: Any) -> bool:
         assert self._durability is not None
@@ -406,6 +518,8 @@ class RedisBackend:
             self._channel.close()
         for channel in self._node_channels.values():
             channel.close()
+        for node_client in self._node_clients.values():
+            close_client(node_client)
         if self._owns_client:
             client: Any = self._client
             close_client(client)
@@ -427,12 +541,13 @@ def _apply(results: list[bool | None], members: list[int], reply: Any) -> None:
         results[i] = int(code) == 1
 
 
-def wait_for_wake(client: AnyRedis, wake_key: str, wait: float) -> int | None:
+def wait_for_wake(client: AnyRedis, wake_key: str, wait: float, *, name: str, where: str) -> int | None:
     """Block until a release pushes to `wake_key` or about `wait` seconds pass.
 
     Returns the fence the release pushed (0: no wake-up came), or None if the server failed. The server ends
     BLPOP only on a timer tick, so it is asked for `SERVER_TIMER` less and the rest is slept. A fault ends the
-    wait early: the next attempt meets it and reports it.
+    wait early: the next attempt meets it and reports it. A server that refuses BLPOP itself (`refuses_wait`)
+    raises `BackendError` naming `name`, with its message: waiting cannot work there.
     """
     server_wait = wait - SERVER_TIMER
     if server_wait < MIN_BLOCK:
@@ -440,25 +555,45 @@ def wait_for_wake(client: AnyRedis, wake_key: str, wait: float) -> int | None:
         return 0
     redis: Any = client
     try:
-        popped = redis.blpop([wake_key], timeout=server_wait)
+        popped = redis.blpop(utf8([wake_key]), timeout=server_wait)
+    except ResponseError as exc:
+        if refuses_wait(exc):
+            raise wait_refused(exc, where, name) from exc
+        return None
     except CLIENT_ERRORS:
         return None
     return 0 if popped is None else int(popped[1])
 
 
+def refuses_wait(exc: ResponseError) -> bool:
+    """The server answered BLPOP with an error that comes again at every try (NOPERM, an unknown or renamed
+    command, a proxy that does not block), not one of a Cluster's passing states (a moving slot, a failover)."""
+    return not isinstance(exc, (AskError, TryAgainError, ClusterDownError, ReadOnlyError, MasterDownError))
+
+
+def wait_refused(exc: ResponseError, where: str, name: str) -> BackendError:
+    """The error of a waiter whose server refused BLPOP (decision 2026-12-04-wait-refused)."""
+    error = BackendError(f"{where} refused the wait for a release (BLPOP): {exc}; fencelock needs BLPOP on its "
+                         "keys to wait (wait=0 needs none)", name=name)
+    error.__cause__ = exc
+    return error
+
+
 def scan_names(client: AnyRedis, pattern: str, prefix: str, *, where: str, cluster: bool) -> set[str]:
     """The names of the lock keys on `client` that match `pattern` (fnmatch), found by SCAN, never KEYS.
 
-    On a Cluster, SCAN runs on every primary node (each holds its own slots' keys).
+    On a Cluster, SCAN runs on every primary node (each holds its own slots' keys). Keys come back as bytes
+    whatever the client's `decode_responses`: one that is not UTF-8 is not fencelock's, and is skipped.
     """
-    match = scan_match(pattern, prefix)
+    match = scan_match(pattern, prefix).encode("utf-8")
     redis: Any = client
     names: set[str] = set()
     try:
         if cluster:
-            keys = redis.scan_iter(match=match, count=SCAN_COUNT, target_nodes=RedisCluster.PRIMARIES)
+            keys = redis.scan_iter(match=match, count=SCAN_COUNT, target_nodes=RedisCluster.PRIMARIES,
+                                   NEVER_DECODE=True)
         else:
-            keys = redis.scan_iter(match=match, count=SCAN_COUNT)
+            keys = redis.scan_iter(match=match, count=SCAN_COUNT, NEVER_DECODE=True)
         for key in keys:
             name = name_of_lock_key(key, prefix)
             if name is not None and fnmatchcase(name, pattern):
@@ -469,21 +604,33 @@ def scan_names(client: AnyRedis, pattern: str, prefix: str, *, where: str, clust
     return names
 
 
-def run_script(client: AnyRedis, lua: Lua, keys: list[str], args: list[Any], *, name: str,
+def run_script(client: AnyRedis, lua: Lua, keys: Sequence[str | bytes], args: list[Any], *, name: str,
                      where: str) -> Any:
-    """EVALSHA `lua`; on NOSCRIPT (restart, failover, SCRIPT FLUSH) EVAL it, which also caches it again."""
+    """EVALSHA `lua`; on NOSCRIPT (restart, failover, SCRIPT FLUSH) EVAL it, which also caches it again. Keys and
+    str arguments go as UTF-8 whatever the client's encoding (`resp.utf8`)."""
     redis: Any = client
+    keys, args = utf8(keys), utf8(args)
     try:
         try:
             return redis.evalsha(lua.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return redis.eval(lua.source, len(keys), *keys, *args)
+            return redis.eval(lua.source.encode("utf-8"), len(keys), *keys, *args)
     except CLIENT_ERRORS as exc:
         raise _backend_error(exc, f"{lua.name} failed on {where}", name) from exc
 
 
 def _backend_error(exc: Exception, what: str, name: str) -> BackendError:
+    if migrating(exc):
+        return BackendError(f"{what}: the lock's hash slot is being moved between Redis Cluster primaries, and its "
+                            "keys are split between them for now (TRYAGAIN); try again once the move is done "
+                            f"({type(exc).__name__}: {exc})", name=name)
     return BackendError(f"{what}: {type(exc).__name__}: {exc}", name=name)
+
+
+def migrating(exc: Exception) -> bool:
+    """The error of a script on keys whose Cluster slot is being migrated: TRYAGAIN (some keys moved, some not),
+    or redis-py's "TTL exhausted" after following the redirections (ASK, TRYAGAIN) as many times as it does."""
+    return isinstance(exc, TryAgainError) or (isinstance(exc, ClusterError) and "TTL exhausted" in str(exc))
 
 
 def socket_timeout(client: AnyRedis) -> float | None:
