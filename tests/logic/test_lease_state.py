@@ -283,3 +283,35 @@ def test_validity_grows_only_by_a_confirmed_renewal_and_a_lease_never_comes_back
             assert life.state is not State.HELD
             assert life.remaining(now) == 0.0
         gone = life.state is not State.HELD
+
+
+def test_an_extend_to_a_shorter_ttl_renews_at_the_new_ttls_pace() -> None:
+    life = renewed_lease(ttl=30.0, every=10.0)  # renew=True: a third of the TTL
+    sent = T0 + 1.0
+    assert life.extended(3.0, sent, sent + 0.01)
+    assert life.renew_every == pytest.approx(1.0)
+    assert life.due == pytest.approx(sent + 1.0)
+    assert life.due < life.valid_until
+    life.tick(life.due)
+    life.sending("flight")
+    assert life.renewed(True, 3.0, sent + 1.0, sent + 1.01) is Renewal.EXTENDED
+    assert life.due == pytest.approx(sent + 2.0)  # and so on: never a renewal after the validity ends
+
+
+def test_an_explicit_interval_is_kept_while_it_fits_the_new_ttl_and_shortened_when_it_does_not() -> None:
+    life = renewed_lease(ttl=30.0, every=5.0)
+    assert life.extended(60.0, T0 + 1.0, T0 + 1.01)
+    assert life.renew_every == 5.0
+    assert life.extended(4.0, T0 + 2.0, T0 + 2.01)  # 5 s no longer fits below half of 4 s
+    assert life.renew_every == pytest.approx(4.0 / 3)
+    assert life.due <= life.valid_until
+
+
+def test_a_renewal_interval_follows_the_shorter_ttl_an_unanswered_request_may_still_set() -> None:
+    life = renewed_lease(ttl=30.0, every=10.0)
+    life.extend_unknown(3.0, T0 + 1.0, T0 + 2.0)  # may land later: every later count is at most 3 s
+    life.tick(life.due)
+    life.sending("flight")
+    assert life.renewed(True, 30.0, T0 + 2.5, T0 + 2.6) is Renewal.EXTENDED
+    assert life.valid_until <= validity_end(3.0, T0 + 2.5)
+    assert life.due == pytest.approx(T0 + 2.5 + 1.0)  # renewed within the 3 s that is counted, not after 10 s

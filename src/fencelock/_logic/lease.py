@@ -17,6 +17,7 @@ import enum
 import math
 from typing import Generic, TypeVar
 
+from .args import RENEW_FRACTION
 from .outcomes import Released, State, after_release
 from .timing import renewal_retry, validity_end
 
@@ -51,11 +52,12 @@ class LeaseState(Generic[F]):
     expiry, a renewal or an extend (None: none is); `unsettled` the shortest TTL of such requests that got no
     answer (inf: none)."""
 
-    __slots__ = ("due", "lost_reason", "renew_every", "renewal", "state", "uncertain_at", "unsettled",
+    __slots__ = ("due", "lost_reason", "renew_every", "renewal", "state", "ttl", "uncertain_at", "unsettled",
                  "valid_until")
 
     def __init__(self, ttl: float, valid_until: float, renew_every: float | None) -> None:
         self.state = _HELD
+        self.ttl = ttl
         self.valid_until = valid_until
         self.renew_every = renew_every  # None: not renewed (or no longer: the holder is releasing it)
         # First due one interval after the grant's request started; without renewal, when the validity ends.
@@ -111,6 +113,11 @@ class LeaseState(Generic[F]):
         if self.renewal is flight:
             self.renewal = None
 
+    def _every(self, every: float) -> float:
+        """The renewal interval to keep: `every`, but never more than a third of the TTL that is counted (an
+        unanswered shorter request bounds every later count), so a renewal always comes well before the end."""
+        return min(every, min(self.ttl, self.unsettled) * RENEW_FRACTION)
+
     def _count(self, ttl: float, sent_at: float) -> None:
         """A confirmed request sent at `sent_at` with `ttl`: valid from its start, for at most the shortest TTL
         that an unanswered earlier request may still set when it lands."""
@@ -128,10 +135,10 @@ class LeaseState(Generic[F]):
         self.renewal = None
         if self.state is not _HELD:
             return Renewal.GIVE_BACK if extended and self.state is _LOST else Renewal.IGNORE
-        every = self.renew_every or ttl
+        every = self._every(self.renew_every or ttl)
         if extended:
             self._count(ttl, sent_at)
-            self.due = sent_at + every
+            self.due = min(sent_at + every, self.valid_until)
             return Renewal.EXTENDED
         if extended is False:
             return Renewal.GONE
@@ -157,9 +164,14 @@ class LeaseState(Generic[F]):
         """The holder's extend to `ttl`, sent at `sent_at`, was confirmed at `now`; a renewed lease is next due one
         interval after it. False: the confirmation came after that TTL had run out, so it grants nothing (the
         lease is lost)."""
+        # The interval is kept while it fits below half the new TTL (as `renew=` must), else a third of it.
+        if self.renew_every is not None and self.renew_every >= ttl / 2:
+            self.renew_every = ttl * RENEW_FRACTION
+        self.ttl = ttl
         self._count(ttl, sent_at)
         if self.renew_every is not None:
-            self.due = sent_at + self.renew_every  # (the watchdog must be told: `AsyncWatchdog.reschedule`)
+            # (the watchdog must be told: `AsyncWatchdog.reschedule`)
+            self.due = min(sent_at + self._every(self.renew_every), self.valid_until)
         return now < self.valid_until
 
     def extend_unknown(self, ttl: float, sent_at: float, now: float | None = None) -> None:
@@ -171,7 +183,7 @@ class LeaseState(Generic[F]):
         if now is None:
             return
         if self.renew_every is not None:
-            self.due = renewal_retry(now, self.valid_until, self.renew_every)
+            self.due = renewal_retry(now, self.valid_until, self._every(self.renew_every))
         else:
             self.due = min(self.due, self.valid_until)
 

@@ -38,6 +38,20 @@ class LivenessTests:
         finally:
             locks.close()
 
+    def test_a_renewed_lease_extended_to_a_shorter_ttl_is_renewed_at_the_new_ttls_pace(
+            self, deployment: Deployment, name: str) -> None:
+        short = _ttl(deployment, 0.5)
+        locks = deployment.connect()
+        try:
+            lease = locks.acquire(name, ttl=8 * short, wait=0, renew=True)
+            lease.extend(ttl=short)
+            time.sleep(3 * short)  # the old pace (every 8/3 of it) would come after the new TTL had run out
+            assert not lease.lost
+            assert deployment.holder(name) == lease.token
+            lease.release()
+        finally:
+            locks.close()
+
     def test_explicit_leases_renew_only_when_asked(self, deployment: Deployment, name: str) -> None:
         ttl = _ttl(deployment, 0.5)
         locks = deployment.connect()
