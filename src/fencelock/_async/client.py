@@ -8,7 +8,6 @@ from __future__ import annotations
 import builtins
 import secrets
 import threading
-import time
 from functools import partial
 from types import TracebackType
 from typing import Protocol
@@ -27,7 +26,7 @@ from .._logic.args import (
 )
 from .._logic.outcomes import Attempt, Released, State
 from .._logic.status import LockStatus
-from .._logic.timing import Clock
+from .._logic.timing import Clock, lease_clock
 from .._redis.redlock import NodesReport
 from ._concurrency import (
     Signal,
@@ -104,7 +103,7 @@ _UNUSED = object()  # a client no event loop has used yet
 class AsyncLocks:
     """A client for one lock service. Thread- and task-safe; holds no per-lock state of its own."""
 
-    def __init__(self, backend: AsyncBackend, *, clock: Clock = time.monotonic) -> None:
+    def __init__(self, backend: AsyncBackend, *, clock: Clock = lease_clock) -> None:
         self._backend = backend
         self._clock = clock
         self._watchdog = AsyncWatchdog(backend, clock)

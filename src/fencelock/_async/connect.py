@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ from redis.backoff import NoBackoff
 from .._errors import BackendError
 from .._etcd.url import is_etcd_url, parse_etcd_url
 from .._logic.args import check_flag, check_text, check_ttl
+from .._logic.timing import lease_clock
 from .._logic.urls import DEFAULT_SOCKET_TIMEOUT, parse_redis_url
 from .._redis.durability import check_against_socket, check_durability
 from .._redis.fences import DEFAULT_FENCE_RETENTION, check_fence_retention
@@ -83,7 +83,7 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
         _redlock_only(given, "ZooKeeper")
         zookeeper = parse_zookeeper_url(target)   # a bad URL fails here, before kazoo is even imported
         from .zookeeper import AsyncZooKeeperBackend  # the optional extra: imported only when asked for
-        clock = time.monotonic  # one clock for the client and its backend's waits
+        clock = lease_clock  # one clock for the client and its backend's waits
         return AsyncLocks(AsyncZooKeeperBackend(zookeeper, prefix=prefix, clock=clock), clock=clock)
     _not_another_client(target)
     if isinstance(target, (list, tuple)):
@@ -112,7 +112,7 @@ def _etcd(url: str, prefix: str) -> AsyncLocks:
     target = parse_etcd_url(url)
     from .etcd import AsyncEtcdBackend  # raises ImportError naming the extra when httpx is missing
 
-    clock = time.monotonic  # one clock for the client and its backend's waits
+    clock = lease_clock  # one clock for the client and its backend's waits
     return AsyncLocks(AsyncEtcdBackend(target, prefix=prefix, clock=clock), clock=clock)
 
 

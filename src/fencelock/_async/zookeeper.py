@@ -17,7 +17,7 @@ from .._errors import BackendError, MissingExtra
 from .._logic.args import DEFAULT_TTL, ttl_ms
 from .._logic.outcomes import Attempt, Released, gone
 from .._logic.status import LockStatus
-from .._logic.timing import Clock, Deadline
+from .._logic.timing import Clock, Deadline, lease_clock
 from .._zk.nodes import Expiry, Node
 from .._zk.rules import (
     Position,
@@ -59,7 +59,7 @@ on a live session; this only bounds the wait after one was dropped with a connec
 class AsyncZooKeeperBackend:
     """Locks kept as ephemeral sequential nodes in ZooKeeper (docs/design/zookeeper.md)."""
 
-    def __init__(self, target: ZooKeeperTarget, *, prefix: str, clock: Clock = time.monotonic) -> None:
+    def __init__(self, target: ZooKeeperTarget, *, prefix: str, clock: Clock = lease_clock) -> None:
         self._target = target
         self._clock = clock  # the client's: waits and the TTLs of held nodes are counted on it
         self._timeout = target.timeout

@@ -1,16 +1,26 @@
 """Time decisions: the `wait` deadline, how long a waiter may block, back-off, and lease validity.
 
 All times are seconds on a monotonic clock that the caller passes in (`now`), so every rule here is tested
-with a fake clock.
+with a fake clock; `lease_clock` is the one the clients pass.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable
 
 Clock = Callable[[], float]
+
+
+def _boot_time() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+lease_clock: Clock = _boot_time if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
+"""The clock of every lease's validity and every deadline: CLOCK_BOOTTIME where the system has it (Linux). Unlike
+CLOCK_MONOTONIC it keeps counting while the machine is suspended, as the server's TTL does meanwhile."""
 
 DRIFT_FACTOR = 0.01
 DRIFT_FLOOR = 0.002

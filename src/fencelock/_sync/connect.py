@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +15,7 @@ from redis.backoff import NoBackoff
 from .._errors import BackendError
 from .._etcd.url import is_etcd_url, parse_etcd_url
 from .._logic.args import check_flag, check_text, check_ttl
+from .._logic.timing import lease_clock
 from .._logic.urls import DEFAULT_SOCKET_TIMEOUT, parse_redis_url
 from .._redis.durability import check_against_socket, check_durability
 from .._redis.fences import DEFAULT_FENCE_RETENTION, check_fence_retention
@@ -84,7 +84,7 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
         _redlock_only(given, "ZooKeeper")
         zookeeper = parse_zookeeper_url(target)   # a bad URL fails here, before kazoo is even imported
         from .zookeeper import ZooKeeperBackend  # the optional extra: imported only when asked for
-        clock = time.monotonic  # one clock for the client and its backend's waits
+        clock = lease_clock  # one clock for the client and its backend's waits
         return Locks(ZooKeeperBackend(zookeeper, prefix=prefix, clock=clock), clock=clock)
     _not_another_client(target)
     if isinstance(target, (list, tuple)):
@@ -113,7 +113,7 @@ def _etcd(url: str, prefix: str) -> Locks:
     target = parse_etcd_url(url)
     from .etcd import EtcdBackend  # raises ImportError naming the extra when httpx is missing
 
-    clock = time.monotonic  # one clock for the client and its backend's waits
+    clock = lease_clock  # one clock for the client and its backend's waits
     return Locks(EtcdBackend(target, prefix=prefix, clock=clock), clock=clock)
 
 

@@ -8,7 +8,6 @@ layout and what an answer means are in `fencelock._etcd.rules`. How and why: doc
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import partial
@@ -40,7 +39,7 @@ from .._etcd.url import EtcdTarget
 from .._events import emit
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
-from .._logic.timing import Clock, Deadline
+from .._logic.timing import Clock, Deadline, lease_clock
 from ._concurrency import in_background
 from .etcd_gateway import Gateway
 
@@ -75,7 +74,7 @@ class _Held:
 class EtcdBackend:
     """Locks in etcd, one lease and one key per acquisition (see `fencelock._etcd.rules` for the layout)."""
 
-    def __init__(self, target: EtcdTarget, *, prefix: str, clock: Clock = time.monotonic) -> None:
+    def __init__(self, target: EtcdTarget, *, prefix: str, clock: Clock = lease_clock) -> None:
         self._gateway = Gateway(target)
         self._clock = clock  # the client's: every wait here is counted on it
         self._prefix = prefix

@@ -5,11 +5,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .._logic.timing import Clock, Deadline
+from .._logic.timing import Clock, Deadline, lease_clock
 from .rules import Child, child_name, encode_lease
 from .session import Committed, ZKSession, nothing
 
@@ -56,7 +55,7 @@ class Expiry:
     """One daemon thread that deletes held nodes whose TTL ran out unextended (a heap of due times)."""
 
     fire: Callable[[tuple[str, str], Node], None]
-    clock: Clock = time.monotonic
+    clock: Clock = lease_clock
     _heap: list[tuple[float, int, tuple[str, str], Node]] = field(default_factory=list)
     _order: itertools.count[int] = field(default_factory=itertools.count)
     _cond: threading.Condition = field(default_factory=threading.Condition)

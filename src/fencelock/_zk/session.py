@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from .._errors import MissingExtra
+from .._logic.timing import lease_clock
 from .rules import Session, child_name, encode_number, handshake_limit, may_return, queue
 from .url import ZooKeeperTarget
 
@@ -62,7 +62,7 @@ class ZKSession:
         self.negotiated_ms: int | None = None
         self.session_id: int | None = None  # the server's id (its nodes' ephemeralOwner), from the last handshake
         self.state = Session.LOST
-        self.down_since: float | None = None  # time.monotonic() when its connection last dropped (None: up)
+        self.down_since: float | None = None  # lease_clock() when its connection last dropped (None: up)
         self.ready = threading.Event()  # set once a connection has negotiated its timeout
         self.abandoned: set[tuple[str, str]] = set()  # (lock path, token): nodes to delete when we can
         # Each member gets its share of the URL's timeout to connect and answer (`handshake_limit`).
@@ -88,7 +88,7 @@ class ZKSession:
             for directory, token in list(self.abandoned):
                 self._sweep(directory, token)
         elif self.down_since is None and self.ready.is_set():
-            self.down_since = time.monotonic()
+            self.down_since = lease_clock()
 
     @property
     def connected(self) -> bool:
@@ -96,7 +96,7 @@ class ZKSession:
 
     def may_return(self) -> bool:
         """Whether a fault on this session is worth waiting out (`fencelock._zk.rules.may_return`)."""
-        return may_return(self.connected, self.down_since, time.monotonic(), self.negotiated_ms or 0)
+        return may_return(self.connected, self.down_since, lease_clock(), self.negotiated_ms or 0)
 
     def unanswered(self) -> None:
         """A request got no answer within the URL's timeout: drop the connection, so that kazoo moves the session
