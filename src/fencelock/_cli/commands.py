@@ -57,8 +57,8 @@ def _shown(urls: tuple[str, ...]) -> str:
     return ", ".join(redact(url) for url in ([target] if isinstance(target, str) else target))
 
 
-def _connect(urls: tuple[str, ...]) -> fencelock.Locks:
-    return fencelock.connect(_target(urls))
+def _connect(urls: tuple[str, ...], repair_delay: float | None = None) -> fencelock.Locks:
+    return fencelock.connect(_target(urls), repair_delay=repair_delay)
 
 
 def _seconds(forever: bool = False) -> Callable[[click.Context, click.Parameter, Any], float | None]:
@@ -138,9 +138,11 @@ def _lock_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
                                       "SIGKILL after --grace, SIGKILL at once, or nothing.")
 @click.option("--grace", default=str(DEFAULT_GRACE), callback=_seconds(), metavar="SECONDS", show_default=True,
               help="Seconds between SIGTERM and SIGKILL when the lock is lost.")
+@click.option("--repair-delay", default=None, callback=_seconds(), metavar="SECONDS",
+              help="Redlock only: seconds a node that lost its data stays out (default 60); --ttl may not exceed it.")
 @url_option
 def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, nonblock: bool, quiet: bool,
-        busy_status: int, on_lost: str, grace: float, urls: tuple[str, ...]) -> int:
+        busy_status: int, on_lost: str, grace: float, repair_delay: float | None, urls: tuple[str, ...]) -> int:
     """Run COMMAND while holding the lock NAME, then release it.
 
     COMMAND runs only once NAME is acquired, with FENCELOCK_NAME, FENCELOCK_FENCE (the fencing token: pass it
@@ -167,7 +169,7 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, non
     if not 0 <= grace <= MAX_SECONDS:  # (NaN fails this too)
         raise click.BadParameter(f"must be a number of seconds from 0 to {MAX_SECONDS:.0f}, got {grace!r}",
                                  param_hint="--grace")
-    with _connect(urls) as locks:
+    with _connect(urls, repair_delay) as locks:
         return supervise(locks, name, command, ttl=ttl, wait=0.0 if nonblock else wait, busy_status=busy_status,
                          on_lost=OnLost(on_lost), grace=grace, quiet=quiet)
 
