@@ -1,16 +1,20 @@
 """Redlock's heal, repair and node-state rules: how a node that lost its data counts again, without I/O.
 
 The fencing rule (`redlock_acquire`) holds while no node's `hwm` goes backwards. A node counts only while it has
-its marker key; a node that lost its data (restarted without fsync) comes back without it, and every unmarked data
-set is brought back by one of three exits (`plan_heal`; the reasons are in docs/design/redlock.md):
+its marker key and its data set belongs to the server process running now (its run_id): a node that lost its data
+comes back without the marker, or under another process (restarted, perhaps from an older snapshot, and taken
+over only if it fsyncs every write). Every unmarked data set is brought back by one of three exits (`plan_heal`;
+the reasons are in docs/design/redlock.md):
 
 1. fresh: a data set first seen less than `FRESH_WINDOW` ago, never marked, answers "fresh" to every client. A
    client that hears "fresh" from *every* node in one look claims each for the deployment it saw (the digest
-   of all nonces), and once every claim held marks them all: a new deployment, nothing to lose. Concurrent
-   clients see the same nonces, so their claims agree and they all mark (idempotent); a look that straddled
-   another client's marks and a node's loss has another digest, and its claim fails;
-2. repair: any other unmarked data set is quarantined for `repair_delay` (longer than any TTL in use) from when it
-   was first seen, so every lease from before the loss has expired. Then its `hwm` for every name becomes the
+   of all nonces), and once every claim held marks them all, with one floor (`deployment_floor`): a new
+   deployment, or one wiped out entirely, whose fences start above every earlier one. Concurrent clients see
+   the same nonces, so their claims agree and they all mark (idempotent); a look that straddled another
+   client's marks and a node's loss has another digest, and its claim fails;
+2. repair: any other unmarked data set is quarantined for `repair_delay` (no TTL may exceed it) from when it was
+   first seen, and for the longest TTL still live on the others (`required_delay`), so every lease from before
+   the loss has expired. Then its `hwm` for every name becomes the
    maximum over a quorum of the *other*, ready nodes (any earlier grant's quorum shares a node with it);
 3. floor: with fewer than a quorum of ready others (a minority down at first contact, a crashed initialisation, a
    majority restarted empty), it gets the maximum of what the ready others answered and a *floor* taken from its
