@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,15 +26,15 @@ from fencelock.testing.timing import slack
 from ._support import _holds
 from .test_redlock_losses import _restart_empty
 
-_COUNTERS: dict[int, Any] = {}
+_COUNTERS: weakref.WeakKeyDictionary[RedisServer, Any] = weakref.WeakKeyDictionary()
 
 
 def _calls(node: RedisServer) -> dict[str, int]:
     """Every command the server ran so far, by name (INFO commandstats, read by a client of the test's own, on one
     connection: a new one would count its own handshake)."""
-    counter = _COUNTERS.get(id(node))
+    counter = _COUNTERS.get(node)
     if counter is None:
-        counter = _COUNTERS[id(node)] = node.client()
+        counter = _COUNTERS[node] = node.client()
     stats: Any = counter.info("commandstats")
     return {name: int(entry["calls"]) for name, entry in stats.items()}
 
