@@ -21,6 +21,7 @@ from ._errors import (
     LockLost,
     NotAcquired,
     NotDurable,
+    NotIndependent,
     QuorumUnavailable,
     StaleFence,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "Locks",
     "NotAcquired",
     "NotDurable",
+    "NotIndependent",
     "QuorumUnavailable",
     "RedisGuard",
     "SQLGuard",

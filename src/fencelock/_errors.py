@@ -5,13 +5,15 @@
     │   └── AcquireTimeout      ... because the `wait` deadline passed
     ├── LockLost                the lease is no longer ours: it expired, or another holder has the lock
     ├── StaleFence              a fencing guard refused a write: a newer holder already wrote
+    ├── NotIndependent          Redlock: two listed nodes are one server, or one is a replica (also a ValueError)
     └── BackendError            the lock service failed or could not be reached (the cause is chained)
         ├── QuorumUnavailable   Redlock: no majority of nodes could be reached, or is ready to count
         └── NotDurable          `durability=...`: the write was not confirmed in time (a grant was given back)
 
 A backend whose optional extra is missing raises `MissingExtra`, an `ImportError` whose message is the
 `pip install` to run. Bad arguments are not in this tree: they raise the builtin `TypeError` or `ValueError`,
-with a message that names the argument and the lock, before anything is sent to a server.
+with a message that names the argument and the lock, before anything is sent to a server. `NotIndependent` is
+the one configuration error only the servers can reveal: it is also a `ValueError`, raised at first contact.
 
 Errors of the underlying client libraries (redis-py, httpx, kazoo) are turned into `BackendError` at one boundary
 per backend, its module in `_async/`, with `raise ... from exc`; no bare client-library error reaches the caller.
@@ -29,6 +31,7 @@ __all__ = [
     "MissingExtra",
     "NotAcquired",
     "NotDurable",
+    "NotIndependent",
     "QuorumUnavailable",
     "StaleFence",
 ]
@@ -69,6 +72,11 @@ class StaleFence(LockError):
         super().__init__(message, name=name)
         self.fence = fence
         self.highest = highest
+
+
+class NotIndependent(LockError, ValueError):
+    """Redlock: two listed URLs reach one server (the same run_id: another name, a socket, a proxy), or a node is
+    a replica. Found at first contact, before any request counts; the message names the URLs."""
 
 
 class BackendError(LockError):

@@ -1,6 +1,7 @@
 """The Redlock start-up and repair protocol as an in-memory world, searched by `test_redlock_protocol_model.py`:
-fencelock's protocol and three variants (no floor, no claim, the old one), nodes that lose their data or come up
-late, clients that crash at any step, time, attempts, and a depth-first search over every interleaving."""
+fencelock's protocol and its variants (no floor, no claim, no restart check, no floor for a new deployment, the
+old one), nodes that lose their data, restart from a snapshot or come up late, clients that crash at any step,
+time, attempts, and a depth-first search over every interleaving."""
 
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ from fencelock._redis.redlock import (
     Repair,
     Reply,
     decide,
+    deployment_floor,
     deployment_id,
     next_proposal,
     plan_heal,
     quorum,
     repaired,
     repaired_hwm,
+    required_delay,
 )
 
 from .test_redlock_model import NAME
@@ -32,12 +35,15 @@ from .test_redlock_model import NAME
 # -- the start-up and repair protocol: liveness as well as safety ------------------------------------------------
 # Nodes start never seen. Clients look at every node's gate one request at a time, plan (`plan_heal`), and carry
 # the plan out one request at a time (marks, reads of the ready nodes, the final raise+mark); any client may
-# crash between any two requests, any node may lose its data between any two requests (never all nodes at once
-# once something was granted: that is a new deployment, by definition), nodes may be down at first contact and
-# come up later, time passes the fresh window and the quarantine, and attempts are made (atomically, from a
-# client that knows nothing, learning over rounds as the real one does).
+# crash between any two requests. Between any two requests a node may lose its data (restart empty: the losses
+# of several nodes may come one at a time, with no look between, as in a rolling restart), save a snapshot, or
+# restart from its last snapshot (rolled back: its marker and incarnation come back, without what came after).
+# Nodes may be down at first contact and come up later, time passes the fresh window and the quarantine, and
+# attempts are made (atomically, from a client that knows nothing, learning over rounds as the real one does).
 #
-# Safety: every grant's fence is above every earlier one's, and no grant overlaps a valid earlier one.
+# Safety: every grant's fence is above every earlier one's, and no grant overlaps a valid earlier one, unless
+# every node was blank at once since that one (unmarked, no hwm, no key: a new deployment by definition, nothing
+# is left anywhere to say the earlier lease exists; its fences still stay above).
 # Liveness: from every state with a quorum of nodes up, one client alone, with the clock moving on by at most
 # the repair delay (plus the TTL for holders' keys to expire), gets a grant.
 
@@ -46,22 +52,38 @@ PTTL = 5.0                   # the TTL of the protocol model's grants
 EPS = 0.5
 
 
-def clock_us(now: float) -> int:
-    """The nodes' clock in microseconds since a start far in the past: above every counter fence."""
-    return 10**9 + int(now * 1_000_000)
+def clock_us(now: float, proposals: int = 0) -> int:
+    """The nodes' clock in microseconds since a start far in the past: above every counter fence, and at least
+    one microsecond on per proposal made before (each takes a script call: the clock assumption of the floors)."""
+    return 10**9 + int(now * 1_000_000) + proposals
 
 
 def _copy(node: NodeModel) -> NodeModel:
-    """A copy of every field, with its own `hwm` and `locks` (`dataclasses.replace` is most of a search's time)."""
+    """A copy of every field, with its own `hwm`, `locks` and `ttls` (`dataclasses.replace` is most of a search's
+    time), and no cached key."""
     fresh = object.__new__(NodeModel)
     fresh.__dict__.update(node.__dict__)
-    fresh.hwm, fresh.locks = dict(node.hwm), dict(node.locks)
+    fresh.__dict__.pop("_key", None)
+    fresh.hwm, fresh.locks, fresh.ttls = dict(node.hwm), dict(node.locks), dict(node.ttls)
     return fresh
 
 
-def _node_key(node: NodeModel) -> tuple[object, ...]:
-    return (node.ready, tuple(sorted(node.hwm.items())), tuple(sorted(node.locks.items())), node.floor,
-            node.nonce, node.born, node.until, node.fresh, node.legacy, node.claim)
+def _node_key(node: NodeModel) -> object:
+    """A node's part of a state's key, computed once: a world changes only nodes it copied (`ProtoWorld.node`).
+    Its `ttls` are left out: they lengthen a repair's quarantine only past a live TTL above the repair delay, and
+    every grant here has PTTL < DELAY, so they never change what happens next."""
+    found = node.__dict__.get("_key")
+    if found is None:
+        found = node.__dict__["_key"] = (
+            node.ready, tuple(sorted(node.hwm.items())), tuple(sorted(node.locks.items())), node.floor, node.nonce,
+            node.born, node.born_us, node.until, node.fresh, node.legacy, node.claim, node.run, node.inc_run)
+    return found
+
+
+def _snapshot_key(snapshot: dict[str, object] | None) -> object:
+    if snapshot is None:
+        return None
+    return tuple((k, tuple(sorted(v.items())) if isinstance(v, dict) else v) for k, v in snapshot.items())
 
 
 class Protocol:
@@ -69,19 +91,22 @@ class Protocol:
 
     name = "new"
 
-    def gate(self, node: NodeModel, now: float, nonce: str) -> GateView:
-        return node.gate(now, DELAY, WINDOW, nonce)
+    def gate(self, node: NodeModel, now: float, nonce: str, delay: float = DELAY, us: int = 0) -> GateView:
+        return node.gate(now, delay, WINDOW, nonce, durable=node.durable, us=us)
 
     def plan(self, views: list[GateView | None], n: int) -> HealPlan:
         return plan_heal(views, n)
 
     def mark(self, node: NodeModel, nonce: str, mode: str, floor: int, clock: bool, values: dict[str, int],
-             now: float, deployment: str = "") -> int:
-        return node.mark(nonce, mode, floor, clock, values, now, clock_us(now), deployment)
+             now: float, us: int, deployment: str = "") -> int:
+        return node.mark(nonce, mode, floor, clock, values, now, us, deployment)
 
     def repaired(self, reads: list[tuple[int, dict[str, int]]], n: int,
                  clock: bool) -> tuple[int, dict[str, int]] | None:
         return repaired(reads, n, clock)
+
+    def restart(self, node: NodeModel) -> None:
+        node.restart()
 
 
 class NoFloor(Protocol):
@@ -90,23 +115,49 @@ class NoFloor(Protocol):
     name = "no floor"
 
     def mark(self, node: NodeModel, nonce: str, mode: str, floor: int, clock: bool, values: dict[str, int],
-             now: float, deployment: str = "") -> int:
-        return node.mark(nonce, mode, floor, False, values, now, 0, deployment)
+             now: float, us: int, deployment: str = "") -> int:
+        return node.mark(nonce, mode, floor, False, values, now, us, deployment)
+
+
+class NoFreshFloor(Protocol):
+    """fencelock's, but a new deployment's nodes are marked with floor 0 (fences counted from 1), as before."""
+
+    name = "no fresh floor"
+
+    def mark(self, node: NodeModel, nonce: str, mode: str, floor: int, clock: bool, values: dict[str, int],
+             now: float, us: int, deployment: str = "") -> int:
+        return node.mark(nonce, mode, 0 if mode == "fresh" else floor, clock, values, now, us, deployment)
+
+
+class NoRestartCheck(Protocol):
+    """fencelock's, but a restarted node is not told apart: its data set counts whatever a snapshot brought back
+    (as if every process kept the run of the one before)."""
+
+    name = "no restart check"
+
+    def restart(self, node: NodeModel) -> None:
+        node.restart()
+        if node.inc_run is not None:
+            node.inc_run = node.run
 
 
 class NoClaim(Protocol):
-    """fencelock's, but a new deployment is marked without claiming its nodes first."""
+    """fencelock's, but a new deployment is marked without claiming its nodes first (with floor 0, as when claims
+    came in; `fresh_floor`: with a floor from the clock, as a new deployment's marks take now)."""
 
     name = "no claim"
 
+    def __init__(self, fresh_floor: bool = False) -> None:
+        self.fresh_floor = fresh_floor
+
     def mark(self, node: NodeModel, nonce: str, mode: str, floor: int, clock: bool, values: dict[str, int],
-             now: float, deployment: str = "") -> int:
+             now: float, us: int, deployment: str = "") -> int:
         if mode == "claim":
             return 1
         if mode == "fresh" and node.nonce == nonce and not node.ready:
-            node.ready = True
+            node.ready, node.floor = True, floor if self.fresh_floor else 0
             return 1
-        return node.mark(nonce, mode, floor, clock, values, now, clock_us(now), deployment)
+        return node.mark(nonce, mode, floor, clock, values, now, us, deployment)
 
 
 class OldProtocol(Protocol):
@@ -115,11 +166,11 @@ class OldProtocol(Protocol):
 
     name = "old"
 
-    def gate(self, node: NodeModel, now: float, nonce: str) -> GateView:
+    def gate(self, node: NodeModel, now: float, nonce: str, delay: float = DELAY, us: int = 0) -> GateView:
         if node.ready:
             return GateView(Gate.READY)
         if node.nonce is None:
-            node.nonce, node.until = "seen", now + DELAY
+            node.nonce, node.until, node.inc_run = "seen", now + delay, node.run
             return GateView(Gate.FRESH)
         return GateView(Gate.QUARANTINED if now < node.until else Gate.REPAIRABLE)
 
@@ -133,7 +184,7 @@ class OldProtocol(Protocol):
                                       if v is not None and v.gate is Gate.REPAIRABLE))
 
     def mark(self, node: NodeModel, nonce: str, mode: str, floor: int, clock: bool, values: dict[str, int],
-             now: float, deployment: str = "") -> int:
+             now: float, us: int, deployment: str = "") -> int:
         if mode == "claim":
             return 1  # (no claims then)
         for key, value in values.items():
@@ -149,8 +200,11 @@ class OldProtocol(Protocol):
 
 
 # A client: ("look", views so far) or ("act", actions); an action is ("claim" or "mark", node, nonce,
-# deployment) or ("repair", node, nonce, clock, sources still to read, reads so far).
+# deployment, floor) or ("repair", node, nonce, clock, sources still to read, reads so far).
 ClientState = tuple[Any, ...]
+
+# A grant: (fence, when granted, whether every node was blank at once since).
+Granted = tuple[int, float, bool]
 
 
 @dataclass
@@ -161,25 +215,45 @@ class ProtoWorld:
     now: float = 0.0
     gen: list[int] = field(default_factory=list)      # incarnations per node: its nonce is f"{i}.{gen[i]}"
     clients: list[ClientState] = field(default_factory=list)
-    grants: list[tuple[int, float]] = field(default_factory=list)  # (fence, when granted), in grant order
+    grants: list[Granted] = field(default_factory=list)  # in grant order
     started: int = 0                                  # clients started so far
     ticks: int = 0                                    # times the clock moved on
+    snapshots: list[dict[str, object] | None] = field(default_factory=list)  # each node's last saved data set
+    saves: int = 0                                    # snapshots taken so far
+    owned: set[int] = field(default_factory=set)      # nodes this world copied (the others are shared)
 
     @classmethod
     def new(cls, protocol: Protocol, n: int, down: tuple[int, ...] = ()) -> ProtoWorld:
-        return cls(protocol, [NodeModel(ready=False) for _ in range(n)], set(range(n)) - set(down), gen=[0] * n)
+        return cls(protocol, [NodeModel(ready=False, inc_run=None) for _ in range(n)], set(range(n)) - set(down),
+                   gen=[0] * n, snapshots=[None] * n)
 
     def copy(self) -> ProtoWorld:
-        return ProtoWorld(self.protocol, [_copy(nd) for nd in self.nodes], set(self.up), self.now,
-                          list(self.gen), list(self.clients), list(self.grants), self.started, self.ticks)
+        """Another world from here on; nodes are shared until one of the two changes them (`node`)."""
+        self.owned = set()
+        return ProtoWorld(self.protocol, list(self.nodes), set(self.up), self.now, list(self.gen),
+                          list(self.clients), list(self.grants), self.started, self.ticks, list(self.snapshots),
+                          self.saves)
+
+    def node(self, i: int) -> NodeModel:
+        """Node i, to change: copied first unless this world copied it already."""
+        if i not in self.owned:
+            self.nodes[i] = _copy(self.nodes[i])
+            self.owned.add(i)
+        return self.nodes[i]
 
     def key(self) -> tuple[object, ...]:
         return (tuple(_node_key(nd) for nd in self.nodes), frozenset(self.up), self.now, tuple(self.gen),
-                tuple(sorted(self.clients, key=repr)), tuple(self.grants), self.started, self.ticks)
+                tuple(sorted(self.clients, key=hash)), tuple(self.grants), self.started, self.ticks,
+                tuple(_snapshot_key(s) for s in self.snapshots), self.saves)
 
     @property
     def n(self) -> int:
         return len(self.nodes)
+
+    def clock(self) -> int:
+        """The nodes' clock: on by a microsecond for every proposal a grant so far may have taken (an attempt that
+        was not granted left nothing behind here)."""
+        return clock_us(self.now, MAX_ROUNDS * len(self.grants))
 
     # -- one client request at a time ----------------------------------------------------------------------------
 
@@ -193,16 +267,17 @@ class ProtoWorld:
         if state[0] == "look":
             views: tuple[GateView | None, ...] = state[1]
             i = len(views)
-            view = self.protocol.gate(self.nodes[i], self.now, f"{i}.{self.gen[i]}") if i in self.up else None
+            view = self.protocol.gate(self.node(i), self.now, f"{i}.{self.gen[i]}", us=self.clock()) \
+                if i in self.up else None
             views = (*views, view)
             if len(views) < self.n:
                 self.clients[c] = ("look", views)
                 return
             plan = self.protocol.plan(list(views), self.n)
             nonces = [view.nonce if view is not None else "" for view in views]
-            deployment = deployment_id(list(views))
-            actions: list[tuple[Any, ...]] = [("claim", i, nonces[i], deployment) for i in plan.fresh]
-            actions += [("mark", i, nonces[i], deployment) for i in plan.fresh]
+            deployment, floor = deployment_id(list(views)), deployment_floor(list(views))
+            actions: list[tuple[Any, ...]] = [("claim", i, nonces[i], deployment, floor) for i in plan.fresh]
+            actions += [("mark", i, nonces[i], deployment, floor) for i in plan.fresh]
             actions += [("repair", r.node, r.nonce, r.clock, r.sources, ()) for r in plan.repairs]
             self.clients[c] = ("act", tuple(actions))
             if not actions:
@@ -211,10 +286,10 @@ class ProtoWorld:
         actions = list(state[1])
         action = actions[0]
         if action[0] in ("claim", "mark"):
-            _, i, nonce, deployment = action
+            _, i, nonce, deployment, floor = action
             mode = "claim" if action[0] == "claim" else "fresh"
-            code = self.protocol.mark(self.nodes[i], nonce, mode, 0, False, {}, self.now, deployment) \
-                if i in self.up else -1
+            code = self.protocol.mark(self.node(i), nonce, mode, floor, False, {}, self.now, self.clock(),
+                                      deployment) if i in self.up else -1
             actions.pop(0)
             if mode == "claim" and code < 0:
                 actions = []  # a claim failed: another deployment's, or gone; the client marks nothing
@@ -224,12 +299,16 @@ class ProtoWorld:
                 j = sources[0]
                 read = self.nodes[j].fences() if j in self.up else None
                 if read is not None:
-                    reads = (*reads, (read[0], tuple(sorted(read[1].items()))))
+                    reads = (*reads, (read[0], tuple(sorted(read[1].items())), self.nodes[j].live_ttl(self.now)))
                 actions[0] = ("repair", i, nonce, clock, sources[1:], reads)
             else:
-                merged = self.protocol.repaired([(f, dict(v)) for f, v in reads], self.n, clock)
+                merged = self.protocol.repaired([(f, dict(v)) for f, v, _ in reads], self.n, clock)
                 if merged is not None and i in self.up:
-                    self.protocol.mark(self.nodes[i], nonce, "repair", merged[0], clock, merged[1], self.now)
+                    node = self.node(i)
+                    delay = required_delay(DELAY, [live for _, _, live in reads])
+                    if delay > DELAY:  # a longer TTL is live on the others: the gate keeps the longer quarantine
+                        self.protocol.gate(node, self.now, f"{i}.{self.gen[i]}", delay, self.clock())
+                    self.protocol.mark(node, nonce, "repair", merged[0], clock, merged[1], self.now, self.clock())
                 actions.pop(0)
         if actions:
             self.clients[c] = ("act", tuple(actions))
@@ -241,37 +320,63 @@ class ProtoWorld:
 
     # -- nodes, time, attempts -------------------------------------------------------------------------------
 
-    def may_lose(self, i: int) -> bool:
-        """A node may lose its data unless, something having been granted, no node would keep its marker."""
-        return not self.grants or any(nd.ready for j, nd in enumerate(self.nodes) if j != i)
+    def _lost(self, i: int) -> None:
+        """Node i lost data: a new incarnation's nonce; if no node has anything left, every grant so far was
+        wiped out (see `violation`)."""
+        self.gen[i] += 1
+        if all(not nd.ready and not nd.hwm and not nd.locks for nd in self.nodes):
+            self.grants = [(fence, at, True) for fence, at, _ in self.grants]
 
     def lose(self, i: int) -> None:
-        self.nodes[i].lose_data()
+        """Node i restarts without its data."""
+        self.node(i).lose_data()
+        self.protocol.restart(self.nodes[i])
+        self.snapshots[i] = None
+        self._lost(i)
+
+    def save(self, i: int) -> None:
+        """Node i writes a snapshot of its data set (as `save 60 1000` does now and then)."""
+        self.snapshots[i] = self.nodes[i].snapshot()
+        self.saves += 1
+
+    def roll_back(self, i: int) -> None:
+        """Node i restarts from its last snapshot: what it wrote since is gone, its marker may be back."""
+        snapshot = self.snapshots[i]
+        assert snapshot is not None
+        self.node(i).restore(snapshot)
+        self.protocol.restart(self.nodes[i])
+        self._lost(i)
+
+    def restart_durable(self, i: int) -> None:
+        """Node i, which runs AOF with fsync always, restarts with every write it acknowledged."""
+        self.protocol.restart(self.node(i))
         self.gen[i] += 1
 
     def attempt(self) -> bool:
         """One acquisition by a client that knows nothing: up to MAX_ROUNDS proposals, each reaching every node
         that is up. Records a grant; True if granted."""
+        if sum(self.nodes[i].counts for i in self.up) < quorum(self.n):
+            return False  # (no grant can come of it: spare the copies)
         t = 1
         for _ in range(MAX_ROUNDS):
-            answers = [self.nodes[i].acquire(NAME, f"a{len(self.grants)}", t, PTTL, self.now) if i in self.up
+            answers = [self.node(i).acquire(NAME, f"a{len(self.grants)}", t, PTTL, self.now) if i in self.up
                        else Answer(Reply.FAILED) for i in range(self.n)]
             if decide(answers, self.n) is Outcome.GRANTED:
-                self.grants.append((t, self.now))
+                self.grants.append((t, self.now, False))
                 return True
             for i, answer in enumerate(answers):  # the give-backs of a failed round
                 if answer.reply is Reply.GRANTED:
-                    self.nodes[i].release(NAME, f"a{len(self.grants)}", t)
+                    self.node(i).release(NAME, f"a{len(self.grants)}", t)
             t = next_proposal(t, answers)
         return False
 
     def violation(self) -> str | None:
         """Safety: fences increase from grant to grant, and no grant comes while an earlier one is valid (the
-        model's grants are never released: each lasts its TTL)."""
-        for (fence, at), (later, later_at) in itertools.pairwise(self.grants):
+        model's grants are never released: each lasts its TTL), unless every node was blank at once in between."""
+        for (fence, at, wiped), (later, later_at, _) in itertools.pairwise(self.grants):
             if later <= fence:
                 return f"fence {later} granted after fence {fence}: {self.grants}"
-            if later_at < at + PTTL:
+            if later_at < at + PTTL and not wiped:
                 return f"grant {later} at {later_at} overlaps grant {fence} valid until {at + PTTL}"
         return None
 
@@ -283,16 +388,18 @@ class ProtoWorld:
             world.start_client()
             while world.clients:
                 world.step(0)
-            if sum(world.nodes[i].ready for i in world.up) >= quorum(world.n):
+            if sum(world.nodes[i].counts for i in world.up) >= quorum(world.n):
                 break
             world.now += DELAY + EPS
         world.now += PTTL
         return world.attempt()
 
 
-def moves(world: ProtoWorld, *, clients: int, crashes: int, ticks: int, attempts: int) -> list[ProtoWorld]:
-    """Every world one event away: a client's next request or its crash, a new client, a node losing its data
-    or coming up, the clock passing the fresh window or the quarantine, an attempt."""
+def moves(world: ProtoWorld, *, clients: int, crashes: int, ticks: int, attempts: int,
+          saves: int = 0) -> list[ProtoWorld]:
+    """Every world one event away: a client's next request or its crash, a new client, a node losing its data,
+    saving a snapshot, restarting from it, or coming up, the clock passing the fresh window or the quarantine,
+    an attempt. `crashes` bounds the losses and roll-backs, `saves` the snapshots."""
     out = []
     for c in range(len(world.clients)):
         for event in ("step", "crash") if world.clients[c] != ("look", ()) else ("step",):
@@ -305,10 +412,22 @@ def moves(world: ProtoWorld, *, clients: int, crashes: int, ticks: int, attempts
         out.append(nxt)
     if sum(world.gen) < crashes:
         for i in range(world.n):
-            if world.may_lose(i):
+            nxt = world.copy()
+            nxt.lose(i)
+            out.append(nxt)
+            if world.nodes[i].durable:  # (AOF, fsync always: a restart keeps every write; never a snapshot)
                 nxt = world.copy()
-                nxt.lose(i)
+                nxt.restart_durable(i)
                 out.append(nxt)
+            elif world.snapshots[i] is not None:
+                nxt = world.copy()
+                nxt.roll_back(i)
+                out.append(nxt)
+    if world.saves < saves:
+        for i in range(world.n):
+            nxt = world.copy()
+            nxt.save(i)
+            out.append(nxt)
     for i in set(range(world.n)) - world.up:
         nxt = world.copy()
         nxt.up.add(i)
@@ -326,7 +445,7 @@ def moves(world: ProtoWorld, *, clients: int, crashes: int, ticks: int, attempts
     return out
 
 
-def explore(start: ProtoWorld, limit: int = 400_000, **scope: int) -> tuple[int, str | None]:
+def explore(start: ProtoWorld, limit: int = 600_000, **scope: int) -> tuple[int, str | None]:
     """Depth-first over every interleaving in the scope; returns (states seen, first violation or None)."""
     seen: set[object] = set()
     recovers: dict[object, bool] = {}  # `recovers()` drops the clients: states that differ only there share it

@@ -190,6 +190,7 @@ def _redlock(targets: list[str | Redis], *, prefix: str, node_timeout: float | N
     check_ttl(repair_delay, None, "repair_delay")
     clients: list[Redis] = []
     shown: list[str] = []
+    where_each: list[set[str]] = []
     places: dict[str, str] = {}
     given = [isinstance(target, Redis) for target in targets]
     if any(given) and not all(given):
@@ -203,20 +204,24 @@ def _redlock(targets: list[str | Redis], *, prefix: str, node_timeout: float | N
             if parsed.cluster:
                 raise ValueError(f"url {parsed.shown!r}: Redlock nodes are independent masters, not a Redis Cluster")
             client, where = Redis.from_url(parsed.url, **_client_options(parsed.options)), parsed.shown
-        for place in _places(client):
+        found = _places(client)
+        for place in found:
             if place in places:
                 raise ValueError(f"url: {where} and {places[place]} are one server ({place}), listed twice; "
                                  "Redlock needs independent nodes")
             places[place] = where
+        where_each.append(found)
         clients.append(client)
         shown.append(where)
     return AsyncLocks(AsyncRedlockBackend(clients, owns_clients=not all(given), shown=shown, prefix=prefix,
-                                          node_timeout=node_timeout, repair=repair, repair_delay=repair_delay))
+                                          node_timeout=node_timeout, repair=repair, repair_delay=repair_delay,
+                                          places=where_each))
 
 
 def _places(client: Redis) -> set[str]:
     """Where a node really is: its socket file, or every address its host resolves to with its port. Two nodes
-    sharing one are one server (another database number on it is not another node)."""
+    sharing one are one server (another database number on it is not another node). Names this cannot tell apart
+    (a socket and a TCP port of one server, a proxy) are found at first contact (`NotIndependent`)."""
     kwargs = client.connection_pool.connection_kwargs
     if kwargs.get("path"):
         return {os.path.realpath(str(kwargs["path"]))}

@@ -76,8 +76,8 @@ def _shown(urls: tuple[str, ...]) -> str:
     return ", ".join(redact(url) for url in ([target] if isinstance(target, str) else target))
 
 
-def _connect(urls: tuple[str, ...]) -> fencelock.Locks:
-    return fencelock.connect(_target(urls))
+def _connect(urls: tuple[str, ...], repair_delay: float | None = None) -> fencelock.Locks:
+    return fencelock.connect(_target(urls), repair_delay=repair_delay)
 
 
 def _seconds(forever: bool = False) -> Callable[[click.Context, click.Parameter, Any], float | None]:
@@ -222,9 +222,11 @@ def _has_positional(command: click.Command, args: list[str]) -> bool:
               help="Seconds between SIGTERM and SIGKILL when the lock is lost. While the lock's renewal is "
                    "unconfirmed, COMMAND gets SIGTERM once no more than this is left of the lock, and SIGKILL when "
                    "it ends.")
+@click.option("--repair-delay", default=None, callback=_seconds(), metavar="SECONDS",
+              help="Redlock only: seconds a node that lost its data stays out (default 60); --ttl may not exceed it.")
 @url_option
 def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, nonblock: bool, quiet: bool,
-        busy_status: int, on_lost: str, grace: float, urls: tuple[str, ...]) -> int:
+        busy_status: int, on_lost: str, grace: float, repair_delay: float | None, urls: tuple[str, ...]) -> int:
     """Run COMMAND while holding the lock NAME, then release it.
 
     COMMAND runs only once NAME is acquired, with FENCELOCK_NAME, FENCELOCK_FENCE (the fencing token: pass it
@@ -265,7 +267,7 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, non
                                "already: it would wait for itself. Run COMMAND directly (the lock is held; its "
                                "fence is $FENCELOCK_FENCE), or use another NAME")
     be_quiet(quiet)
-    with _connect(urls) as locks:
+    with _connect(urls, repair_delay) as locks:
         ending = supervise(locks, name, command, ttl=ttl, wait=0.0 if nonblock else wait, busy_status=busy_status,
                            on_lost=OnLost(on_lost), grace=grace, quiet=quiet, service=service)
     _state["die_by"] = ending.signal

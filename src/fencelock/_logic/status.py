@@ -58,13 +58,13 @@ def majority_status(name: str, views: list[NodeView | None], n: int) -> LockStat
 
     Held when a quorum holds one grant (the same token). Its fence is that grant's proposal, which each of
     those nodes stored as its hwm when it granted (a repair may only have raised one: the lowest is the grant's).
-    Its remaining time is how long a quorum still holds it: the quorum-th longest of their TTLs. Free: the
-    highest hwm any node has, an upper bound on the last fence granted. None: fewer than a quorum answered.
+    Its remaining time is how long a quorum still holds it: the quorum-th longest of their TTLs. Free only when no
+    holder, seen or not, could have a quorum even with every silent node on its side (a quorum that answered
+    free is one such case): the highest hwm any node has, an upper bound on the last fence granted. None
+    otherwise: a node that did not answer could complete a holder's quorum.
     """
     q = n // 2 + 1
     answered = [view for view in views if view is not None]
-    if len(answered) < q:
-        return None
     by_holder: dict[str, list[NodeView]] = {}
     for view in answered:
         if view.held:
@@ -75,5 +75,24 @@ def majority_status(name: str, views: list[NodeView | None], n: int) -> LockStat
             quorum_ttl = ttls[q - 1]
             return LockStatus(name=name, held=True, fence=min(view.fence for view in holding),
                               remaining=quorum_ttl / 1000.0 if quorum_ttl >= 0 else None, queued=None)
+    silent = len(views) - len(answered)
+    if silent + max((len(holding) for holding in by_holder.values()), default=0) >= q:
+        return None
     fences = [view.fence for view in answered if view.fence >= 0]
     return LockStatus(name=name, held=False, fence=max(fences) if fences else None, remaining=None, queued=None)
+
+
+def split_views(shown: list[str], views: list[NodeView | None]) -> str:
+    """What each node answered, for the error when no majority agrees: "a: free; b: held (holder 1); c: no
+    answer" (holders numbered in the order met, never shown: the digest stays private)."""
+    holders: dict[str, int] = {}
+    parts = []
+    for where, view in zip(shown, views, strict=True):
+        if view is None:
+            parts.append(f"{where}: no answer")
+        elif not view.held:
+            parts.append(f"{where}: free")
+        else:
+            number = holders.setdefault(view.holder, len(holders) + 1)
+            parts.append(f"{where}: held (holder {number})")
+    return "; ".join(parts)

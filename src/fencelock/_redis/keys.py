@@ -64,6 +64,16 @@ def fair_keys(name: str, prefix: str = PREFIX) -> tuple[str, str]:
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 
+def glob_escape(text: str) -> str:
+    """`text` as a SCAN MATCH glob that matches exactly it: a prefix such as `app[1]` is not a pattern."""
+    return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+def fence_match(prefix: str = PREFIX) -> str:
+    """The SCAN MATCH glob for every fence key of `prefix` (a Redlock repair reads them all)."""
+    return glob_escape(prefix) + ":{*}:fence"
+
+
 def scan_match(pattern: str, prefix: str = PREFIX) -> str:
     """The SCAN MATCH glob for the lock keys of the names `pattern` (fnmatch) may match.
 
@@ -71,7 +81,7 @@ def scan_match(pattern: str, prefix: str = PREFIX) -> str:
     otherwise (brackets, backslashes, and the characters a key encodes) it returns every lock key. Either way
     the caller filters the names with fnmatch: this only saves traffic, it decides nothing.
     """
-    head = _GLOB_SPECIAL.sub(r"\\\1", prefix) + ":{"
+    head = glob_escape(prefix) + ":{"
     if any(c in pattern for c in "[]\\%{}"):
         return head + "*}:lock"
     return head + pattern + "}:lock"

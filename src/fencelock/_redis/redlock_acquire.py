@@ -17,15 +17,27 @@ That holds while no node's `hwm` goes backwards: how a node that lost its data i
 from __future__ import annotations
 
 import enum
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._logic.outcomes import Released
+from .._logic.timing import backoff
 from .channel import Resent
 
 DEFAULT_REPAIR_DELAY = 60.0
 """Seconds a node that lost its data stays out before it is repaired: must exceed the longest TTL in use."""
+
+
+def check_ttl_within(ttl_ms: int, repair_delay_ms: int, name: str) -> None:
+    """A lease's TTL must not exceed the repair delay: a node that lost the lease's key would count again (its
+    quarantine over) while the lease is still valid. `ValueError` naming both, before anything is sent."""
+    if ttl_ms > repair_delay_ms:
+        raise ValueError(f"ttl {ttl_ms / 1000:g} s is longer than this Redlock client's repair_delay of "
+                         f"{repair_delay_ms / 1000:g} s: a node that lost its data would count again while the "
+                         f"lease is valid; use a ttl of at most {repair_delay_ms / 1000:g} s, or connect with "
+                         f"repair_delay >= {ttl_ms / 1000:g} (lock {name!r})")
 
 FRESH_WINDOW = 5.0
 """Seconds a never-marked data set answers "fresh" after it is first seen (at most the repair delay)."""
@@ -132,27 +144,36 @@ class Answer:
     reply: Reply
     hwm: int = 0                  # the node's hwm when it refused (or our t when it granted)
     pttl: float | None = None     # HELD: seconds until the holder's key expires there
+    floor: int = 0                # refused: the node's floor (every hwm there is at least this)
+    slow: bool = False            # FAILED: no answer within the node timeout (not an error)
+    run: str = ""                 # the server process that answered (INFO run_id)
 
 
-def decode(raw: Sequence[int]) -> Answer:
-    """A node's script reply: {1, t} granted, {0, hwm, pttl_ms} refused, {-1, 0, 0} unready."""
+def decode(raw: Sequence[Any]) -> Answer:
+    """A node's script reply: {1, t, 0, 0, run} granted, {0, hwm, pttl_ms, floor, run} refused, {-1, 0, 0, 0, run}
+    unready (the floor and the run may be left out)."""
     code = int(raw[0])
+    run = raw[4].decode() if len(raw) > 4 and isinstance(raw[4], bytes) else str(raw[4]) if len(raw) > 4 else ""
     if code == 1:
-        return Answer(Reply.GRANTED, int(raw[1]))
+        return Answer(Reply.GRANTED, int(raw[1]), run=run)
     if code == -1:
-        return Answer(Reply.UNREADY)
+        return Answer(Reply.UNREADY, run=run)
     pttl = int(raw[2])
+    floor = int(raw[3]) if len(raw) > 3 else 0
     if pttl >= 0:
-        return Answer(Reply.HELD, int(raw[1]), pttl / 1000.0)
-    return Answer(Reply.STALE, int(raw[1]))
+        return Answer(Reply.HELD, int(raw[1]), pttl / 1000.0, floor, run=run)
+    return Answer(Reply.STALE, int(raw[1]), floor=floor, run=run)
 
 
 _FAILED = Answer(Reply.FAILED)
+_SLOW = Answer(Reply.FAILED, slow=True)
 
 
 def node_answer(reply: Any) -> Answer:
-    """A node's acquire reply as an Answer: no reply, or an error, is a failure."""
-    return _FAILED if reply is None or isinstance(reply, Exception) else decode(reply)
+    """A node's acquire reply as an Answer: no reply in time (slow), or an error, is a failure."""
+    if reply is None:
+        return _SLOW
+    return _FAILED if isinstance(reply, Exception) else decode(reply)
 
 
 class Outcome(enum.Enum):
@@ -181,6 +202,11 @@ def decide(answers: Iterable[Answer | None], n: int) -> Outcome | None:
     return Outcome.UNAVAILABLE if failed > n - q else Outcome.REFUSED
 
 
+def floor_seen(known: int, answers: Iterable[Answer | None]) -> int:
+    """The highest node floor the client knows of: a name never locked anywhere starts above it."""
+    return max([known, *(a.floor for a in answers if a is not None)])
+
+
 def next_proposal(known: int, answers: Iterable[Answer | None]) -> int:
     """1 + the highest hwm the client knows of, including what these answers taught it."""
     highest = known
@@ -203,14 +229,25 @@ def worth_another_round(answers: Iterable[Answer | None], n: int, released: int 
     return held <= n - quorum(n)
 
 
-def holder_ttl(answers: Iterable[Answer | None], n: int) -> float | None:
-    """When a quorum could be free again: the quorum-th shortest remaining TTL among the holders' keys."""
-    ttls = sorted(a.pttl for a in answers if a is not None and a.pttl is not None)
-    free_elsewhere = n - len(ttls)
-    needed = quorum(n) - free_elsewhere
-    if needed <= 0:
-        return 0.0
-    return ttls[needed - 1] if needed <= len(ttls) else None
+def holder_ttl(answers: Sequence[Answer | None], n: int,
+               ready_in: Sequence[float | None] | None = None) -> float | None:
+    """When a quorum could be free again: the quorum-th soonest of each node's time until it could grant.
+
+    A free or silent node could now (0), a holder's key when it expires, a node that is not ready when its
+    quarantine ends (`ready_in`, from a look at the gates; None: not known, so not counted). None: no quorum
+    can be free by any time known here.
+    """
+    times = [0.0] * (n - len(answers))
+    for i, a in enumerate(answers):
+        if a is not None and a.reply is Reply.UNREADY:
+            left = None if ready_in is None else ready_in[i]
+            if left is not None:
+                times.append(max(left, 0.0))
+        else:
+            times.append(0.0 if a is None or a.pttl is None else a.pttl)
+    times.sort()
+    q = quorum(n)
+    return times[q - 1] if len(times) >= q else None
 
 
 def learned(known: int, answers: Iterable[Answer | None], t: int) -> int:
@@ -280,11 +317,12 @@ class Step:
 
 
 def next_step(answers: Sequence[Answer], counted: Tally, t: int, n: int, *, rounds: int, healed: bool = False,
-              released: int = 0, timeout: float = 0.0) -> Step:
+              released: int = 0, timeout: float = 0.0, ready_in: Sequence[float | None] | None = None) -> Step:
     """After round `rounds` (from 1) proposed `t`: grant, refuse, propose again, or give up as unavailable.
 
     `healed`: the heal this round called for brought some node back; `released`: the fence of the release that
-    woke this waiter (see `worth_another_round`); `timeout`: the per-node timeout, for the error."""
+    woke this waiter (see `worth_another_round`); `timeout`: the per-node timeout, for the error; `ready_in`: each
+    node's seconds until its quarantine ends, from the heal's look (see `holder_ttl`)."""
     q = quorum(n)
     if counted.outcome is Outcome.GRANTED:
         return Step(Next.GRANT, t)
@@ -295,8 +333,23 @@ def next_step(answers: Sequence[Answer], counted: Tally, t: int, n: int, *, roun
         # Nobody holds it: too few nodes count. Say which, and until when (never "the lock is busy").
         return Step(Next.UNAVAILABLE, why=f"only {counted.usable} of {n} nodes are ready; {q} are needed")
     if not (healed or worth_another_round(answers, n, released)):
-        return Step(Next.REFUSE, retry_in=holder_ttl(answers, n))
+        return Step(Next.REFUSE, retry_in=holder_ttl(answers, n, ready_in))
     if rounds >= MAX_ROUNDS:
         return Step(Next.REFUSE)
     return Step(Next.PROPOSE, next_proposal(t, answers))
 
+
+
+QUARANTINE_POLL = 1.0
+"""Seconds: the longest pause between two attempts of a waiter while nodes are out (quarantined or down)."""
+
+
+def unavailable_pause(failures: int, retry_in: float | None, rng: random.Random) -> float:
+    """The pause after `failures` QuorumUnavailable in a row: the first retry comes soon (a jittered back-off of at
+    most 10 ms: the attempt may just have marked a new deployment); later ones wait for the quarantine's end
+    (`retry_in`, when known) but at most `QUARANTINE_POLL`, with jitter, instead of asking every node again and
+    again meanwhile."""
+    pause = backoff(failures - 1, rng, base=0.01, cap=0.25)
+    if failures > 1 and retry_in is not None:
+        pause = max(pause, min(retry_in, QUARANTINE_POLL) * rng.uniform(1.0, 1.1))
+    return pause

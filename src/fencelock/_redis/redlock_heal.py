@@ -1,16 +1,20 @@
 """Redlock's heal, repair and node-state rules: how a node that lost its data counts again, without I/O.
 
 The fencing rule (`redlock_acquire`) holds while no node's `hwm` goes backwards. A node counts only while it has
-its marker key; a node that lost its data (restarted without fsync) comes back without it, and every unmarked data
-set is brought back by one of three exits (`plan_heal`; the reasons are in docs/design/redlock.md):
+its marker key and its data set belongs to the server process running now (its run_id): a node that lost its data
+comes back without the marker, or under another process (restarted, perhaps from an older snapshot, and taken
+over only if it fsyncs every write). Every unmarked data set is brought back by one of three exits (`plan_heal`;
+the reasons are in docs/design/redlock.md):
 
 1. fresh: a data set first seen less than `FRESH_WINDOW` ago, never marked, answers "fresh" to every client. A
    client that hears "fresh" from *every* node in one look claims each for the deployment it saw (the digest
-   of all nonces), and once every claim held marks them all: a new deployment, nothing to lose. Concurrent
-   clients see the same nonces, so their claims agree and they all mark (idempotent); a look that straddled
-   another client's marks and a node's loss has another digest, and its claim fails;
-2. repair: any other unmarked data set is quarantined for `repair_delay` (longer than any TTL in use) from when it
-   was first seen, so every lease from before the loss has expired. Then its `hwm` for every name becomes the
+   of all nonces), and once every claim held marks them all, with one floor (`deployment_floor`): a new
+   deployment, or one wiped out entirely, whose fences start above every earlier one. Concurrent clients see
+   the same nonces, so their claims agree and they all mark (idempotent); a look that straddled another
+   client's marks and a node's loss has another digest, and its claim fails;
+2. repair: any other unmarked data set is quarantined for `repair_delay` (no TTL may exceed it) from when it was
+   first seen, and for the longest TTL still live on the others (`required_delay`), so every lease from before
+   the loss has expired. Then its `hwm` for every name becomes the
    maximum over a quorum of the *other*, ready nodes (any earlier grant's quorum shares a node with it);
 3. floor: with fewer than a quorum of ready others (a minority down at first contact, a crashed initialisation, a
    majority restarted empty), it gets the maximum of what the ready others answered and a *floor* taken from its
@@ -55,22 +59,25 @@ class Gate(enum.Enum):
     FRESH = "fresh"               # first seen less than the fresh window ago, never marked
     QUARANTINED = "quarantined"   # unmarked; waiting out the repair delay
     REPAIRABLE = "repairable"     # unmarked, and the delay is over: repair it now
+    RESTARTED = "restarted"       # its server restarted since: look again, saying whether it is durable
     UNKNOWN = "unknown"           # the node did not answer
 
 
 @dataclass(frozen=True)
 class GateView:
-    """One node's gate answer: its state, its incarnation, seconds until its quarantine ends, and its floor."""
+    """One node's gate answer: its state, its incarnation, seconds until its quarantine ends (None: none started
+    yet, as a look that writes nothing sees a data set nobody looked at), and its floor."""
 
     gate: Gate
     nonce: str = ""
-    left: float = 0.0
+    left: float | None = 0.0
     floor: int = 0
 
     @classmethod
     def decode(cls, raw: Sequence[object]) -> GateView:
         state, nonce, left, floor = (x.decode() if isinstance(x, bytes) else x for x in raw)
-        return cls(Gate(str(state)), str(nonce), int(str(left)) / 1000.0, int(str(floor)))
+        ms = int(str(left))
+        return cls(Gate(str(state)), str(nonce), None if ms == -1 else ms / 1000.0, int(str(floor)))
 
 
 @dataclass(frozen=True)
@@ -96,9 +103,10 @@ class HealPlan:
 
 
 def deployment_id(views: Sequence[GateView | None]) -> str:
-    """A new deployment as one look saw it: the digest of every node's nonce. Every client that looked at the
-    same data sets computes the same one, and a node is claimed for one only (`redlock_mark.lua`, claim)."""
-    joined = "|".join("" if view is None else view.nonce for view in views)
+    """A new deployment as one look saw it: the digest of every node's nonce, in sorted order. Every client that
+    looked at the same data sets computes the same one, whatever order it lists the nodes in, and a node is
+    claimed for one only (`redlock_mark.lua`, claim)."""
+    joined = "|".join(sorted("" if view is None else view.nonce for view in views))
     return hashlib.sha256(joined.encode()).hexdigest()[:32]
 
 
@@ -114,6 +122,42 @@ def plan_heal(views: Sequence[GateView | None], n: int, repair: bool = True,
     ready = tuple(i for i, v in answered if v.gate is Gate.READY)
     return HealPlan(repairs=tuple(Repair(i, v.nonce, ready, len(ready) < quorum(n))
                                   for i, v in answered if v.gate is Gate.REPAIRABLE and i not in busy))
+
+
+def required_delay(own: float, live: Sequence[float]) -> float:
+    """The quarantine a repair must see over (seconds from the data set's first look): this client's repair
+    delay, or the longest TTL of a lease the ready others granted or extended that may still be valid
+    (`live_ttl`): any lease that needed the lost node is on one of them."""
+    return max([own, *live])
+
+
+def live_ttl(entries: Sequence[tuple[object, float]], now_ms: float) -> float:
+    """The longest TTL (seconds) among a node's `fencelock:redlock:ttls` entries (TTL in ms, expiry in server ms)
+    whose lease may still be valid at the node's `now_ms`; 0 if none."""
+    return max((int(str(ttl.decode() if isinstance(ttl, bytes) else ttl)) / 1000.0
+                for ttl, at in entries if at > now_ms), default=0.0)
+
+
+def ready_in(views: Sequence[GateView | None]) -> list[float | None]:
+    """Seconds until each node could count again, from one look: 0 ready or repairable, the quarantine's end
+    while quarantined (or fresh), None unknown (no answer)."""
+    out: list[float | None] = []
+    for view in views:
+        if view is None or view.gate in (Gate.UNKNOWN, Gate.RESTARTED):
+            out.append(None)
+        elif view.gate in (Gate.READY, Gate.REPAIRABLE):
+            out.append(0.0)
+        else:
+            out.append(view.left)
+    return out
+
+
+def durable_run(appendonly: object, appendfsync: object, info: Mapping[str, object]) -> str:
+    """The server process (its run_id) whose every acknowledged write survives a restart: it runs AOF with
+    `appendfsync always`, as read from that process (`CONFIG GET`, `INFO server`); '' if not, or not known."""
+    if str(appendonly).lower() == "yes" and str(appendfsync).lower() == "always":
+        return str(info.get("run_id", ""))
+    return ""
 
 
 def repaired(others: Sequence[tuple[int, Mapping[str, int]]], n: int, clock: bool) -> tuple[int, dict[str, int]] | None:
@@ -153,10 +197,19 @@ def deployment_step(mode: str, held: Sequence[bool]) -> bool | None:
     return mode == "fresh" and any(held)
 
 
-def mark_args(view: GateView | None, mode: str, deployment: str = "0") -> list[object]:
-    """`redlock_mark.lua`'s ARGV for a claim, a fresh mark or a plain one: on the incarnation looked at, and a
-    plain mark (repair=False) takes a fence floor from the node's own clock."""
-    return ["" if view is None else view.nonce, mode, deployment, 1 if mode == "plain" else 0]
+def mark_args(view: GateView | None, mode: str, deployment: str = "0", floor: int = 0) -> list[object]:
+    """`redlock_mark.lua`'s ARGV for a claim, a fresh mark or a plain one: on the incarnation looked at; a fresh
+    mark takes the new deployment's `floor` (`deployment_floor`), a plain one (repair=False) a fence floor from
+    the node's own clock."""
+    fourth = floor if mode == "fresh" else 1 if mode == "plain" else 0
+    return ["" if view is None else view.nonce, mode, deployment, fourth]
+
+
+def deployment_floor(views: Sequence[GateView | None]) -> int:
+    """A new deployment's floor, the same on every node and for every client that saw the same data sets: the
+    latest of their first looks, in µs (each fresh view's floor). Every earlier grant came before it: it needed a
+    quorum of marked nodes, and every node's data set has been emptied and looked at anew since."""
+    return max((view.floor for view in views if view is not None), default=0)
 
 
 def marked(code: int) -> bool:
@@ -216,6 +269,8 @@ class NodeState:
     def describe(self) -> str:
         if self.state == "unreachable":
             return f"{self.node}: unreachable"
+        if self.state == "slow":
+            return f"{self.node}: slow (no answer within the node timeout)"
         if self.quarantine_left is not None and self.quarantined_until is not None:
             until = time.strftime("%H:%M:%S UTC", time.gmtime(self.quarantined_until))
             waits = "fresh (new or emptied; counts at once only if every node is)" if self.state == "fresh" \
@@ -231,10 +286,10 @@ def node_states(shown: Sequence[str], views: Sequence[GateView | None], now: flo
         if view is None or view.gate is Gate.UNKNOWN:
             states.append(NodeState(where, False, False, "unreachable", None, None, False))
             continue
-        waiting = view.gate in (Gate.FRESH, Gate.QUARANTINED)
+        left = view.left if view.gate in (Gate.FRESH, Gate.QUARANTINED) else None
         states.append(NodeState(where, True, view.gate is Gate.READY, view.gate.value,
-                                view.left if waiting else None, now + view.left if waiting else None,
-                                view.gate is Gate.REPAIRABLE, view.floor))
+                                left, None if left is None else now + left, view.gate is Gate.REPAIRABLE,
+                                view.floor))
     return states
 
 
@@ -273,9 +328,13 @@ def verdict(states: Sequence[NodeState], n: int) -> Verdict:
         return Verdict(False, ready, q, None, f"unavailable: only {len(reachable)} of {n} nodes reachable, "
                                               f"{q} needed; start or reach the others")
     if len(reachable) == n and all(s.state == "fresh" for s in states):
-        return Verdict(False, ready, q, 0.0, "new: every node is fresh; the first acquire marks them all")
+        return Verdict(True, ready, q, 0.0, "available: a new deployment (every node is fresh); the first acquire "
+                                            "marks them all and is granted at once")
     lefts = sorted(0.0 if s.quarantine_left is None else s.quarantine_left for s in reachable if not s.ready)
     eta = lefts[q - ready - 1]
+    if any(s.state == "quarantined" and s.quarantine_left is None for s in reachable):
+        return Verdict(False, ready, q, None, f"unavailable: {ready} of {n} nodes ready, {q} needed; a quarantine "
+                                              "starts at the next acquire, for its client's repair delay")
     return Verdict(False, ready, q, eta, f"unavailable: {ready} of {n} nodes ready, {q} needed; the next acquire "
                                          f"repairs enough of them in {eta:.1f} s at the latest")
 
@@ -286,12 +345,15 @@ def attempt_states(shown: Sequence[str], answers: Sequence[Answer], views: Seque
     from the attempt's answers. A node that answered the look but not the attempt is unreachable."""
     if views is None:
         return [NodeState(where, a.reply is not Reply.FAILED, a.reply not in (Reply.FAILED, Reply.UNREADY),
-                          {Reply.FAILED: "unreachable", Reply.UNREADY: "not ready"}.get(a.reply, "ready"),
+                          ("slow" if a.slow else "unreachable") if a.reply is Reply.FAILED
+                          else "not ready" if a.reply is Reply.UNREADY else "ready",
                           None, None, False) for where, a in zip(shown, answers, strict=True)]
     states = node_states(shown, views, now)
     for i, answer in enumerate(answers):
         if answer.reply is Reply.FAILED and states[i].reachable:
-            states[i] = NodeState(shown[i], False, False, "unreachable", None, None, False)
+            # It answered the look: one that missed only the attempt's node timeout is slow, not unreachable.
+            states[i] = NodeState(shown[i], answer.slow, False, "slow" if answer.slow else "unreachable", None,
+                                  None, False)
     return states
 
 
@@ -304,3 +366,59 @@ def unavailable(why: str, shown: Sequence[str], answers: Sequence[Answer], views
     parts = "; ".join(state.describe() for state in states)
     return f"{why}: {parts}. {found.text}", states, found
 
+
+
+def newly_out(reported: Mapping[int, str], states: Sequence[NodeState]) -> tuple[list[int], dict[int, str]]:
+    """The nodes whose state is worth a `node_out` event: out, and in another state than last reported (so a
+    waiter that meets the same quarantine at every retry reports it once); and what is reported now."""
+    now = dict(reported)
+    changed = []
+    for i, state in enumerate(states):
+        if state.ready:
+            now.pop(i, None)
+        elif now.get(i) != state.state:
+            now[i] = state.state
+            changed.append(i)
+    return changed, now
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a listed node is, as it answers `INFO server` and `INFO replication` at first contact."""
+
+    run_id: str
+    replica_of: str | None = None   # "host:port" of its master, when it is a replica
+
+    @classmethod
+    def from_info(cls, server: Mapping[str, object], replication: Mapping[str, object]) -> Identity:
+        replica = str(replication.get("role", "master")) != "master"
+        master = f"{replication.get('master_host', '?')}:{replication.get('master_port', '?')}"
+        return cls(str(server.get("run_id", "")), master if replica else None)
+
+
+def not_independent(shown: Sequence[str], found: Sequence[Identity | None],
+                    places: Sequence[Collection[str]] = ()) -> str | None:
+    """Why the listed nodes are not independent masters, naming the URLs (None: no reason found). `found`: each
+    node's identity (None: not known yet); `places`: where each listed node is, to name a replica's master."""
+    for i, identity in enumerate(found):
+        if identity is None:
+            continue
+        for j in range(i):
+            other = found[j]
+            if other is not None and other.run_id and other.run_id == identity.run_id:
+                return (f"url: {shown[j]} and {shown[i]} reach one server (run_id {identity.run_id[:12]}...): "
+                        "Redlock needs independent nodes; list each server once")
+    for i, identity in enumerate(found):
+        if identity is not None and identity.replica_of is not None:
+            master = next((shown[j] for j, where in enumerate(places) if j != i
+                           and _same_place(identity.replica_of, where)), None)
+            of = identity.replica_of if master is None else f"{identity.replica_of}, listed as {master}"
+            return (f"url: {shown[i]} is a replica (of {of}), not a master: Redlock needs independent masters, "
+                    "each its own data; list masters only")
+    return None
+
+
+def _same_place(address: str, places: Collection[str]) -> bool:
+    host, _, port = address.rpartition(":")
+    candidates = {address, f"loopback:{port}"} if host in ("127.0.0.1", "::1", "localhost") else {address}
+    return bool(candidates & set(places))

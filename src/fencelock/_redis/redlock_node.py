@@ -19,6 +19,8 @@ class NodeModel:
     """One node's state, as the Lua scripts keep it (used as the specification and in the model tests).
 
     Times are seconds on the node's clock; `clock_us` turns them into the microseconds a floor is taken from.
+    `run` is the server process (INFO run_id), which changes at every start; `inc_run` is the process the data
+    set belongs to (the incarnation's `run`); `durable` says whether the server runs AOF with fsync always.
     """
 
     ready: bool = True
@@ -27,13 +29,27 @@ class NodeModel:
     floor: int = 0
     nonce: str | None = None     # the incarnation (None: this data set was never looked at)
     born: float = 0.0
+    born_us: int = 0             # ... the node's clock in µs at that first look
     until: float = 0.0
     fresh: bool = False
     legacy: bool = False         # a key an older fencelock left (fencelock:redlock:seen)
     claim: str | None = None     # the new deployment this data set was claimed for (see `deployment_id`)
+    run: int = 0                 # the server process now running (not data: a restart changes it)
+    inc_run: int | None = 0      # the process the data set belongs to (None: no incarnation)
+    durable: bool = False        # the server keeps every acknowledged write across a restart (not data)
+    ttls: dict[float, float] = field(default_factory=dict)  # lease TTL -> when the last one granted here expires
+
+    DATA = ("ready", "hwm", "locks", "floor", "nonce", "born", "born_us", "until", "fresh", "legacy", "claim",
+            "inc_run", "ttls")
+    """The fields a snapshot holds: everything but the process (`run`) and its configuration (`durable`)."""
+
+    @property
+    def counts(self) -> bool:
+        """It has its marker and belongs to the process running now: its answers count."""
+        return self.ready and self.inc_run == self.run
 
     def acquire(self, name: str, token: str, t: int, ttl: float, now: float) -> Answer:
-        if not self.ready:
+        if not self.counts:
             return Answer(Reply.UNREADY)
         held = self.locks.get(name)
         if held is not None and held[1] <= now:
@@ -41,14 +57,21 @@ class NodeModel:
             held = None
         hwm = max(self.hwm.get(name, 0), self.floor)
         if held is not None and held[0] != token:
-            return Answer(Reply.HELD, hwm, held[1] - now)
+            return Answer(Reply.HELD, hwm, held[1] - now, self.floor)
         # Free, or held by this same acquisition (an earlier round, or a retry): grant t above the hwm, and the
         # same t again only to the token that holds it.
         if t < hwm or (t == hwm and held is None):
-            return Answer(Reply.STALE, hwm)
+            return Answer(Reply.STALE, hwm, floor=self.floor)
         self.locks[name] = (token, now + ttl)
         self.hwm[name] = t
+        self.ttls = {d: at for d, at in self.ttls.items() if at > now}
+        self.ttls[ttl] = max(self.ttls.get(ttl, 0.0), now + ttl)
         return Answer(Reply.GRANTED, t)
+
+    def live_ttl(self, now: float) -> float:
+        """The longest TTL of a lease granted here that may still be valid (what a repair's quarantine must
+        outlast), 0 if none."""
+        return max((ttl for ttl, at in self.ttls.items() if at > now), default=0.0)
 
     def release(self, name: str, token: str, t: int) -> bool:
         """Delete the key if it is this grant's, and raise the hwm to t, so the grant's own late acquire is
@@ -63,37 +86,79 @@ class NodeModel:
         return False
 
     def lose_data(self) -> None:
-        """Restart without persistence: everything is gone, the marker and the incarnation too."""
+        """Everything is gone, the marker and the incarnation too (a restart without persistence, with
+        `restart()`; FLUSHALL without)."""
         self.ready = False
         self.hwm.clear()
         self.locks.clear()
         self.floor = 0
         self.nonce = None
         self.born = self.until = 0.0
+        self.born_us = 0
         self.fresh = self.legacy = False
         self.claim = None
+        self.inc_run = None
+        self.ttls = {}
 
-    def gate(self, now: float, delay: float, window: float, nonce: str, peek: bool = False) -> GateView:
-        """`redlock_gate.lua`: the first look at a data set starts its fresh window and its quarantine."""
+    def restart(self) -> None:
+        """The server process restarts (its data as its persistence kept it: see `lose_data` and `restore`)."""
+        self.run += 1
+
+    def snapshot(self) -> dict[str, object]:
+        """The data set as a snapshot (an RDB file) holds it now."""
+        return {key: dict(value) if isinstance(value, dict) else value
+                for key, value in ((key, getattr(self, key)) for key in self.DATA)}
+
+    def restore(self, snapshot: dict[str, object]) -> None:
+        """The data set as it was in `snapshot`: what a restart from it loads (with `restart()`)."""
+        for key, value in snapshot.items():
+            setattr(self, key, dict(value) if isinstance(value, dict) else value)
+
+    def gate(self, now: float, delay: float, window: float, nonce: str, peek: bool = False,
+             durable: bool | None = False, us: int = 0) -> GateView:
+        """`redlock_gate.lua`: the first look at a data set starts its fresh window and its quarantine; a data set
+        of an earlier process is taken over if the server is `durable` (as this process said), else treated as one
+        that lost data (`durable` None: not asked yet, so RESTARTED, nothing written). `us`: the node's clock in
+        µs now; a fresh view's floor is the first look's, + 1 ms (`deployment_floor`)."""
+        if (self.ready or self.nonce is not None) and self.inc_run != self.run:
+            if durable is None:
+                return GateView(Gate.RESTARTED, self.nonce or "")
+            if durable:
+                if not peek:
+                    self.inc_run = self.run
+            else:
+                if peek:
+                    return GateView(Gate.QUARANTINED, "", None)
+                self.ready, self.floor, self.claim = False, 0, None
+                self.nonce, self.born, self.until, self.fresh, self.inc_run = nonce, now, now + delay, False, self.run
+                self.born_us = us
+                return GateView(Gate.QUARANTINED, nonce, delay)
         if self.ready:
             return GateView(Gate.READY, self.nonce or "", 0.0, self.floor)
-        born, until, fresh, seen = self.born, self.until, self.fresh, self.nonce
-        if seen is None:
-            born, until, fresh = now, now + delay, not self.legacy
-            if not peek:
-                self.nonce, self.born, self.until, self.fresh = nonce, born, until, fresh
-                seen = nonce
+        if self.nonce is not None:
+            seen, born, until, fresh = self.nonce, self.born, self.until, self.fresh
+            if born + delay > until and not peek:
+                until = self.until = born + delay
+        else:
+            fresh = not self.legacy
+            if peek:
+                return GateView(Gate.FRESH if fresh else Gate.QUARANTINED, "", None)
+            seen, born, until = nonce, now, now + delay
+            self.nonce, self.born, self.until, self.fresh, self.inc_run = nonce, born, until, fresh, self.run
+            self.born_us = us
         if fresh and now < born + window:
-            return GateView(Gate.FRESH, seen or "", until - now)
+            return GateView(Gate.FRESH, seen, max(until - now, 0.0), self.born_us + 1000)
         if now < until:
-            return GateView(Gate.QUARANTINED, seen or "", until - now)
-        return GateView(Gate.REPAIRABLE, seen or "")
+            return GateView(Gate.QUARANTINED, seen, until - now)
+        return GateView(Gate.REPAIRABLE, seen)
 
     def mark(self, nonce: str, mode: str, floor: int, clock: bool, values: Mapping[str, int], now: float,
              clock_us: int, deployment: str = "") -> int:
-        """`redlock_mark.lua`: 1 done, 0 already marked, -1 another (or not a new) data set, -2 quarantined."""
+        """`redlock_mark.lua`: 1 done, 0 already marked, -1 another (or not a new, or another process's) data
+        set, -2 quarantined."""
+        current = self.inc_run == self.run
         if mode == "claim":
-            if self.nonce != nonce:
+            if self.nonce != nonce or not current:
                 return -1
             if self.claim is not None:
                 return 1 if self.claim == deployment else -1
@@ -101,14 +166,16 @@ class NodeModel:
                 return -1
             self.claim = deployment
             return 1
-        if self.ready:
+        if mode != "plain" and not current:
+            return -1
+        if self.ready and current:
             return 0
         if mode != "plain" and self.nonce != nonce:
             return -1
         if mode == "fresh":
             if self.claim != deployment:
                 return -1
-            self.floor, self.ready = 0, True
+            self.floor, self.ready = floor, True
             return 1
         if mode == "repair" and now < self.until:
             return -2
@@ -118,9 +185,9 @@ class NodeModel:
         if mode == "raise":
             return 1
         self.floor = max(floor, clock_us) if clock else floor
-        self.ready = True
+        self.ready, self.inc_run = True, self.run
         return 1
 
     def fences(self) -> tuple[int, dict[str, int]] | None:
-        """What a repair reads from a ready node: its floor and hwm (None: it is not ready)."""
-        return (self.floor, dict(self.hwm)) if self.ready else None
+        """What a repair reads from a ready node: its floor and hwm (None: it does not count)."""
+        return (self.floor, dict(self.hwm)) if self.counts else None

@@ -6,17 +6,24 @@
 -- KEYS[3]  marker key    fencelock:redlock:node   (absent: the node lost its data and is not repaired;
 --                        'floor:<digits>': every hwm here counts as at least that, see redlock_mark.lua)
 -- KEYS[4]  waiters key   fencelock:{name}:waiters (marker: someone waits for a release)
+-- KEYS[5]  incarnation   fencelock:redlock:incarnation (its 'run': the server process the data set belongs to)
+-- KEYS[6]  ttls key      fencelock:redlock:ttls   (zset: a lease TTL in ms -> when the last lease with it granted
+--                        or extended here expires, server ms; a repair's quarantine lasts the longest live one)
 -- ARGV[1]  token         the acquisition's token
 -- ARGV[2]  ttl           milliseconds
 -- ARGV[3]  t             the proposal, an integer >= 1
 --
--- returns  {1, t}           granted (also to this token's own earlier round: its key moves up to t)
---          {0, hwm, pttl}   refused: the key is held, pttl = its milliseconds left
---          {0, hwm, -1}     refused: the key is free but t <= hwm (propose again above hwm)
---          {-1, 0, 0}       the node is not ready (lost its data): it does not count until repaired
+-- returns  {1, t, 0, 0, run}           granted (also to this token's own earlier round: its key moves up to t)
+--          {0, hwm, pttl, floor, run}  refused: the key is held, pttl = its milliseconds left
+--          {0, hwm, -1, floor, run}    refused: the key is free but t <= hwm (propose again above hwm)
+--          {-1, 0, 0, 0, run}          the node is not ready: it lost its data and is not repaired, or the
+--                                      server restarted since it was marked (the gate decides whether it kept
+--                                      its data)
+--          run: the server process (INFO run_id), so that two listed names of one server are never counted twice
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 local marker = redis.call('GET', KEYS[3])
-if not marker then
-  return {-1, 0, 0}
+if not marker or redis.call('HGET', KEYS[5], 'run') ~= run then
+  return {-1, 0, 0, 0, run}
 end
 local hwm = tonumber(redis.call('GET', KEYS[2]) or '0')
 local floor = tonumber(string.match(marker, '^floor:(%d+)$') or '0')
@@ -32,13 +39,17 @@ if holder and holder ~= ARGV[1] then
   else
     redis.call('SET', KEYS[4], '1', 'PX', math.max(pttl, 1)) -- the holder's release will wake one waiter
   end
-  return {0, hwm, pttl}
+  return {0, hwm, pttl, floor, run}
 end
 -- Free, or held by this same acquisition (an earlier round, or a retry of this one): grant t if it is above
 -- the hwm; the same t again only to the token that holds it.
 if t < hwm or (t == hwm and not holder) then
-  return {0, hwm, -1}
+  return {0, hwm, -1, floor, run}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], ARGV[3])
-return {1, t}
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
+redis.call('ZADD', KEYS[6], 'GT', now + tonumber(ARGV[2]), ARGV[2])
+return {1, t, 0, 0, run}

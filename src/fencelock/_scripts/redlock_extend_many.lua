@@ -2,19 +2,29 @@
 --
 -- KEYS[2i-1]   lock key of lease i     fencelock:{name}:lock
 -- KEYS[2i]     hwm key of lease i      fencelock:{name}:fence
+-- KEYS[#KEYS]  ttls key                fencelock:redlock:ttls (see redlock_acquire.lua)
 -- ARGV[3i-2]   token of lease i
 -- ARGV[3i-1]   ttl of lease i, milliseconds from now
 -- ARGV[3i]     t (the fence) of lease i
 --
 -- returns      an array: 1 where lease i was extended on this node, 0 where it is not this grant's any more
 local out = {}
-for i = 1, #KEYS / 2 do
+local ttls = {}
+for i = 1, (#KEYS - 1) / 2 do
   local lock, hwm = KEYS[2 * i - 1], KEYS[2 * i]
   if redis.call('GET', lock) == ARGV[3 * i - 2] and tonumber(redis.call('GET', hwm) or '0') == tonumber(ARGV[3 * i]) then
     redis.call('PEXPIRE', lock, ARGV[3 * i - 1])
+    ttls[ARGV[3 * i - 1]] = true
     out[i] = 1
   else
     out[i] = 0
+  end
+end
+if next(ttls) then
+  local clock = redis.call('TIME')
+  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  for ttl in pairs(ttls) do
+    redis.call('ZADD', KEYS[#KEYS], 'GT', now + tonumber(ttl), ttl)
   end
 end
 return out

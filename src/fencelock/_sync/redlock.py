@@ -16,15 +16,15 @@ from functools import partial
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import ReadOnlyError
 
-from .._errors import BackendError, QuorumUnavailable
+from .._errors import BackendError, NotIndependent, QuorumUnavailable
 from .._events import emit
 from .._logic.args import DEFAULT_TTL
 from .._logic.outcomes import Attempt, Released
-from .._logic.status import LockStatus, NodeView, majority_status
-from .._logic.timing import backoff
+from .._logic.status import LockStatus, NodeView, majority_status, split_views
 from .._redis.channel import ScriptRequest
-from .._redis.keys import PREFIX, RedisKeys, fair_keys, redis_keys
+from .._redis.keys import PREFIX, RedisKeys, fair_keys, fence_match, redis_keys
 from .._redis.redlock import (
     DEFAULT_REPAIR_DELAY,
     GATE_TIMEOUT,
@@ -33,39 +33,51 @@ from .._redis.redlock import (
     NO_ANSWER,
     REPAIR_BATCH,
     Answer,
+    Gate,
     GateView,
     Heal,
+    Identity,
     Next,
     NodesReport,
     Repair,
+    Reply,
     batch_outcomes,
     batch_settled,
+    check_ttl_within,
     decide,
     default_node_timeout,
+    deployment_floor,
     deployment_id,
     deployment_step,
+    durable_run,
     extend_outcome,
     fallback_pause,
+    floor_seen,
     fresh_window,
     learned,
+    live_ttl,
     look_timeout,
     mark_args,
     marked,
-    marker_floor,
+    newly_out,
     next_proposal,
     next_step,
     node_answer,
     node_code,
     node_states,
+    not_independent,
     plan_heal,
     quorum,
+    ready_in,
     release_outcome,
     repair_marks,
     repair_progress,
     repaired,
+    required_delay,
     settled,
     tally,
     unavailable,
+    unavailable_pause,
     verdict,
 )
 from .._scripts import (
@@ -106,7 +118,7 @@ class RedlockBackend:
 
     def __init__(self, clients: list[Redis], *, owns_clients: bool, shown: list[str], prefix: str = PREFIX,
                  node_timeout: float | None = None, repair: bool = True,
-                 repair_delay: float = DEFAULT_REPAIR_DELAY) -> None:
+                 repair_delay: float = DEFAULT_REPAIR_DELAY, places: list[set[str]] | None = None) -> None:
         self._nodes = clients
         self._channels = [Channel(client) for client in clients]  # dedicated connections for the scripts
         self._owns_clients = owns_clients
@@ -120,9 +132,20 @@ class RedlockBackend:
         self._repair_delay_ms = max(1, round(repair_delay * 1000))
         self._window_ms = max(1, round(fresh_window(repair_delay) * 1000))
         self._marker = f"{prefix}:redlock:node"
+        self._incarnation = f"{prefix}:redlock:incarnation"
+        self._ttls = f"{prefix}:redlock:ttls"  # lease TTLs and when the last lease with each expires there
         # (fencelock:redlock:seen is an older version's: a data set it marked seen is not a new one.)
-        self._gate_keys = [self._marker, f"{prefix}:redlock:incarnation", f"{prefix}:redlock:seen"]
+        self._gate_keys = [self._marker, self._incarnation, f"{prefix}:redlock:seen"]
         self._known: dict[str, int] = {}  # name -> the highest hwm seen: where the next proposal starts
+        self._floor = 0  # the highest node floor seen: where a name never locked starts
+        # Who each node is (first contact): until a node said so, no "yes" of its counts (`_codes`, `_views`).
+        self._places = places if places is not None else [set() for _ in clients]
+        self._ids: list[Identity | None] = [None] * self._n
+        self._roles = [False] * self._n  # its role (master or replica) is known
+        self._contacted = False
+        self._identifying = False
+        self._problem: str | None = None  # two nodes are one server, or one is a replica (`not_independent`)
+        self._reported: dict[int, str] = {}  # node -> the state its last node_out event told (`newly_out`)
         self._repairing: set[int] = set()
         self._healing = False
         self._closed = False
@@ -136,8 +159,11 @@ class RedlockBackend:
         self.block_cap = 30.0 if None in timeouts else max(MIN_BLOCK, min(t for t in timeouts if t) * 0.75)
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
-        """No quorum answered: try again after a jittered back-off, while the caller's wait allows."""
-        return backoff(failures - 1, self._rng, base=0.01, cap=0.25) if isinstance(exc, QuorumUnavailable) else None
+        """No quorum answered or is ready: try again while the caller's wait allows, after a short back-off, then
+        when the quarantine ends (at most `QUARANTINE_POLL` apart): `unavailable_pause`."""
+        if not isinstance(exc, QuorumUnavailable):
+            return None
+        return unavailable_pause(failures, exc.retry_in, self._rng)
 
     def _timeout(self, ttl: float) -> float:
         return self._node_timeout if self._node_timeout is not None else default_node_timeout(ttl)
@@ -168,6 +194,9 @@ class RedlockBackend:
     def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0,
                           fair: bool = False) -> Attempt:
         """One attempt: propose t to every node at once; on a stale t, propose again above what was learnt."""
+        check_ttl_within(ttl_ms, self._repair_delay_ms, name)
+        timeout = self._timeout(ttl_ms / 1000.0)
+        self._check_independent(name, timeout)
         keys = redis_keys(name, self._prefix)
         released = 0  # the fence of the release that woke us, if one did
         if wait > 0.0:
@@ -183,15 +212,20 @@ class RedlockBackend:
             elif woken:
                 released = woken  # the release told us its fence: propose above it at once
                 self._known[name] = max(self._known.get(name, 0), woken)
-        timeout = self._timeout(ttl_ms / 1000.0)
         n = self._n
-        t = next_proposal(self._known.get(name, 0), ())
+        t = next_proposal(max(self._known.get(name, 0), self._floor), ())
         for rounds in range(1, MAX_ROUNDS + 1):
-            script_keys, args = [keys.lock, keys.fence, self._marker, keys.waiters], [token, ttl_ms, t]
+            script_keys = [keys.lock, keys.fence, self._marker, keys.waiters, self._incarnation, self._ttls]
+            args = [token, ttl_ms, t]
             requests = [ScriptRequest(channel, REDLOCK_ACQUIRE, script_keys, args) for channel in self._channels]
-            done, handles = run_scripts(requests, timeout,
-                                              lambda so_far: decide(map(node_answer, so_far.values()), n) is not None)
+            done, handles = run_scripts(requests, timeout, self._decided)
             answers = [node_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
+            problem = self._who_answered(answers, done)
+            if problem is not None:  # two names of one server, or a replica: nothing of this round counts
+                for i, answer in enumerate(answers):
+                    if answer.reply in (Reply.GRANTED, Reply.FAILED):
+                        then(handles[i], partial(self._release_on, i, keys, token, t))
+                raise NotIndependent(problem, name=name)
             self._learn(name, answers, t)
             counted = tally(answers, n, self._healing)
             if counted.heal is Heal.BACKGROUND:
@@ -201,7 +235,7 @@ class RedlockBackend:
                 then(handles[i], partial(self._release_on, i, keys, token, t))
             healed, views = self._heal(timeout) if counted.heal is Heal.NOW else (False, None)
             step = next_step(answers, counted, t, n, rounds=rounds, healed=healed, released=released,
-                             timeout=timeout)
+                             timeout=timeout, ready_in=None if views is None else ready_in(views))
             if step.next is Next.UNAVAILABLE:
                 raise self._unavailable(step.why, name, answers, views)
             if step.next is not Next.PROPOSE:
@@ -218,13 +252,29 @@ class RedlockBackend:
         if len(self._known) > 10_000:
             self._known.clear()  # only a hint for the first proposal: forgetting costs one round
         self._known[name] = learned(self._known.get(name, 0), answers, t)
+        self._floor = floor_seen(self._floor, answers)
+        for i, answer in enumerate(answers):
+            if answer.reply in (Reply.GRANTED, Reply.HELD, Reply.STALE):
+                self._reported.pop(i, None)  # it counts again: a later outage is news
+
+    def _codes(self, done: dict[int, Any]) -> dict[int, int]:
+        """A release's or extend's codes as they count: a "done" from a node that has not said which server it is
+        yet (its acquire reply, or `_identify`) counts as no answer, so that two names of one server can never
+        make up a quorum; its "not ours" counts (it can only lower the count)."""
+        codes = {i: node_code(reply) for i, reply in done.items()}
+        return {i: NO_ANSWER if self._ids[i] is None and code not in (0, -1) else code for i, code in codes.items()}
+
+    def _decided(self, done: dict[int, Any]) -> bool:
+        return decide(map(node_answer, done.values()), self._n) is not None
 
     def release(self, name: str, token: str, fence: int) -> Released:
         keys = redis_keys(name, self._prefix)
         script_keys, args = [keys.lock, keys.fence, keys.waiters, keys.wake], [token, fence]
         requests = [ScriptRequest(channel, REDLOCK_RELEASE, script_keys, args) for channel in self._channels]
+        self._ask_unknown(self._timeout(DEFAULT_TTL))
         done, _ = run_scripts(requests, self._timeout(DEFAULT_TTL), self._settled)
-        results = [node_code(done.get(i)) for i in range(self._n)]
+        codes = self._codes(done)
+        results = [codes.get(i, NO_ANSWER) for i in range(self._n)]
         outcome = release_outcome(results, self._n)
         if outcome is None:
             raise QuorumUnavailable(f"the release reached {self._n - results.count(NO_ANSWER)} of {self._n} nodes: "
@@ -232,11 +282,14 @@ class RedlockBackend:
         return outcome
 
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
+        check_ttl_within(ttl_ms, self._repair_delay_ms, name)
         keys = redis_keys(name, self._prefix)
-        script_keys, args = [keys.lock, keys.fence], [token, ttl_ms, fence]
+        script_keys, args = [keys.lock, keys.fence, self._ttls], [token, ttl_ms, fence]
         requests = [ScriptRequest(channel, REDLOCK_EXTEND, script_keys, args) for channel in self._channels]
+        self._ask_unknown(self._timeout(ttl_ms / 1000.0))
         done, handles = run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
-        results = [node_code(done.get(i)) for i in range(self._n)]
+        codes = self._codes(done)
+        results = [codes.get(i, NO_ANSWER) for i in range(self._n)]
         extended = extend_outcome(results, self._n)
         if extended:
             return True
@@ -249,7 +302,7 @@ class RedlockBackend:
         return False
 
     def _settled(self, done: dict[int, Any]) -> bool:
-        return settled([node_code(reply) for reply in done.values()], self._n)
+        return settled(list(self._codes(done).values()), self._n)
 
     def leave(self, name: str, token: str) -> None:
         """Redlock has no fair queue: nothing to leave."""
@@ -259,9 +312,15 @@ class RedlockBackend:
         calls = [partial(self._extend_many_on, j, leases) for j in range(self._n)]
         longest = max(ttl for _, _, _, ttl in leases) / 1000.0
         count = len(leases)
-        done, _ = fan_out(calls, self._timeout(longest), lambda so_far: batch_settled(so_far, count, self._n),
+        done, _ = fan_out(calls, self._timeout(longest),
+                                lambda so_far: batch_settled(self._known_rows(so_far), count, self._n),
                                 lanes=self._channels)
-        return batch_outcomes(done, count, self._n)
+        return batch_outcomes(self._known_rows(done), count, self._n)
+
+    def _known_rows(self, done: dict[int, list[int] | None]) -> dict[int, list[int] | None]:
+        """A renewal batch's replies as they count (see `_codes`)."""
+        return {i: row if row is None or self._ids[i] is not None else [NO_ANSWER if c == 1 else c for c in row]
+                for i, row in done.items()}
 
     def _extend_many_on(self, j: int, leases: list[tuple[str, str, int, int]]) -> list[int] | None:
         codes: list[int] = []
@@ -274,7 +333,8 @@ class RedlockBackend:
                 args += [token, ttl, fence]
             self.renewal_requests += 1
             try:
-                reply = run_script(self._nodes[j], REDLOCK_EXTEND_MANY, keys, args, name=leases[start][0],
+                reply = run_script(self._nodes[j], REDLOCK_EXTEND_MANY, [*keys, self._ttls], args,
+                                         name=leases[start][0],
                                          where=self._shown[j])
             except BackendError:
                 return None
@@ -285,6 +345,7 @@ class RedlockBackend:
 
     def _views(self, lua: Any, name: str, removing: bool) -> list[NodeView | None]:
         """`lua` (status or force_release) on every node at once; None for a node that did not answer."""
+        self._contact(self._timeout(DEFAULT_TTL), name)
         keys = redis_keys(name, self._prefix)
         deadlines, _ = fair_keys(name, self._prefix)
         script_keys = ([keys.lock, keys.fence, keys.waiters, keys.wake, keys.queue, deadlines] if removing
@@ -294,16 +355,18 @@ class RedlockBackend:
                                     lambda so_far: len(so_far) == self._n)
         views: list[NodeView | None] = []
         for i in range(self._n):
-            reply = done.get(i)
+            reply = done.get(i) if self._ids[i] is not None else None  # (who it is is not known yet)
             views.append(None if reply is None or isinstance(reply, Exception) else NodeView.decode(reply))
         return views
 
     def _majority(self, name: str, views: list[NodeView | None], what: str) -> LockStatus:
+        """What a quorum agrees on (`majority_status`); else QuorumUnavailable naming what each node answered."""
         status = majority_status(name, views, self._n)
         if status is None:
             answered = sum(1 for view in views if view is not None)
-            raise QuorumUnavailable(f"{what} reached {answered} of {self._n} nodes; {self._q} are needed",
-                                    name=name)
+            raise QuorumUnavailable(f"{what} reached {answered} of {self._n} nodes ({split_views(self._shown, views)}"
+                                    f"): the nodes that did not answer could complete a holder's quorum of "
+                                    f"{self._q}, so whether the lock is held cannot be told", name=name)
         return status
 
     def status(self, name: str) -> LockStatus:
@@ -315,9 +378,10 @@ class RedlockBackend:
 
         Any quorum of answering nodes shares a node with the quorum that holds a lock, so it sees every held one.
         """
+        self._contact(self._timeout(DEFAULT_TTL), None)
         calls = [partial(self._scan_node, i, pattern) for i in range(self._n)]
         done, _ = fan_out(calls, SCAN_TIMEOUT, lambda so_far: len(so_far) == self._n, lanes=self._channels)
-        found = [names for names in done.values() if names is not None]
+        found = [names for i, names in done.items() if names is not None and self._ids[i] is not None]
         if len(found) < self._q:
             raise QuorumUnavailable(f"listing the locks matching {pattern!r} reached {len(found)} of {self._n} "
                                     f"nodes; {self._q} are needed")
@@ -335,7 +399,8 @@ class RedlockBackend:
             return None
 
     def force_release(self, name: str) -> LockStatus:
-        """Remove the lock's key on every node, whoever holds it; returns what a majority held before."""
+        """Remove the lock's key on every node, whoever holds it; returns what a majority held before (if no
+        majority agrees: QuorumUnavailable, and the nodes that answered are clear)."""
         views = self._views(FORCE_RELEASE, name, True)
         return self._majority(name, views, "the forced release (run it again: the nodes that answered are clear)")
 
@@ -345,25 +410,119 @@ class RedlockBackend:
                      views: list[GateView | None] | None) -> QuorumUnavailable:
         """QuorumUnavailable naming every node, its state and when its quarantine ends (`unavailable`)."""
         text, states, found = unavailable(why, self._shown, answers, views, time.time())
-        for state in states:
-            if not state.ready:
-                emit("node_out", name, "redlock", "acquire", error=state.describe())
+        changed, self._reported = newly_out(self._reported, states)
+        for i in changed:  # once per change of a node's state, not at every retry of a waiter
+            emit("node_out", name, "redlock", "acquire", error=states[i].describe())
         return QuorumUnavailable(text, name=name, nodes=tuple(states), retry_in=found.eta)
 
     def nodes(self) -> NodesReport:
         """Every node's bookkeeping as an operator sees it, read without changing anything, and the verdict."""
+        self._contact(GATE_TIMEOUT, None)
         views = self._look(GATE_TIMEOUT, peek=True)
         states = node_states(self._shown, views, time.time())
         return NodesReport(tuple(states), verdict(states, self._n))
 
-    def _gate(self, i: int, peek: bool) -> GateView | None:
-        args = [self._repair_delay_ms, self._window_ms, secrets.token_hex(16), 1 if peek else 0]
+    # -- who each node is ---------------------------------------------------------------------------------------
+
+    def _check_independent(self, name: str | None, timeout: float) -> None:
+        """Raise `NotIndependent` if the nodes were found not to be independent; ask the others (`_ask_unknown`)."""
+        self._ask_unknown(timeout)
+        if self._problem is not None:
+            raise NotIndependent(self._problem, name=name)
+
+    def _ask_unknown(self, timeout: float) -> None:
+        """Ask the nodes whose role is not known yet who they are, in the background (a replica is refused at the
+        next request); meanwhile each node's acquire reply says which server it is (`_who_answered`)."""
+        if self._problem is None and not all(self._roles) and not self._identifying and not self._closed:
+            self._identifying = self._contacted = True
+            in_background(partial(self._identify, look_timeout(timeout)))
+
+    def _who_answered(self, answers: list[Answer], done: dict[int, Any]) -> str | None:
+        """Learn each node's server from its acquire reply (its run_id), and ask a node that refused as a
+        replica (READONLY) who it is; why the nodes are not independent, if they are not (`not_independent`)."""
+        for i, answer in enumerate(answers):
+            known = self._ids[i]
+            if answer.run and (known is None or known.run_id != answer.run):
+                self._ids[i] = Identity(answer.run, None if known is None else known.replica_of)
+        replicas = [i for i, reply in done.items() if isinstance(reply, ReadOnlyError)]
+        if replicas:
+            found, _ = fan_out([partial(self._identity, i) for i in replicas], GATE_TIMEOUT,
+                                     lambda so_far: len(so_far) == len(replicas))
+            for k, i in enumerate(replicas):
+                self._ids[i] = found.get(k) or self._ids[i]
+                self._roles[i] = self._roles[i] or k in found
+        self._problem = self._problem or not_independent(self._shown, self._ids, self._places)
+        return self._problem
+
+    def _contact(self, timeout: float, name: str | None) -> None:
+        """Before an operator's request: at first contact, ask every node who it is (`Identity`) and wait for the
+        answers, so that only the replies of distinct masters count (`_codes`, `_views`); later, in the background.
+        `NotIndependent` names the URLs if they are not independent."""
+        if self._problem is None and not self._contacted:
+            self._contacted = self._identifying = True
+            self._identify(look_timeout(timeout))
+        self._check_independent(name, timeout)
+
+    def _identify(self, timeout: float) -> None:
+        """Ask every node whose role is not known yet who it is (`_identity`); nothing once the client is closed."""
         try:
-            raw = run_script(self._nodes[i], REDLOCK_GATE, self._gate_keys, args, name="",
-                                   where=self._shown[i])
-            return GateView.decode(raw)
-        except (BackendError, ValueError, TypeError):
+            asked = [i for i in range(self._n) if not self._roles[i] and not self._closed]
+            done, _ = fan_out([partial(self._identity, i) for i in asked], timeout,
+                                    lambda so_far: len(so_far) == len(asked))
+            for k, i in enumerate(asked):
+                found = done.get(k)
+                if found is not None:
+                    self._ids[i], self._roles[i] = found, True
+            self._problem = self._problem or not_independent(self._shown, self._ids, self._places)
+        finally:
+            self._identifying = False
+
+    def _identity(self, i: int) -> Identity | None:
+        """Node i's run_id and role, or None if it did not say (`Identity`)."""
+        client: Any = self._nodes[i]
+        try:
+            with client.pipeline(transaction=False) as pipe:
+                pipe.info("server")
+                pipe.info("replication")
+                server, replication = pipe.execute()
+        except CLIENT_ERRORS:
             return None
+        return Identity.from_info(server, replication)
+
+    # -- gates ----------------------------------------------------------------------------------------------------
+
+    def _durable_run(self, i: int) -> str:
+        """Node i's run_id if that very process runs AOF with fsync always (`durable_run`), else ''."""
+        client: Any = self._nodes[i]
+        try:
+            with client.pipeline(transaction=False) as pipe:
+                pipe.config_get("appendonly")
+                pipe.config_get("appendfsync")
+                pipe.info("server")
+                appendonly, appendfsync, info = pipe.execute(raise_on_error=False)
+        except CLIENT_ERRORS:
+            return ""
+        if any(isinstance(reply, Exception) for reply in (appendonly, appendfsync, info)):
+            return ""  # CONFIG refused (a managed service, an ACL): not known to be durable
+        return durable_run(appendonly.get("appendonly"), appendfsync.get("appendfsync"), info)
+
+    def _gate(self, i: int, peek: bool, delay_ms: int | None = None) -> GateView | None:
+        """Node i's gate (`redlock_gate.lua`); UNKNOWN if it failed. If its server restarted since, the gate asks
+        whether it is durable (`_durable_run`), and is asked again saying so. `delay_ms`: the quarantine to ask for
+        (default: this client's repair delay)."""
+        durable = "?"
+        while True:
+            args = [self._repair_delay_ms if delay_ms is None else delay_ms, self._window_ms,
+                    secrets.token_hex(16), 1 if peek else 0, durable]
+            try:
+                raw = run_script(self._nodes[i], REDLOCK_GATE, self._gate_keys, args, name="",
+                                       where=self._shown[i])
+                view = GateView.decode(raw)
+            except (BackendError, ValueError, TypeError):
+                return GateView(Gate.UNKNOWN)
+            if view.gate is not Gate.RESTARTED or durable != "?":
+                return view
+            durable = self._durable_run(i)
 
     def _look(self, timeout: float, peek: bool = False) -> list[GateView | None]:
         done, _ = fan_out([partial(self._gate, i, peek) for i in range(self._n)], look_timeout(timeout),
@@ -391,21 +550,22 @@ class RedlockBackend:
             self._healing = False
 
     def _mark_new(self, views: list[GateView | None], timeout: float) -> bool:
-        """A new deployment (every node fresh): claim every node for it, then, if every claim held, mark all."""
-        deployment = deployment_id(views)
+        """A new deployment (every node fresh): claim every node for it, then, if every claim held, mark all, with
+        one floor (`deployment_floor`)."""
+        deployment, floor = deployment_id(views), deployment_floor(views)
         for mode in NEW_DEPLOYMENT:
-            calls = [partial(self._mark, i, views[i], mode, deployment) for i in range(self._n)]
+            calls = [partial(self._mark, i, views[i], mode, deployment, floor) for i in range(self._n)]
             done, _ = fan_out(calls, look_timeout(timeout), lambda so_far: len(so_far) == self._n)
             step = deployment_step(mode, [bool(done.get(i)) for i in range(self._n)])
             if step is not None:
                 return step
         return True
 
-    def _mark(self, i: int, view: GateView | None, mode: str, deployment: str = "0") -> bool:
+    def _mark(self, i: int, view: GateView | None, mode: str, deployment: str = "0", floor: int = 0) -> bool:
         """Claim or mark node i (claim, fresh: a new deployment; plain: repair=False) as `mark_args` says."""
         try:
             code = run_script(self._nodes[i], REDLOCK_MARK, self._gate_keys[:2],
-                                    mark_args(view, mode, deployment), name="", where=self._shown[i])
+                                    mark_args(view, mode, deployment, floor), name="", where=self._shown[i])
         except BackendError:
             return False
         return marked(int(code))
@@ -415,14 +575,22 @@ class RedlockBackend:
         i = repair.node
         self._repairing.add(i)
         try:
-            others = []
+            others, delays = [], []
             for j in repair.sources:
-                values = self._read_fences(j)
-                if values is not None:
-                    others.append(values)
+                read = self._read_fences(j)
+                if read is not None:
+                    others.append((read[0], read[1]))
+                    delays.append(read[2])
             merged = repaired(others, self._n, repair.clock)
             if merged is None:
                 return False  # not enough ready nodes answered: it stays out, and a later attempt tries again
+            delay_ms = round(required_delay(self._repair_delay_ms / 1000.0, delays) * 1000)
+            if delay_ms > self._repair_delay_ms:
+                # A client with a longer repair delay (so maybe a longer TTL) was granted a lease on the others:
+                # the quarantine must last that long. The gate keeps the longest asked for; the mark checks it.
+                view = self._gate(i, False, delay_ms)
+                if view is None or view.nonce != repair.nonce:
+                    return False
             for fence_keys, args in repair_marks(repair, *merged):
                 code = int(run_script(self._nodes[i], REDLOCK_MARK, self._gate_keys[:2] + fence_keys, args,
                                             name="", where=self._shown[i]))
@@ -435,27 +603,35 @@ class RedlockBackend:
         finally:
             self._repairing.discard(i)
 
-    def _read_fences(self, j: int) -> tuple[int, dict[str, int]] | None:
-        """A ready node's floor and hwm keys (None: it is not ready, or did not answer)."""
+    def _read_fences(self, j: int) -> tuple[int, dict[str, int], float] | None:
+        """A ready node's floor, hwm keys and the longest TTL of a lease there that may still be valid (seconds,
+        `live_ttl`). None: it did not count before or after the reads (not ready, or its server restarted since it
+        was marked), or failed."""
         client: Any = self._nodes[j]
-        pattern = f"{self._prefix}:{{*}}:fence"
+        before = self._gate(j, True)
+        if before is None or before.gate is not Gate.READY:
+            return None
         try:
-            marker = client.get(self._marker.encode("utf-8"))
-            if marker is None:
-                return None
-            floor = marker_floor(marker.decode() if isinstance(marker, bytes) else str(marker))
             # Keys as bytes whatever the client's decoding; kept as text that goes back out as the same bytes.
-            keys = [key for key in client.scan_iter(match=pattern.encode("utf-8"), count=1000,
-                                                          NEVER_DECODE=True)]
+            keys = [key for key in client.scan_iter(match=fence_match(self._prefix).encode("utf-8"),
+                                                          count=1000, NEVER_DECODE=True)]
             values: dict[str, int] = {}
             for start in range(0, len(keys), REPAIR_BATCH):
                 batch = keys[start:start + REPAIR_BATCH]
                 for key, value in zip(batch, client.mget(batch), strict=True):
                     if value is not None:
                         values[bytes(key).decode("utf-8", "surrogateescape")] = int(value)
-            return floor, values
+            with client.pipeline(transaction=False) as pipe:
+                pipe.time()
+                pipe.zrange(self._ttls, 0, -1, withscores=True)
+                (seconds, micros), entries = pipe.execute()
+            delay = live_ttl(entries, seconds * 1000 + micros / 1000)
         except CLIENT_ERRORS:
             return None
+        after = self._gate(j, True)  # one process throughout: a restart in between would show here
+        if after is None or after.gate is not Gate.READY or after.nonce != before.nonce:
+            return None
+        return before.floor, values, delay
 
     def close(self) -> None:
         self._closed = True

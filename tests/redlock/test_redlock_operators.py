@@ -1,0 +1,117 @@
+"""What Redlock tells operators, on real nodes checked by an independent client: status, list and a forced release
+never call a lock free that a silent node could prove held; `fencelock nodes` on a new deployment says it can be
+granted, and shows the quarantine the servers keep (the longest any client asked for), not its own default."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import fencelock
+from fencelock._redis.keys import redis_keys
+from fencelock.testing.servers import RedisNodes
+
+from ._support import _holds
+from .test_redlock_losses import _restart_empty, _Three, three
+
+__all__ = ["three"]  # (the fixture, for this module's tests)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fencelock", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "FENCELOCK_URL": ""})
+
+
+# -- 6: a silent node may complete a holder's quorum ---------------------------------------------------------------
+
+def test_a_lock_held_on_a_node_that_does_not_answer_is_never_called_free(three: _Three, name: str) -> None:
+    """X holds {A, B}; B stops answering. status(), list() and `fencelock status -q` used to call the lock free
+    (only A and C answered, and they disagree), and force_release said nothing was held while it deleted A's key.
+    Now each raises QuorumUnavailable naming what every node answered (CLI: exit 69)."""
+    a, b = three.servers[0], three.servers[1]
+    urls = three.urls()
+    locks = fencelock.connect(urls)
+    locks.acquire(name + ":warm", ttl=1.0, wait=2.0).release()
+    with three.cut(2):
+        held = locks.acquire(name, ttl=30.0, wait=0)
+    assert locks.status(name).held
+    with three.cut(1):                                # B stops answering (nothing sent meanwhile reaches it)
+        with pytest.raises(fencelock.QuorumUnavailable, match="could complete a holder's quorum") as caught:
+            locks.status(name)
+        assert f"{urls[1]}: no answer" in str(caught.value)
+        with pytest.raises(fencelock.QuorumUnavailable):
+            locks.list()
+        quiet = _cli("status", "-q", name, *[arg for url in urls for arg in ("--url", url)])
+        assert quiet.returncode == 69, (quiet.returncode, quiet.stderr)
+        with pytest.raises(fencelock.QuorumUnavailable):
+            locks.force_release(name)
+    assert _holds(b, name, held.token)            # B never heard the forced release
+    assert not _holds(a, name, held.token)        # A did: the error says run it again
+    assert locks.status(name).held is False       # all three answer: no holder has a quorum now
+    locks.close()
+
+
+def _until_kept(raw: Any, quarantine_ms: int) -> None:
+    """Wait until the node's incarnation keeps a quarantine of `quarantine_ms` (the look runs in the background
+    after a grant)."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        born, until = raw.hmget("fencelock:redlock:incarnation", "born", "until")
+        if born is not None and int(until) - int(born) == quarantine_ms:
+            return
+        assert time.monotonic() < deadline, (born, until)
+        time.sleep(0.02)
+
+
+# -- 10: `fencelock nodes` --------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def nodes() -> Iterator[RedisNodes]:
+    started = RedisNodes(3).start()
+    yield started
+    started.close()
+
+
+def test_fencelock_nodes_says_a_new_deployment_can_be_granted_and_shows_the_quarantine_the_servers_keep(
+        nodes: RedisNodes, name: str) -> None:
+    """On a brand-new deployment `fencelock nodes` exited 69 ("cannot be granted") although the first acquire is
+    granted at once; and for a node nobody looked at since its restart it showed its own default delay as the
+    quarantine. Now: exit 0; a quarantine not started yet shows none; a started one ends when the servers keep it,
+    the longest any client asked for."""
+    args = [arg for url in nodes.urls for arg in ("--url", url)]
+    new = _cli("nodes", *args, "--json")
+    assert new.returncode == 0, new.stderr
+    report = json.loads(new.stdout)
+    assert report["available"] is True
+    assert [n["quarantine_left"] for n in report["nodes"]] == [None, None, None]
+    assert not any(node.client().exists("fencelock:redlock:incarnation") for node in nodes.nodes)
+    shown = _cli("nodes", *args)
+    assert shown.returncode == 0
+    assert "new deployment" in shown.stdout
+    locks = fencelock.connect(nodes.urls, repair_delay=30.0)
+    locks.acquire(name, ttl=1.0, wait=0).release()     # granted at once, as `nodes` said
+
+    _restart_empty(nodes.nodes[0])
+    raw: Any = nodes.nodes[0].client()
+    unseen = json.loads(_cli("nodes", *args, "--json").stdout)["nodes"][0]
+    assert unseen["state"] == "fresh"
+    assert unseen["quarantine_left"] is None
+    locks.acquire(name, ttl=1.0, wait=0).release()     # a client with a 30 s delay looks: the quarantine starts
+    _until_kept(raw, 30_000)
+    started = json.loads(_cli("nodes", *args, "--json").stdout)["nodes"][0]
+    assert 25.0 < started["quarantine_left"] <= 30.0
+    longer = fencelock.connect(nodes.urls, repair_delay=45.0)
+    longer.acquire(name, ttl=1.0, wait=0).release()    # one asking for 45 s: the servers keep the longest
+    _until_kept(raw, 45_000)
+    kept = json.loads(_cli("nodes", *args, "--json").stdout)["nodes"][0]
+    assert 40.0 < kept["quarantine_left"] <= 45.0
+    assert not raw.exists(redis_keys(name).lock)
+    locks.close()
+    longer.close()
