@@ -48,9 +48,8 @@ def _rule(cell: Cell, rig: Rig, fired: threading.Event) -> Callable[[Any], Rule]
     return make
 
 
-async def run_cell(rig: Rig, cell: Cell, *, healthy_may_fail: bool = False) -> list[str]:
-    """Run one cell; the broken invariants, one line each (empty: it passed). `healthy_may_fail`: a call may fail
-    with a fencelock error although the fault left the server healthy (a named gap); every invariant still holds."""
+async def run_cell(rig: Rig, cell: Cell) -> list[str]:
+    """Run one cell; the broken invariants, one line each (empty: it passed)."""
     front = Front(cell.front)
     history = History()
     name = f"matrix:{cell}:{uuid.uuid4().hex[:8]}"
@@ -83,7 +82,7 @@ async def run_cell(rig: Rig, cell: Cell, *, healthy_may_fail: bool = False) -> l
         if cell.fault in _HEALTHY:
             problems += [f"a connection closed ({cell.fault}) made {op.what} fail on a healthy server: "
                          f"{type(op.error).__name__}: {op.error}" for op in history.ops
-                         if isinstance(op.error, fencelock.BackendError) and not healthy_may_fail]
+                         if isinstance(op.error, fencelock.BackendError)]
         elif not fired.is_set():
             targets = sorted(target_of(cell.request, rig.kind, cell.fault)[0])
             problems.append(f"the fault never fired: no {targets} request was seen; the proxies saw "

@@ -98,17 +98,9 @@ def test_redis(redis_rig: Rig, cell: Cell) -> None:
     _assert_cell(redis_rig, cell)
 
 
-def _known_gap(cell: Cell) -> bool:
-    """The Cluster's cells with a weaker promise, a known gap (docs/decisions/2026-12-02-handshake-close.md): on
-    redis.asyncio's Cluster client, which sets up its connections itself, a set-up the server cuts can fail the
-    request with a fencelock error. Those cells still check every invariant."""
-    return cell.front == "async" and cell.fault == "handshake"
-
-
 @pytest.mark.parametrize("cell", _cells("cluster"), ids=str)
 def test_cluster(cluster_rig: Rig, cell: Cell) -> None:
-    problems = _run(run_cell(cluster_rig, cell, healthy_may_fail=_known_gap(cell)))
-    assert not problems, f"{cluster_rig.kind} {cell}:\n  " + "\n  ".join(problems)
+    _assert_cell(cluster_rig, cell)
 
 
 @pytest.mark.parametrize("cell", [c for c in _cells("durable") if c.request in DURABLE_TARGETS | {"exit"}], ids=str)

@@ -31,7 +31,16 @@ from .._errors import BackendError, NotDurable
 from .._events import emit
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
-from .._redis.channel import PATIENCE, Confirmed, WaitRefused, goes_again, release_answer, resent
+from .._redis.channel import (
+    PATIENCE,
+    Confirmed,
+    WaitRefused,
+    closed_under,
+    goes_again,
+    release_answer,
+    resent,
+    set_up_failed,
+)
 from .._redis.durability import Durability, Unsupported
 from .._redis.eviction import eviction_risk
 from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
@@ -137,7 +146,10 @@ class AsyncRedisBackend:
             try:
                 return await run_script(self._client, lua, keys, args, name=name, where=self.shown)
             except BackendError as exc:  # a connection closed under it: again once, where that is safe
-                if not (isinstance(exc.__cause__, RedisConnectionError) and goes_again(lua)):
+                cause = exc.__cause__
+                if cause is not None and set_up_failed(cause):  # never sent: any script goes again
+                    return await run_script(self._client, lua, keys, args, name=name, where=self.shown)
+                if not (cause is not None and closed_under(cause) and goes_again(lua)):
                     raise
             return resent(lua, await run_script(self._client, lua, keys, args, name=name, where=self.shown))
         reply = await call_script(self._channel, lua, keys, args, wake)

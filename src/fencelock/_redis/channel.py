@@ -33,7 +33,7 @@ import threading
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, RedisClusterUnreachableError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._logic.outcomes import Released
@@ -130,6 +130,34 @@ def goes_again(lua: Any) -> bool:
     """A script whose connection closed under it may be sent once more: `RESENDABLE`, or a release (whose second
     reply is then read through `resent`)."""
     return lua.name in RESENDABLE or lua.name in RESENT_RELEASES
+
+
+_SETUP_FRAMES = frozenset({"connect", "connect_check_health", "on_connect", "on_connect_check_health"})
+
+
+def set_up_failed(exc: BaseException) -> bool:
+    """A redis-py `ConnectionError` raised while its connection was being set up (in its `connect`), before the
+    command was written: whatever the command, it never reached the server, so it may go again."""
+    if not isinstance(exc, RedisConnectionError) or isinstance(exc, RedisTimeoutError):
+        return False
+    frame = exc.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        if code.co_name in _SETUP_FRAMES and "redis" in code.co_filename:
+            return True
+        frame = frame.tb_next
+    return False
+
+
+def closed_under(exc: BaseException) -> bool:
+    """A redis-py Cluster client's error that means a connection was closed under the command (not a timeout):
+    a `ConnectionError`, or the layout refresh after one that found every node's new connection closed too."""
+    if isinstance(exc, RedisConnectionError):
+        return not isinstance(exc, RedisTimeoutError)
+    if isinstance(exc, RedisClusterUnreachableError):
+        cause = exc.__cause__ or exc.__context__
+        return cause is not None and closed_under(cause)
+    return False
 
 
 _RELEASE_ANSWERS = {1: Released.RELEASED, 0: Released.EXPIRED, -1: Released.TAKEN}
