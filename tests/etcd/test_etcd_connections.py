@@ -406,7 +406,8 @@ def test_a_forked_child_sends_on_connections_of_its_own(etcd_server: EtcdServer,
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         seen = locks.status(name)
-        assert seen.held and seen.fence == held.fence
+        assert seen.held
+        assert seen.fence == held.fence
         held.release()
     finally:
         locks.close()

@@ -286,6 +286,26 @@ def test_extending_past_the_lease_ttl_moves_the_key_to_a_longer_lease_and_keeps_
     assert keys_of(etcd_server, name) == []
 
 
+def test_extending_to_a_far_shorter_ttl_moves_the_key_to_a_short_lease_and_keeps_the_fence(
+        locks: fencelock.Locks, etcd_server: EtcdServer, name: str) -> None:
+    """A holder that stops renewing after extend(ttl=2) must not leave its key for the 20 s of its first lease."""
+    lease = locks.acquire(name, ttl=20.0)
+    [before] = keys_of(etcd_server, name)
+    lease.extend(ttl=2.0)
+    [after] = keys_of(etcd_server, name)
+    assert after["create_revision"] == before["create_revision"] == str(lease.fence)
+    assert lease_ttl(etcd_server, int(before["lease"])) == -1
+    assert 0 < lease_ttl(etcd_server, int(after["lease"])) <= 2
+    assert lease.remaining() <= 2.0
+    lease.extend(ttl=5.0)  # longer than the 2 s lease: it moves up again
+    [again] = keys_of(etcd_server, name)
+    assert 2 < lease_ttl(etcd_server, int(again["lease"])) <= 5
+    lease.extend(ttl=4.0)  # shorter, but within OVERHANG_MAX of it: the key stays on its lease
+    assert keys_of(etcd_server, name)[0]["lease"] == again["lease"]
+    lease.release()
+    assert keys_of(etcd_server, name) == []
+
+
 # ------------------------------------------------------------------------------------------------ operators
 
 

@@ -25,6 +25,7 @@ from .._etcd.rules import (
     keepalive_suffices,
     kvs,
     lease_seconds,
+    lease_too_long,
     lock_key,
     name_dir,
     name_of,
@@ -228,12 +229,18 @@ class EtcdBackend:
     # ------------------------------------------------------------------------------------------ extend
 
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
+        """`lease.extend(ttl=)`: keep our key on its lease, or move it to a lease of the new TTL, longer, or far
+        shorter (`lease_too_long`)."""
+        return self._extend(name, token, fence, ttl_ms, shrink=True)
+
+    def _extend(self, name: str, token: str, fence: int, ttl_ms: int, *, shrink: bool) -> bool:
+        """`shrink`: a caller's new TTL (a renewal only keeps the TTL the lease has: it never moves the key down)."""
         held = self._held.get(token)
         if held is None:
             return False
         if held.moving is not None and self._settle(name, token, fence, held) is None:
             return False
-        if not keepalive_suffices(held.seconds, ttl_ms):
+        if not keepalive_suffices(held.seconds, ttl_ms) or (shrink and lease_too_long(held.asked, ttl_ms)):
             return self._move(name, token, fence, ttl_ms, held)
         alive = self._alive(held.lease, name)
         ours = alive and self._ours(name, [(token, fence, held)]) == [True]
@@ -253,9 +260,9 @@ class EtcdBackend:
             self._revoke(held.lease, name)
 
     def _move(self, name: str, token: str, fence: int, ttl_ms: int, held: _Held) -> bool:
-        """Extend past the lease's own TTL: put our key on a new, longer lease (its create revision, the fence,
-        stays), then revoke the old lease. A move whose answer never came is settled by reading the key
-        (`_settle`): a lease our key may be on is never revoked."""
+        """Extend past the lease's own TTL, or far below it (`keepalive_suffices`): put our key on a new lease of the
+        new TTL (its create revision, the fence, stays), then revoke the old lease. A move whose answer never came is
+        settled by reading the key (`_settle`): a lease our key may be on is never revoked."""
         asked = lease_seconds(ttl_ms)
         lease, seconds = self._gateway.grant(asked, name)
         held.moving = (lease, seconds, asked)  # from the move's sending on, our key may be on it
@@ -315,7 +322,7 @@ class EtcdBackend:
                 plain.append(i)
             else:
                 try:
-                    results[i] = self.extend(name, token, fence, ms)
+                    results[i] = self._extend(name, token, fence, ms, shrink=False)
                 except BackendError:
                     pass
         for start in range(0, len(plain), RENEWAL_BATCH):

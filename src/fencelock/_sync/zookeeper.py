@@ -39,6 +39,7 @@ from .._zk.rules import (
     retry_after,
     root_path,
     session_timeout_ms,
+    session_too_long,
     ttl_fits,
 )
 from .._zk.session import CLIENT_ERRORS, SessionFault, ZKSession, stop
@@ -342,22 +343,24 @@ class ZooKeeperBackend:
                 del self._held[key]
 
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
-        """Restart the TTL of our node; past its session's timeout, move it first (`_move`). Raises ValueError
-        (nothing sent) for a TTL the server keeps no session for."""
+        """Restart the TTL of our node; past its session's timeout (or far below it), move it first (`_move`). Raises
+        ValueError (nothing sent) for a TTL the server keeps no session for."""
         self._forked()
         node = self._held.get((name, token))
-        if node is not None and not self._keeps(node, ttl_ms):
-            answer = self._move(name, token, node, ttl_ms)
+        if node is not None and not self._keeps(node, ttl_ms, shrink=True):
+            answer = self._move(name, token, node, ttl_ms, shrink=True)
         else:
             answer = (self.extend_many([(name, token, fence, ttl_ms)]))[0]
         if answer is None:
             raise BackendError(f"extend got no answer from {self.shown}", name=name)
         return answer
 
-    @staticmethod
-    def _keeps(node: Node, ms: int) -> bool:
-        """Whether a renewal of `node` may claim `ms` where it lives now (a move of unknown outcome: not yet)."""
-        return node.moving is None and ttl_fits(ms, node.session.negotiated_ms or 0)
+    def _keeps(self, node: Node, ms: int, *, shrink: bool = False) -> bool:
+        """Whether a renewal of `node` may claim `ms` where it lives now (a move of unknown outcome: not yet).
+        `shrink` (a caller's new TTL): and its session does not keep it far longer (`session_too_long`)."""
+        negotiated = node.session.negotiated_ms or 0
+        return node.moving is None and ttl_fits(ms, negotiated) and not (
+            shrink and session_too_long(ms, negotiated, self._server_min_ms))
 
     def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
         """Check that each lease's node still exists, and restart its TTL. Every request goes out before any
@@ -407,15 +410,15 @@ class ZooKeeperBackend:
                 del self._held[key]
         return answer
 
-    def _move(self, name: str, token: str, node: Node, ms: int) -> bool | None:
-        """Extend past the session the node lives in: re-create it, same name (its place in the queue) and same
-        fence, in the session for `ms`, deleting the old one in the same transaction. An ephemeral node cannot
-        change sessions, and its session's timeout bounds what a lease may claim. A move whose answer never came
-        (`node.moving`) is settled first: the node is looked up, and its session adopted."""
+    def _move(self, name: str, token: str, node: Node, ms: int, *, shrink: bool = False) -> bool | None:
+        """Extend past the session the node lives in (or far below it: `session_too_long`): re-create it, same name (its
+        place in the queue) and same fence, in the session for `ms`, deleting the old one in the same transaction. An
+        ephemeral node cannot change sessions, and its session's timeout bounds what a lease may claim. A move whose
+        answer never came (`node.moving`) is settled first: the node is looked up, and its session adopted."""
         key = (name, token)
         if node.moving is not None and not self._settle(name, key, node):
             return False
-        if self._keeps(node, ms):  # settled where it can keep `ms`: a plain renewal
+        if self._keeps(node, ms, shrink=shrink):  # settled where it can keep `ms`: a plain renewal
             return (self.extend_many([(name, token, node.fence, ms)]))[0]
         session = self._session_for(ms, name)  # a TTL no session keeps: ValueError, nothing sent
         if not session.connected:
