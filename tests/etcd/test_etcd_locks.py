@@ -381,3 +381,29 @@ def test_waits_count_on_the_clock_the_client_was_given(etcd_server: EtcdServer, 
     finally:
         waiter.close()
         holder.close()
+
+
+def test_asyncio_a_waiter_cancelled_while_it_watches_leaves_the_queue_at_once(etcd: EtcdDeployment,
+                                                                              name: str) -> None:
+    """A cancelled waiter's watch ends with the cancellation: its key leaves the queue then, not when the watch's
+    block (up to `BLOCK_CAP`) would have ended, and a release meanwhile never grants it the lock."""
+
+    async def main() -> None:
+        holder, waiter = etcd.aconnect(), etcd.aconnect()
+        try:
+            held = await holder.acquire(name, ttl=30.0, wait=0)
+            task = asyncio.ensure_future(waiter.acquire(name, ttl=30.0, wait=30.0))
+            await asyncio.to_thread(until, lambda: etcd.queued(name) == 1, 5.0, "the waiter queued")
+            await asyncio.sleep(0.05)  # watching its predecessor
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.to_thread(until, lambda: etcd.queued(name) == 0, slack(1.0), "the waiter's key left")
+            assert etcd.holder(name) == held.token
+            await held.release()
+        finally:
+            await waiter.aclose()
+            await holder.aclose()
+
+    assert slack(1.0) < BLOCK_CAP - 0.2  # else this test could not tell a cancelled watch from one that timed out
+    asyncio.run(main())

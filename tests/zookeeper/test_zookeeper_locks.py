@@ -370,3 +370,30 @@ def test_waits_and_held_ttls_count_on_the_clock_the_client_was_given(zk: ZooKeep
     finally:
         client.close()
         holder.close()
+
+
+def test_asyncio_a_waiter_cancelled_while_it_watches_leaves_the_queue_at_once(zk: ZooKeeperDeployment,
+                                                                              name: str) -> None:
+    """A cancelled waiter stops waiting for its predecessor's watch with the cancellation: its node leaves the queue
+    then, not when the wait (up to `BLOCK_CAP`) would have ended."""
+    from fencelock._async.zookeeper import BLOCK_CAP
+
+    async def main() -> None:
+        holder, waiter = zk.aconnect(), zk.aconnect()
+        try:
+            held = await holder.acquire(name, ttl=30.0, wait=0)
+            task = asyncio.ensure_future(waiter.acquire(name, ttl=30.0, wait=30.0))
+            await asyncio.to_thread(until, lambda: zk.queued(name) == 1, 5.0, "the waiter queued")
+            await asyncio.sleep(0.05)  # watching its predecessor
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.to_thread(until, lambda: zk.queued(name) == 0, slack(1.0), "the cancelled waiter's node left")
+            assert zk.holder(name) == held.token
+            await held.release()
+        finally:
+            await waiter.aclose()
+            await holder.aclose()
+
+    assert slack(1.0) < BLOCK_CAP - 0.2  # else this test could not tell a cancelled wait from one that timed out
+    asyncio.run(main())

@@ -40,7 +40,7 @@ from .._events import emit
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
 from .._logic.timing import Clock, Deadline, lease_clock
-from ._concurrency import in_background
+from ._concurrency import in_background, unless_given_up
 from .etcd_gateway import AsyncGateway
 
 SPARE_LEASES = 16
@@ -122,8 +122,10 @@ class AsyncEtcdBackend:
                 state = verdict(mine, value, owner)
                 if state is not Verdict.WAITING or before is None:
                     break
-            if not await self._gateway.watch_delete(before.key, revision + 1, deadline.remaining(self._clock())):
-                break  # the wait ended with our predecessor still there: not granted, nothing to look at
+            woke = await unless_given_up(self._gateway.watch_delete(before.key, revision + 1,
+                                                                    deadline.remaining(self._clock())))
+            if not woke:
+                break  # the wait ended with our predecessor still there (or our caller gave up): not granted
             # After a wake-up, look again, our own key first: it may have gone with our lease meanwhile.
             mine, owner, before, revision = await self._look(name, held)
             state = verdict(mine, value, owner)

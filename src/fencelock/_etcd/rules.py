@@ -26,7 +26,7 @@ MAX_TXN_OPS = 128
 
 BLOCK_CAP = 2.0
 """Seconds one watch may last before the waiter refreshes its lease and looks again. It bounds how late a waiter
-notices a stopped server, and how long a cancelled asyncio waiter's key outlives its cancellation."""
+notices a stopped server. (A cancelled asyncio waiter's watch ends with the cancellation: `unless_given_up`.)"""
 
 SCAN_PAGE = 500
 """Keys per range request when listing locks (never one unbounded range)."""

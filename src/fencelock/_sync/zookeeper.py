@@ -44,6 +44,7 @@ from .._zk.rules import (
 )
 from .._zk.session import CLIENT_ERRORS, SessionFault, ZKSession, stop
 from .._zk.url import ZooKeeperTarget
+from ._concurrency import unless_given_up
 from ._kazoo import Wakeup, thread_result, wait_thread_event
 from ._threads import blocking
 
@@ -212,8 +213,8 @@ class ZooKeeperBackend:
             wakeup = Wakeup()
             watched = self._czxid(session, f"{directory}/{child_name(before)}", name,
                                         watch=lambda _event, w=wakeup: w.set())
-            if watched is not None:
-                wakeup.wait(deadline.remaining(now))
+            if watched is not None and unless_given_up(wakeup.wait(deadline.remaining(now))) is None:
+                return Attempt(False, 0, None)  # our caller gave up (cancelled): its undo takes our node out
 
     def _join(self, session: ZKSession, directory: str, key: tuple[str, str], ttl_ms: int) -> Node:
         """Our node in the queue: the one an earlier create of this token made, else a new one."""
