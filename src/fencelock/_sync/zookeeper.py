@@ -54,6 +54,10 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise MissingExtra("zookeeper:// URLs need kazoo, which the zookeeper extra installs: "
                        "pip install 'fencelock[zookeeper]'") from exc
 
+SCAN_BATCH = 1000
+"""Lock names whose queues `list()` asks for at once (one round trip for many idle names, never an unbounded
+burst of requests)."""
+
 BLOCK_CAP = 2.0
 """Seconds a waiter waits for its predecessor's watch before it looks at the queue again. Watches are reliable
 on a live session; this only bounds the wait after one was dropped with a connection."""
@@ -489,14 +493,27 @@ class ZooKeeperBackend:
         return None if found is None else decode_number(found[0])
 
     def scan(self, pattern: str) -> list[LockStatus]:
+        """Every held lock whose name matches: the queues of `SCAN_BATCH` names are listed at once (kazoo pipelines
+        the requests on the session's connection), then each non-empty one is read as `status` reads it."""
         session = self._some_session(None)
         names = sorted(decode_name(child) for child in self._children(session, self._root, None))
+        matching = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+        busy = []
+        for start in range(0, len(matching), SCAN_BATCH):
+            batch = matching[start:start + SCAN_BATCH]
+            listings = [session.client.get_children_async(lock_path(self._root, name)) for name in batch]
+            for name, listing in zip(batch, listings, strict=True):
+                try:
+                    children = self._call(session, listing, name, "listing")
+                except NoNodeError:
+                    continue
+                if queue(children):
+                    busy.append(name)
         found = []
-        for name in names:
-            if fnmatch.fnmatchcase(name, pattern):
-                status = self.status(name)
-                if status.held:
-                    found.append(status)
+        for name in busy:
+            status = self.status(name)
+            if status.held:
+                found.append(status)
         return found
 
     def force_release(self, name: str) -> LockStatus:
