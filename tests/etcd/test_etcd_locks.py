@@ -407,3 +407,29 @@ def test_asyncio_a_waiter_cancelled_while_it_watches_leaves_the_queue_at_once(et
 
     assert slack(1.0) < BLOCK_CAP - 0.2  # else this test could not tell a cancelled watch from one that timed out
     asyncio.run(main())
+
+
+def test_asyncio_an_extend_queued_behind_another_never_goes_out_after_the_release_started(
+        etcd: EtcdDeployment, name: str) -> None:
+    """extend(), release(), extend() at once: the second extend waits for the first, then finds the lease being
+    released. It must say so, not send its extend, find the key gone and report the lease lost ("gone, or taken by
+    another holder") while its own holder released it."""
+
+    async def main() -> None:
+        locks = etcd.aconnect()
+        lost: list[str] = []
+        try:
+            for i in range(3):
+                lease = await locks.acquire(f"{name}:{i}", ttl=5.0, wait=0, on_lost=lambda gone: lost.append(gone.name))
+                first, released, second = await asyncio.gather(lease.extend(), lease.release(), lease.extend(),
+                                                               return_exceptions=True)
+                assert first is None
+                assert released is None
+                assert isinstance(second, fencelock.LockLost)
+                assert "released" in str(second)
+                assert etcd.holder(f"{name}:{i}") is None
+        finally:
+            await locks.aclose()
+        assert lost == []
+
+    asyncio.run(main())
