@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 import pytest
@@ -382,3 +383,32 @@ def test_a_server_version_that_may_revoke_live_leases_is_warned_about_once_per_c
     assert f"{name}:0" in message
     time.sleep(0.2)
     assert len(warnings()) == 2  # once per client
+
+
+def test_a_forked_child_sends_on_connections_of_its_own(etcd_server: EtcdServer, name: str) -> None:
+    """A client used on both sides of fork(): the child's requests never go out on its parent's pooled sockets.
+    Here the child leaves a waiter's watch open on the socket it used and exits; the parent's next request on its
+    pool must be answered as its own (it read the child's watch stream, and timed out, when the pool was shared)."""
+    holder = fencelock.connect(etcd_server.url)
+    locks = fencelock.connect(etcd_server.url)
+    try:
+        held = holder.acquire(name, ttl=10.0, wait=0)
+        assert locks.status(name).held  # the parent's pool now keeps one idle connection
+        with warnings.catch_warnings():  # Python 3.12 warns about forking a process that has threads
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            try:
+                threading.Thread(target=lambda: locks.acquire(name, ttl=2.0, wait=5.0), daemon=True).start()
+                time.sleep(0.5)  # queued behind the holder, watching its key
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        seen = locks.status(name)
+        assert seen.held
+        assert seen.fence == held.fence
+        held.release()
+    finally:
+        locks.close()
+        holder.close()

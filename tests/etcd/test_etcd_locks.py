@@ -286,6 +286,26 @@ def test_extending_past_the_lease_ttl_moves_the_key_to_a_longer_lease_and_keeps_
     assert keys_of(etcd_server, name) == []
 
 
+def test_extending_to_a_far_shorter_ttl_moves_the_key_to_a_short_lease_and_keeps_the_fence(
+        locks: fencelock.Locks, etcd_server: EtcdServer, name: str) -> None:
+    """A holder that stops renewing after extend(ttl=2) must not leave its key for the 20 s of its first lease."""
+    lease = locks.acquire(name, ttl=20.0)
+    [before] = keys_of(etcd_server, name)
+    lease.extend(ttl=2.0)
+    [after] = keys_of(etcd_server, name)
+    assert after["create_revision"] == before["create_revision"] == str(lease.fence)
+    assert lease_ttl(etcd_server, int(before["lease"])) == -1
+    assert 0 < lease_ttl(etcd_server, int(after["lease"])) <= 2
+    assert lease.remaining() <= 2.0
+    lease.extend(ttl=5.0)  # longer than the 2 s lease: it moves up again
+    [again] = keys_of(etcd_server, name)
+    assert 2 < lease_ttl(etcd_server, int(again["lease"])) <= 5
+    lease.extend(ttl=4.0)  # shorter, but within OVERHANG_MAX of it: the key stays on its lease
+    assert keys_of(etcd_server, name)[0]["lease"] == again["lease"]
+    lease.release()
+    assert keys_of(etcd_server, name) == []
+
+
 # ------------------------------------------------------------------------------------------------ operators
 
 
@@ -361,3 +381,55 @@ def test_waits_count_on_the_clock_the_client_was_given(etcd_server: EtcdServer, 
     finally:
         waiter.close()
         holder.close()
+
+
+def test_asyncio_a_waiter_cancelled_while_it_watches_leaves_the_queue_at_once(etcd: EtcdDeployment,
+                                                                              name: str) -> None:
+    """A cancelled waiter's watch ends with the cancellation: its key leaves the queue then, not when the watch's
+    block (up to `BLOCK_CAP`) would have ended, and a release meanwhile never grants it the lock."""
+
+    async def main() -> None:
+        holder, waiter = etcd.aconnect(), etcd.aconnect()
+        try:
+            held = await holder.acquire(name, ttl=30.0, wait=0)
+            task = asyncio.ensure_future(waiter.acquire(name, ttl=30.0, wait=30.0))
+            await asyncio.to_thread(until, lambda: etcd.queued(name) == 1, 5.0, "the waiter queued")
+            await asyncio.sleep(0.05)  # watching its predecessor
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.to_thread(until, lambda: etcd.queued(name) == 0, slack(1.0), "the waiter's key left")
+            assert etcd.holder(name) == held.token
+            await held.release()
+        finally:
+            await waiter.aclose()
+            await holder.aclose()
+
+    assert slack(1.0) < BLOCK_CAP - 0.2  # else this test could not tell a cancelled watch from one that timed out
+    asyncio.run(main())
+
+
+def test_asyncio_an_extend_queued_behind_another_never_goes_out_after_the_release_started(
+        etcd: EtcdDeployment, name: str) -> None:
+    """extend(), release(), extend() at once: the second extend waits for the first, then finds the lease being
+    released. It must say so, not send its extend, find the key gone and report the lease lost ("gone, or taken by
+    another holder") while its own holder released it."""
+
+    async def main() -> None:
+        locks = etcd.aconnect()
+        lost: list[str] = []
+        try:
+            for i in range(3):
+                lease = await locks.acquire(f"{name}:{i}", ttl=5.0, wait=0, on_lost=lambda gone: lost.append(gone.name))
+                first, released, second = await asyncio.gather(lease.extend(), lease.release(), lease.extend(),
+                                                               return_exceptions=True)
+                assert first is None
+                assert released is None
+                assert isinstance(second, fencelock.LockLost)
+                assert "released" in str(second)
+                assert etcd.holder(f"{name}:{i}") is None
+        finally:
+            await locks.aclose()
+        assert lost == []
+
+    asyncio.run(main())

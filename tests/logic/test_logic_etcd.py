@@ -13,6 +13,7 @@ from fencelock._etcd.rules import (
     granted,
     keepalive_suffices,
     lease_seconds,
+    lease_too_long,
     lock_key,
     name_dir,
     name_of,
@@ -102,6 +103,13 @@ def test_a_keepalive_suffices_only_when_the_lease_is_long_enough() -> None:
     assert keepalive_suffices(2, 500)      # the server's minimum gave more than asked
     assert keepalive_suffices(30, 30_000)
     assert not keepalive_suffices(30, 30_001)  # a longer TTL needs a new lease
+
+
+def test_an_extend_moves_down_only_from_a_lease_far_longer_than_the_new_ttl() -> None:
+    assert not lease_too_long(8, 2_000)   # within OVERHANG_MAX: the key stays on its lease
+    assert lease_too_long(9, 2_000)       # a holder that stops would block the lock 4.5 x its TTL
+    assert lease_too_long(20, 2_000)
+    assert not lease_too_long(1, 100)     # asked 1 s (the server may have raised it to its minimum)
 
 
 @given(st.text(min_size=1, max_size=50))

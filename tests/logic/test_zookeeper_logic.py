@@ -27,6 +27,7 @@ from fencelock._zk.rules import (
     renewal_answer,
     retry_after,
     session_timeout_ms,
+    session_too_long,
     ttl_fits,
 )
 from fencelock._zk.url import DEFAULT_PORT, DEFAULT_TIMEOUT, parse_zookeeper_url
@@ -105,6 +106,12 @@ def test_ttls_below_the_servers_minimum_share_its_session() -> None:
 def test_bad_ttl_for_a_session_is_refused() -> None:
     with pytest.raises(ValueError, match="ttl_ms"):
         session_timeout_ms(0)
+
+
+def test_an_extend_moves_a_node_down_only_from_a_session_far_longer_than_the_new_ttls() -> None:
+    assert not session_too_long(2_000, 5_793, None)   # under OVERHANG_MAX x the 2 s TTL's own session (2048 ms)
+    assert session_too_long(2_000, 23_171, None)      # a dead holder would block the lock ten times its TTL
+    assert not session_too_long(1_000, 4_000, 4_000)  # the server's minimum: every short TTL shares that session
 
 
 def test_a_ttl_fits_only_a_session_at_least_as_long() -> None:

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 import fencelock
+from fencelock.testing.proxy import Proxy
 from fencelock.testing.timing import slack
-from fencelock.testing.zookeeper import ZooKeeperDeployment, four_letter_word
+from fencelock.testing.zookeeper import ZooKeeperDeployment, ZooKeeperServer, four_letter_word
 from tests.conftest import until
 
 
@@ -370,3 +371,63 @@ def test_waits_and_held_ttls_count_on_the_clock_the_client_was_given(zk: ZooKeep
     finally:
         client.close()
         holder.close()
+
+
+def test_asyncio_a_waiter_cancelled_while_it_watches_leaves_the_queue_at_once(zk: ZooKeeperDeployment,
+                                                                              name: str) -> None:
+    """A cancelled waiter stops waiting for its predecessor's watch with the cancellation: its node leaves the queue
+    then, not when the wait (up to `BLOCK_CAP`) would have ended."""
+    from fencelock._async.zookeeper import BLOCK_CAP
+
+    async def main() -> None:
+        holder, waiter = zk.aconnect(), zk.aconnect()
+        try:
+            held = await holder.acquire(name, ttl=30.0, wait=0)
+            task = asyncio.ensure_future(waiter.acquire(name, ttl=30.0, wait=30.0))
+            await asyncio.to_thread(until, lambda: zk.queued(name) == 1, 5.0, "the waiter queued")
+            await asyncio.sleep(0.05)  # watching its predecessor
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.to_thread(until, lambda: zk.queued(name) == 0, slack(1.0), "the cancelled waiter's node left")
+            assert zk.holder(name) == held.token
+            await held.release()
+        finally:
+            await waiter.aclose()
+            await holder.aclose()
+
+    assert slack(1.0) < BLOCK_CAP - 0.2  # else this test could not tell a cancelled wait from one that timed out
+    asyncio.run(main())
+
+
+def test_list_asks_for_every_idle_names_queue_at_once(zookeeper_server: ZooKeeperServer, zk: ZooKeeperDeployment,
+                                                      name: str) -> None:
+    """list() over many names that were locked once and are free now costs a few round trips, not one per name:
+    through a link that delays every byte by 50 ms, 200 idle names took 200 listings in a row (10 s or more)."""
+
+    async def fill() -> None:
+        locks = zk.aconnect()
+        try:
+            for i in range(0, 200, 50):
+                leases = await asyncio.gather(*(locks.acquire(f"{name}:{j:03d}", ttl=5.0, wait=0)
+                                                for j in range(i, i + 50)))
+                await asyncio.gather(*(lease.release() for lease in leases))
+        finally:
+            await locks.aclose()
+
+    asyncio.run(fill())
+    holder = zk.connect()
+    with Proxy("127.0.0.1", zookeeper_server.port, delay=0.05) as proxy:
+        operator = fencelock.connect(f"zookeeper://127.0.0.1:{proxy.port}{zk.chroot}")
+        try:
+            held = holder.acquire(f"{name}:held", ttl=60.0, wait=0)
+            operator.status(f"{name}:000")  # the session is open
+            started = time.monotonic()
+            found = operator.list(f"{name}*")
+            took = time.monotonic() - started
+            held.release()
+        finally:
+            operator.close()
+            holder.close()
+    assert [(status.name, status.fence) for status in found] == [(f"{name}:held", held.fence)]
+    assert took < slack(2.0)

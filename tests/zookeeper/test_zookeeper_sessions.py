@@ -6,6 +6,8 @@ session for a TTL at all. Checked on real servers, by independent kazoo clients.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ import pytest
 import fencelock
 from fencelock._zk.rules import decode_lease
 from fencelock.testing.proxy import Proxy
+from fencelock.testing.timing import slack
 from fencelock.testing.zookeeper import ZooKeeperDeployment, ZooKeeperServer
 from tests.conftest import _require_zookeeper, until
 
@@ -157,6 +160,33 @@ def test_extend_shorter_then_longer_within_the_session_keeps_the_node_where_it_i
         assert _session_of(locks, lease) is session
         assert _owner(zk, name)[0] == owner
         assert lease.ttl == 5.5
+        lease.release()
+    finally:
+        locks.close()
+
+
+_SHRINK_THEN_DIE = """
+import os, signal, sys, fencelock
+lease = fencelock.connect(sys.argv[1]).acquire(sys.argv[2], ttl=20.0, wait=0)
+lease.extend(ttl=2.0)
+print(lease.fence, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_holder_that_dies_after_extending_to_a_far_shorter_ttl_frees_the_lock_after_about_that_ttl(
+        zk: ZooKeeperDeployment, name: str) -> None:
+    """extend(ttl=2) on a lease acquired for 20 s moves the node to the 2 s TTL's session: killed, the holder
+    leaves its node for about 2 s, not for its first session's 23 s."""
+    done = subprocess.run([sys.executable, "-c", _SHRINK_THEN_DIE, zk.target, name], capture_output=True,
+                          text=True, timeout=60)
+    fence = int(done.stdout.split()[0])
+    died = time.monotonic()
+    locks = zk.connect()
+    try:
+        lease = locks.acquire(name, ttl=2.0, wait=slack(10.0))
+        assert time.monotonic() - died < slack(5.0)
+        assert lease.fence > fence
         lease.release()
     finally:
         locks.close()

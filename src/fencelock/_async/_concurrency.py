@@ -72,14 +72,48 @@ def in_background(work: Callable[[], Awaitable[object]], *, ours: bool = False) 
     _keep(_on_behalf(task) if ours else task)
 
 
-_given_up: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("fencelock_given_up", default=None)
-"""In a request `undo_if_interrupted` runs: [True] once its caller was cancelled."""
+class _Caller:
+    """The caller of a request `undo_if_interrupted` runs: whether it was cancelled, and an event set then."""
+
+    __slots__ = ("cancelled", "gone")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self.gone = asyncio.Event()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.gone.set()
+
+
+_given_up: contextvars.ContextVar[_Caller | None] = contextvars.ContextVar("fencelock_given_up", default=None)
+"""In a request `undo_if_interrupted` runs: its caller."""
 
 
 def given_up() -> bool:
     """The caller this request runs for was cancelled: what it has not written yet is never sent."""
-    flag = _given_up.get()
-    return flag is not None and flag[0]
+    caller = _given_up.get()
+    return caller is not None and caller.cancelled
+
+
+async def unless_given_up(wait: Awaitable[T]) -> T | None:
+    """Await `wait`, a wait that sends nothing (a watch, a wake-up); None, at once, if the caller this request runs
+    for is cancelled meanwhile (the wait is cancelled): a cancelled waiter stops waiting, and its undo follows."""
+    caller = _given_up.get()
+    task = asyncio.ensure_future(wait)
+    if caller is None:
+        return await task
+    stop = asyncio.ensure_future(caller.gone.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})  # (its own clean-up: a watch's stream is closed)
+    if task.cancelled():
+        return None
+    return task.result()
 
 
 async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callable[[], Awaitable[object]]) -> T:
@@ -89,17 +123,17 @@ async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callabl
     delete before the server runs the acquire. So the request runs to its end in the background, and `undo`
     (delete the key with our token) follows it, in that order. What it has not written by then is not sent.
     """
-    flag = [False]
+    caller = _Caller()
 
     async def marked() -> T:
-        _given_up.set(flag)  # (this task's own context, and that of the tasks it starts)
+        _given_up.set(caller)  # (this task's own context, and that of the tasks it starts)
         return await request()
 
     task = _on_behalf(asyncio.ensure_future(marked()))
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        flag[0] = True
+        caller.cancel()
         _keep(_on_behalf(asyncio.ensure_future(_undo_after(task, undo))))  # after the request's own requests
         raise
 

@@ -24,6 +24,7 @@ from .._etcd.rules import (
     keepalive_suffices,
     kvs,
     lease_seconds,
+    lease_too_long,
     lock_key,
     name_dir,
     name_of,
@@ -39,7 +40,7 @@ from .._events import emit
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
 from .._logic.timing import Clock, Deadline, lease_clock
-from ._concurrency import in_background
+from ._concurrency import in_background, unless_given_up
 from .etcd_gateway import AsyncGateway
 
 SPARE_LEASES = 16
@@ -121,8 +122,10 @@ class AsyncEtcdBackend:
                 state = verdict(mine, value, owner)
                 if state is not Verdict.WAITING or before is None:
                     break
-            if not await self._gateway.watch_delete(before.key, revision + 1, deadline.remaining(self._clock())):
-                break  # the wait ended with our predecessor still there: not granted, nothing to look at
+            woke = await unless_given_up(self._gateway.watch_delete(before.key, revision + 1,
+                                                                    deadline.remaining(self._clock())))
+            if not woke:
+                break  # the wait ended with our predecessor still there (or our caller gave up): not granted
             # After a wake-up, look again, our own key first: it may have gone with our lease meanwhile.
             mine, owner, before, revision = await self._look(name, held)
             state = verdict(mine, value, owner)
@@ -227,12 +230,18 @@ class AsyncEtcdBackend:
     # ------------------------------------------------------------------------------------------ extend
 
     async def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
+        """`lease.extend(ttl=)`: keep our key on its lease, or move it to a lease of the new TTL, longer, or far
+        shorter (`lease_too_long`)."""
+        return await self._extend(name, token, fence, ttl_ms, shrink=True)
+
+    async def _extend(self, name: str, token: str, fence: int, ttl_ms: int, *, shrink: bool) -> bool:
+        """`shrink`: a caller's new TTL (a renewal only keeps the TTL the lease has: it never moves the key down)."""
         held = self._held.get(token)
         if held is None:
             return False
         if held.moving is not None and await self._settle(name, token, fence, held) is None:
             return False
-        if not keepalive_suffices(held.seconds, ttl_ms):
+        if not keepalive_suffices(held.seconds, ttl_ms) or (shrink and lease_too_long(held.asked, ttl_ms)):
             return await self._move(name, token, fence, ttl_ms, held)
         alive = await self._alive(held.lease, name)
         ours = alive and await self._ours(name, [(token, fence, held)]) == [True]
@@ -252,9 +261,9 @@ class AsyncEtcdBackend:
             await self._revoke(held.lease, name)
 
     async def _move(self, name: str, token: str, fence: int, ttl_ms: int, held: _Held) -> bool:
-        """Extend past the lease's own TTL: put our key on a new, longer lease (its create revision, the fence,
-        stays), then revoke the old lease. A move whose answer never came is settled by reading the key
-        (`_settle`): a lease our key may be on is never revoked."""
+        """Extend past the lease's own TTL, or far below it (`keepalive_suffices`): put our key on a new lease of the
+        new TTL (its create revision, the fence, stays), then revoke the old lease. A move whose answer never came is
+        settled by reading the key (`_settle`): a lease our key may be on is never revoked."""
         asked = lease_seconds(ttl_ms)
         lease, seconds = await self._gateway.grant(asked, name)
         held.moving = (lease, seconds, asked)  # from the move's sending on, our key may be on it
@@ -314,7 +323,7 @@ class AsyncEtcdBackend:
                 plain.append(i)
             else:
                 try:
-                    results[i] = await self.extend(name, token, fence, ms)
+                    results[i] = await self._extend(name, token, fence, ms, shrink=False)
                 except BackendError:
                     pass
         for start in range(0, len(plain), RENEWAL_BATCH):

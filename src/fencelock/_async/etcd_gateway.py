@@ -7,6 +7,7 @@ client of our own, over httpx: docs/design/etcd.md.
 from __future__ import annotations
 
 import json
+import os
 import ssl
 from typing import Any
 
@@ -74,12 +75,9 @@ class AsyncGateway:
     """HTTP requests to the members' JSON gateways: failover between endpoints, auth, and the error boundary."""
 
     def __init__(self, target: EtcdTarget) -> None:
-        verify: ssl.SSLContext | bool = tls_context(target) if target.tls else True
-        # One connection per watching waiter: no pool limit that would make waiters queue for a connection.
-        self._transport = httpx.AsyncHTTPTransport(
-            verify=verify, limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(target.timeout), transport=self._transport,
-                                       trust_env=False)
+        self._verify: ssl.SSLContext | bool = tls_context(target) if target.tls else True
+        self._transport, self._http = self._connections(target)
+        self._pid = os.getpid()
         self._closed = False
         self.keepalive_requests = 0
         self._target = target
@@ -87,6 +85,22 @@ class AsyncGateway:
         self._current = 0
         self._auth: str | None = None  # the token /v3/auth/authenticate gave (never shown)
         self.shown = "etcd at " + ",".join(endpoint.split("://", 1)[1] for endpoint in target.endpoints)
+
+    def _connections(self, target: EtcdTarget) -> tuple[httpx.AsyncHTTPTransport, httpx.AsyncClient]:
+        # One connection per watching waiter: no pool limit that would make waiters queue for a connection.
+        transport = httpx.AsyncHTTPTransport(
+            verify=self._verify, limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+        return transport, httpx.AsyncClient(timeout=httpx.Timeout(target.timeout), transport=transport,
+                                            trust_env=False)
+
+    def _client(self) -> httpx.AsyncClient:
+        """The connection pool of this process. A forked child gets a pool of its own: the sockets it inherited
+        are its parent's, and two processes writing and reading one socket get each other's answers. They are
+        left alone, never closed from here (a close could end the parent's TLS session)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._transport, self._http = self._connections(self._target)
+        return self._http
 
     @property
     def endpoints(self) -> int:
@@ -121,7 +135,7 @@ class AsyncGateway:
         for tried in range(len(self._endpoints)):
             endpoint = self._endpoints[self._current]
             try:
-                return await self._http.post(endpoint + path, content=content, headers=self._headers(),
+                return await self._client().post(endpoint + path, content=content, headers=self._headers(),
                                              timeout=limit)
             except RuntimeError as exc:  # httpx: the client has been closed
                 raise self._failed(exc, what, name) from exc
@@ -274,7 +288,7 @@ class AsyncGateway:
         error leaves this call)."""
         response: httpx.Response | None = None
         try:
-            response = await self._http.get(self._endpoints[self._current] + "/version")
+            response = await self._client().get(self._endpoints[self._current] + "/version")
             data = response.json()
             return str(data["etcdserver"]) if isinstance(data, dict) and data.get("etcdserver") else None
         except (httpx.HTTPError, httpx.StreamError, ValueError, RuntimeError):
@@ -294,7 +308,7 @@ class AsyncGateway:
         timeout = httpx.Timeout(self._target.timeout, read=max(wait, 0.001))
         opened: httpx.Response | None = None
         try:
-            async with self._http.stream("POST", endpoint + "/v3/watch", content=json.dumps(request).encode(),
+            async with self._client().stream("POST", endpoint + "/v3/watch", content=json.dumps(request).encode(),
                                          headers=self._headers(), timeout=timeout) as response:
                 opened = response
                 if response.status_code != 200:
@@ -323,4 +337,4 @@ class AsyncGateway:
 
     async def aclose(self) -> None:
         self._closed = True
-        await self._http.aclose()
+        await self._client().aclose()  # (a forked child's own pool: its parent's sockets are not its to close)

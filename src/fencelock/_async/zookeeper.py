@@ -38,10 +38,12 @@ from .._zk.rules import (
     retry_after,
     root_path,
     session_timeout_ms,
+    session_too_long,
     ttl_fits,
 )
 from .._zk.session import CLIENT_ERRORS, SessionFault, ZKSession, stop
 from .._zk.url import ZooKeeperTarget
+from ._concurrency import unless_given_up
 from ._kazoo import Wakeup, thread_result, wait_thread_event
 from ._threads import blocking
 
@@ -50,6 +52,10 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise MissingExtra("zookeeper:// URLs need kazoo, which the zookeeper extra installs: "
                        "pip install 'fencelock[zookeeper]'") from exc
+
+SCAN_BATCH = 1000
+"""Lock names whose queues `list()` asks for at once (one round trip for many idle names, never an unbounded
+burst of requests)."""
 
 BLOCK_CAP = 2.0
 """Seconds a waiter waits for its predecessor's watch before it looks at the queue again. Watches are reliable
@@ -210,8 +216,8 @@ class AsyncZooKeeperBackend:
             wakeup = Wakeup()
             watched = await self._czxid(session, f"{directory}/{child_name(before)}", name,
                                         watch=lambda _event, w=wakeup: w.set())
-            if watched is not None:
-                await wakeup.wait(deadline.remaining(now))
+            if watched is not None and await unless_given_up(wakeup.wait(deadline.remaining(now))) is None:
+                return Attempt(False, 0, None)  # our caller gave up (cancelled): its undo takes our node out
 
     async def _join(self, session: ZKSession, directory: str, key: tuple[str, str], ttl_ms: int) -> Node:
         """Our node in the queue: the one an earlier create of this token made, else a new one."""
@@ -341,22 +347,24 @@ class AsyncZooKeeperBackend:
                 del self._held[key]
 
     async def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
-        """Restart the TTL of our node; past its session's timeout, move it first (`_move`). Raises ValueError
-        (nothing sent) for a TTL the server keeps no session for."""
+        """Restart the TTL of our node; past its session's timeout (or far below it), move it first (`_move`). Raises
+        ValueError (nothing sent) for a TTL the server keeps no session for."""
         self._forked()
         node = self._held.get((name, token))
-        if node is not None and not self._keeps(node, ttl_ms):
-            answer = await self._move(name, token, node, ttl_ms)
+        if node is not None and not self._keeps(node, ttl_ms, shrink=True):
+            answer = await self._move(name, token, node, ttl_ms, shrink=True)
         else:
             answer = (await self.extend_many([(name, token, fence, ttl_ms)]))[0]
         if answer is None:
             raise BackendError(f"extend got no answer from {self.shown}", name=name)
         return answer
 
-    @staticmethod
-    def _keeps(node: Node, ms: int) -> bool:
-        """Whether a renewal of `node` may claim `ms` where it lives now (a move of unknown outcome: not yet)."""
-        return node.moving is None and ttl_fits(ms, node.session.negotiated_ms or 0)
+    def _keeps(self, node: Node, ms: int, *, shrink: bool = False) -> bool:
+        """Whether a renewal of `node` may claim `ms` where it lives now (a move of unknown outcome: not yet).
+        `shrink` (a caller's new TTL): and its session does not keep it far longer (`session_too_long`)."""
+        negotiated = node.session.negotiated_ms or 0
+        return node.moving is None and ttl_fits(ms, negotiated) and not (
+            shrink and session_too_long(ms, negotiated, self._server_min_ms))
 
     async def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
         """Check that each lease's node still exists, and restart its TTL. Every request goes out before any
@@ -406,15 +414,15 @@ class AsyncZooKeeperBackend:
                 del self._held[key]
         return answer
 
-    async def _move(self, name: str, token: str, node: Node, ms: int) -> bool | None:
-        """Extend past the session the node lives in: re-create it, same name (its place in the queue) and same
-        fence, in the session for `ms`, deleting the old one in the same transaction. An ephemeral node cannot
-        change sessions, and its session's timeout bounds what a lease may claim. A move whose answer never came
-        (`node.moving`) is settled first: the node is looked up, and its session adopted."""
+    async def _move(self, name: str, token: str, node: Node, ms: int, *, shrink: bool = False) -> bool | None:
+        """Extend past the session the node lives in (or far below it: `session_too_long`): re-create it, same name (its
+        place in the queue) and same fence, in the session for `ms`, deleting the old one in the same transaction. An
+        ephemeral node cannot change sessions, and its session's timeout bounds what a lease may claim. A move whose
+        answer never came (`node.moving`) is settled first: the node is looked up, and its session adopted."""
         key = (name, token)
         if node.moving is not None and not await self._settle(name, key, node):
             return False
-        if self._keeps(node, ms):  # settled where it can keep `ms`: a plain renewal
+        if self._keeps(node, ms, shrink=shrink):  # settled where it can keep `ms`: a plain renewal
             return (await self.extend_many([(name, token, node.fence, ms)]))[0]
         session = await self._session_for(ms, name)  # a TTL no session keeps: ValueError, nothing sent
         if not session.connected:
@@ -484,14 +492,27 @@ class AsyncZooKeeperBackend:
         return None if found is None else decode_number(found[0])
 
     async def scan(self, pattern: str) -> list[LockStatus]:
+        """Every held lock whose name matches: the queues of `SCAN_BATCH` names are listed at once (kazoo pipelines
+        the requests on the session's connection), then each non-empty one is read as `status` reads it."""
         session = await self._some_session(None)
         names = sorted(decode_name(child) for child in await self._children(session, self._root, None))
+        matching = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+        busy = []
+        for start in range(0, len(matching), SCAN_BATCH):
+            batch = matching[start:start + SCAN_BATCH]
+            listings = [session.client.get_children_async(lock_path(self._root, name)) for name in batch]
+            for name, listing in zip(batch, listings, strict=True):
+                try:
+                    children = await self._call(session, listing, name, "listing")
+                except NoNodeError:
+                    continue
+                if queue(children):
+                    busy.append(name)
         found = []
-        for name in names:
-            if fnmatch.fnmatchcase(name, pattern):
-                status = await self.status(name)
-                if status.held:
-                    found.append(status)
+        for name in busy:
+            status = await self.status(name)
+            if status.held:
+                found.append(status)
         return found
 
     async def force_release(self, name: str) -> LockStatus:

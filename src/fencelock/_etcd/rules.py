@@ -19,13 +19,14 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from .._logic.outcomes import Released, gone
+from .._logic.timing import overhangs
 
 MAX_TXN_OPS = 128
 """etcd's default `--max-txn-ops`: the most operations one transaction may carry."""
 
 BLOCK_CAP = 2.0
 """Seconds one watch may last before the waiter refreshes its lease and looks again. It bounds how late a waiter
-notices a stopped server, and how long a cancelled asyncio waiter's key outlives its cancellation."""
+notices a stopped server. (A cancelled asyncio waiter's watch ends with the cancellation: `unless_given_up`.)"""
 
 SCAN_PAGE = 500
 """Keys per range request when listing locks (never one unbounded range)."""
@@ -87,6 +88,13 @@ def keepalive_suffices(granted_s: int, ttl_ms: int) -> bool:
     """Whether refreshing the current lease gives at least `ttl_ms` (a keep-alive restarts the lease's own TTL);
     if not, extending moves the key to a new, longer lease."""
     return granted_s >= lease_seconds(ttl_ms)
+
+
+def lease_too_long(asked_s: int, ttl_ms: int) -> bool:
+    """Whether a lease asked for `asked_s` would keep the key of a lease extended to `ttl_ms` so much longer that a
+    holder that stops leaves it far past its TTL (`overhangs`): then `extend(ttl=)` moves the key to a new, shorter
+    lease. (A lease the server raised to its minimum is what any new lease gets: `asked_s` is what we asked.)"""
+    return overhangs(asked_s, lease_seconds(ttl_ms))
 
 
 # ---------------------------------------------------------------------------------------------------- answers

@@ -59,6 +59,18 @@ def validity_end(ttl: float, sent_at: float) -> float:
     return sent_at + ttl - drift(ttl)
 
 
+OVERHANG_MAX = 4.0
+"""How many times its TTL a lease's key (etcd lease, ZooKeeper session) may be kept by the server after its holder
+stopped: an extend to a shorter TTL keeps the key where it is within this factor, and moves it to a shorter lease
+(or session) beyond it (docs/decisions/2026-12-04-extend-shorter.md)."""
+
+
+def overhangs(kept: float, needed: float) -> bool:
+    """Whether a key kept `kept` (seconds, or any unit) after its holder stops outlives a lease that needs `needed`
+    by more than `OVERHANG_MAX` allows: then an extend to that shorter TTL moves the key."""
+    return kept > OVERHANG_MAX * needed
+
+
 MAX_BLOCK_SHARE = 0.25
 """A waiter's retry travels with its wait (one pipeline), so its lease counts from before the wait began:
 one wait never takes more than this share of the waiter's own TTL from the lease it may win."""

@@ -55,6 +55,11 @@ def given_up() -> bool:
     return False
 
 
+def unless_given_up(result: T) -> T | None:
+    """The result of a wait that sends nothing: a thread is never cancelled during it (twin of asyncio's)."""
+    return result
+
+
 def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object]) -> T:
     """Send `request`; if it is interrupted (KeyboardInterrupt, SystemExit), run `undo` before re-raising.
 

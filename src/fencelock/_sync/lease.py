@@ -172,6 +172,8 @@ class Lease:
         while True:
             if self._life.state is not State.HELD:
                 raise LockLost(f"cannot extend a lease that is {self._life.state.value}", name=self.name)
+            if self._releasing is not None:  # (its answer would say "gone", and report the lease lost: it is not)
+                raise LockLost("cannot extend a lease while it is being released", name=self.name)
             with self._watchdog.lock:
                 before = self._life.take(mine)
             if before is None:

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
+from .._logic.timing import overhangs
+
 SEQUENCE_DIGITS = 10
 """ZooKeeper appends a sequence number of ten digits to a sequential node's name."""
 
@@ -123,6 +125,12 @@ def ttl_fits(ttl_ms: int, negotiated_ms: int) -> bool:
     TTL its node's session does not fit moves the node to a session that does (docs/decisions/
     2026-12-04-zookeeper-extend.md)."""
     return negotiated_ms >= ttl_ms
+
+
+def session_too_long(ttl_ms: int, negotiated_ms: int, server_min_ms: int | None) -> bool:
+    """Whether a session of `negotiated_ms` is so much longer than the one a new lease of `ttl_ms` would get that a
+    holder that dies leaves its node far past its TTL (`overhangs`): then `extend(ttl=)` moves the node down."""
+    return overhangs(negotiated_ms, session_timeout_ms(ttl_ms, server_min_ms))
 
 
 def handshake_limit(timeout: float, hosts: int) -> float:
