@@ -198,7 +198,7 @@ def test_a_forked_child_does_not_wait_behind_its_parents_waiters(server: RedisDe
             try:
                 server.steal(name)
                 other = fencelock.connect(server.target)
-                held = other.acquire(name, ttl=30.0, wait=0)
+                held = other.acquire(name, ttl=30.0, wait=3.0)  # the parent's waiter may take it first: it lets go
                 timer = threading.Timer(0.3, held.release)
                 timer.start()
                 started = time.monotonic()
