@@ -90,7 +90,7 @@ from .._scripts import (
     REDLOCK_RELEASE,
     STATUS,
 )
-from ._concurrency import in_background, sleep, then
+from ._concurrency import Handle, in_background, sleep, start, then, wait_first
 from ._connection import close_client
 from ._fanout import fan_out
 from ._multiplex import run_scripts
@@ -147,6 +147,7 @@ class AsyncRedlockBackend:
         self._reported: dict[int, str] = {}  # node -> the state its last node_out event told (`newly_out`)
         self._repairing: set[int] = set()
         self._healing = False
+        self._heal_now: Handle[tuple[bool, list[GateView | None]]] | None = None  # (`_shared_heal`)
         self._closed = False
         self._eviction_checked = False  # (once per client, after its first grant: `_check_eviction`)
         self.supports_fair = False  # a fair queue would need a quorum of its own: not offered on Redlock
@@ -232,7 +233,7 @@ class AsyncRedlockBackend:
             # Give back each after its own request finished, matching t, so no later round's grant is touched.
             for i in counted.give_back:
                 then(handles[i], partial(self._release_on, i, keys, token, t))
-            healed, views = await self._heal(timeout) if counted.heal is Heal.NOW else (False, None)
+            healed, views = await self._shared_heal(timeout) if counted.heal is Heal.NOW else (False, None)
             step = next_step(answers, counted, t, n, rounds=rounds, healed=healed, released=released,
                              timeout=timeout, ready_in=None if views is None else ready_in(views))
             if step.next is Next.UNAVAILABLE:
@@ -323,17 +324,17 @@ class AsyncRedlockBackend:
 
     async def _extend_many_on(self, j: int, leases: list[tuple[str, str, int, int]]) -> list[int] | None:
         codes: list[int] = []
-        for start in range(0, len(leases), BATCH):
+        for first in range(0, len(leases), BATCH):
             keys: list[str] = []
             args: list[Any] = []
-            for name, token, fence, ttl in leases[start:start + BATCH]:
+            for name, token, fence, ttl in leases[first:first + BATCH]:
                 k = redis_keys(name, self._prefix)
                 keys += [k.lock, k.fence]
                 args += [token, ttl, fence]
             self.renewal_requests += 1
             try:
                 reply = await run_script(self._nodes[j], REDLOCK_EXTEND_MANY, [*keys, self._ttls], args,
-                                         name=leases[start][0],
+                                         name=leases[first][0],
                                          where=self._shown[j])
             except BackendError:
                 return None
@@ -547,6 +548,16 @@ class AsyncRedlockBackend:
             return any(done.values()), views
         finally:
             self._healing = False
+
+    async def _shared_heal(self, timeout: float) -> tuple[bool, list[GateView | None] | None]:
+        """The heal an attempt called for: the one already running if there is one. Attempts that meet unready
+        nodes at the same time (many waiters of a new client) share it, so its requests and connections stay few.
+        A heal not done in time counts as one that healed nothing."""
+        handle = self._heal_now
+        if handle is None or handle.done():
+            handle = self._heal_now = start(partial(self._heal, timeout))
+        done, _ = await wait_first({handle}, look_timeout(timeout) * 4)
+        return handle.result() if handle in done else (False, None)
 
     async def _mark_new(self, views: list[GateView | None], timeout: float) -> bool:
         """A new deployment (every node fresh): claim every node for it, then, if every claim held, mark all, with
