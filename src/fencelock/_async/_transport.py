@@ -3,6 +3,7 @@ for both front ends; what a connection does differently under each is in `_conne
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from typing import Any
 
@@ -19,6 +20,7 @@ from .._redis.channel import (
     Unwritten,
     encode,
     end,
+    maintains,
     may_resend,
     orphaned,
     outcome,
@@ -28,8 +30,28 @@ from .._redis.channel import (
     turn,
 )
 from ._admin import client_id, kill
-from ._concurrency import Handle, given_up, now, wait_first
+from ._concurrency import Handle, Signal, given_up, now, wait_first
 from ._connection import Connections, connected, discard, drop, idle_closed, read, write
+
+MAX_OPEN = 64
+"""Connections one server's `Channel` keeps open for requests that do not block there (a waiter's BLPOP is apart):
+more requests at once wait their turn for one (`Channel.place`), so that no number of callers exhausts the
+server's connections or the client's file descriptors."""
+
+RECHECK = 1.0
+"""Seconds a request waiting for a connection sleeps before it looks whether one is free after all."""
+
+
+class _Queued:
+    """A request waiting for a connection (`Channel.place`): what it was handed, an idle connection or room for a
+    new one (None), once `served`; `gone` if it stopped waiting first."""
+
+    __slots__ = ("conn", "gone", "served", "signal")
+
+    def __init__(self) -> None:
+        self.signal = Signal()
+        self.conn: Any = None
+        self.served = self.gone = False
 
 
 class Channel(Connections):
@@ -40,7 +62,15 @@ class Channel(Connections):
     def __init__(self, client: Any) -> None:
         super().__init__(client)
         self._blocking: set[Any] = set()  # connections carrying a request that waits (BLPOP) first
+        # Requests waiting for a connection (`place`), oldest first: a lease's renewals and releases, the others.
+        self._queues: tuple[deque[_Queued], deque[_Queued]] = (deque(), deque())
+        self._reserved = 0  # connections a request was given room to make, not yet made
+        self._queue_lock = threading.Lock()  # (never held across an await)
         self.interrupted = False
+
+    def _let_go(self) -> None:
+        super()._let_go()
+        self._queues, self._reserved = (deque(), deque()), 0
 
     def interrupt(self) -> None:
         """End every blocking wait (BLPOP) in flight here now (its client is closing): its connection is closed
@@ -67,16 +97,95 @@ class Channel(Connections):
             discard(conn)
         return None
 
+    async def place(self, generation: int, fresh: bool, maintenance: bool) -> Any:
+        """An idle connection for a request, or None: it makes a new one (`connect`). While `MAX_OPEN` are open
+        for requests that do not block, it waits its turn: renewals and releases (`maintenance`) before the others,
+        each oldest first. `fresh`: it needs a new connection (an idle one it was given is closed)."""
+        conn, queued = self._look(generation, maintenance)
+        if queued is not None:
+            try:
+                while not await queued.signal.wait(RECHECK):
+                    self._serve()  # (a connection freed in a way that served nobody: never wait for ever)
+            except BaseException:
+                self._withdraw(queued)
+                raise
+            conn = queued.conn
+        if conn is not None and fresh:
+            with self._queue_lock:
+                self._reserved += 1  # the room it leaves is this request's own
+            self._open.discard(conn)
+            await drop(conn)
+            conn = None
+        return conn
+
+    def _room(self) -> bool:
+        return len(self._open) + self._reserved - len(self._blocking) < MAX_OPEN
+
+    def _look(self, generation: int, maintenance: bool) -> tuple[Any, _Queued | None]:
+        """An idle connection or room for a new one now, if no request of its kind or a more urgent one waits
+        (None, None: room); else its place in the queue."""
+        urgent, others = self._queues
+        with self._queue_lock:
+            if not urgent and (maintenance or not others):
+                conn = self.take(generation)
+                if conn is not None or generation != self.generation:
+                    return conn, None
+                if self._room():
+                    self._reserved += 1
+                    return None, None
+            queued = _Queued()
+            (urgent if maintenance else others).append(queued)
+            return None, queued
+
+    def _serve(self) -> None:
+        """Hand the waiting requests, most urgent and oldest first, an idle connection each, or room for a new one."""
+        served: list[_Queued] = []
+        with self._queue_lock:
+            for queue in self._queues:
+                while queue:
+                    queued = queue[0]
+                    if queued.gone:
+                        queue.popleft()
+                        continue
+                    conn = self.take(self.generation)
+                    if conn is None:
+                        if not self._room():
+                            break
+                        self._reserved += 1
+                    queue.popleft()
+                    queued.conn, queued.served = conn, True
+                    served.append(queued)
+                if queue:
+                    break  # (the requests behind these wait too)
+        for queued in served:
+            queued.signal.set()
+
+    def _withdraw(self, queued: _Queued) -> None:
+        """A waiting request stopped waiting (cancelled): what it was handed goes to the next one."""
+        with self._queue_lock:
+            queued.gone = True
+            if not queued.served:
+                return
+            if queued.conn is not None:
+                self._idle.append(queued.conn)
+            else:
+                self._reserved -= 1
+        self._serve()
+
     async def give_back(self, conn: Any) -> None:
-        """Idle again, if its reply was read and it is still connected and current; otherwise closed and dropped."""
+        """Idle again, if its reply was read and it is still connected and current; otherwise closed and dropped.
+        Either way a request waiting for a connection may go now."""
         if conn in self._open and connected(conn):
             self._idle.append(conn)
         else:
             self._open.discard(conn)
             await drop(conn)
+        self._serve()
 
     async def connect(self, generation: int) -> Any:
         """A new connection: TCP connect and the client's handshake (refused to a request begun before aclose)."""
+        with self._queue_lock:
+            self._reserved = max(0, self._reserved - 1)  # (the room `place` gave it)
         if generation != self.generation:
             raise RedisConnectionError("the client was closed")
         conn = self._class(**self._kwargs)
@@ -89,6 +198,7 @@ class Channel(Connections):
         except BaseException:
             self._open.discard(conn)
             await drop(conn)
+            self._serve()
             raise
         return conn
 
@@ -101,6 +211,11 @@ class Channel(Connections):
         old, self._open, self._idle = self._open, set(), deque()
         for conn in list(old):
             await drop(conn)
+        with self._queue_lock:
+            waiting, self._queues, self._reserved = self._queues, (deque(), deque()), 0
+        for queued in (*waiting[0], *waiting[1]):  # each goes on to `connect`, which refuses it: the client is closed
+            queued.served = True
+            queued.signal.set()
         self._stop()
 
 
@@ -128,7 +243,7 @@ async def _call_script(request: ScriptRequest, cache: Packed, generation: int,
         fresh = True  # (once the old connection is ended, no resend follows: `fresh` sends once)
     if request.wake is not None and channel.interrupted:
         return Unwritten(f"not sent to {channel.where}: its client is closing")
-    conn = None if fresh else channel.take(generation)
+    conn = await channel.place(generation, fresh, maintains(request.lua))
     if conn is None:
         try:
             conn = await channel.connect(generation)
