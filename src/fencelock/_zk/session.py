@@ -35,11 +35,14 @@ _STATES = {KazooState.CONNECTED: Session.CONNECTED, KazooState.SUSPENDED: Sessio
 class SessionFault(Exception):
     """A request failed, or was not sent, because its session had no connection (suspended, or expired and being
     replaced): the cause of the `BackendError` raised for it, itself caused by kazoo's error if there was one.
-    `session` says how long the fault is worth waiting out (`ZKSession.may_return`)."""
+    `session` says how long the fault is worth waiting out (`ZKSession.may_return`); `dropped`: the request's
+    connection dropped under it (kazoo's ConnectionLoss) while its session may live on, so a request that may be
+    sent twice can go again once the session is connected again (`ZKSession.live`)."""
 
-    def __init__(self, session: ZKSession) -> None:
+    def __init__(self, session: ZKSession, *, dropped: bool = False) -> None:
         super().__init__(f"the session is {session.state.value}")
         self.session = session
+        self.dropped = dropped
 
 
 def nothing() -> None:
@@ -93,6 +96,14 @@ class ZKSession:
     @property
     def connected(self) -> bool:
         return self.state is Session.CONNECTED and self.ready.is_set()
+
+    @property
+    def live(self) -> threading.Event:
+        """Set while kazoo has a connection for this session (kazoo's own `_live` flag). kazoo clears it before it
+        fails the requests of a connection that dropped, and sets it before its state listeners (`state`) hear of
+        a new one, so a request that failed with the drop can wait on it, and then be sent on the new connection."""
+        live: threading.Event = self.client._live
+        return live
 
     def may_return(self) -> bool:
         """Whether a fault on this session is worth waiting out (`fencelock._zk.rules.may_return`)."""
