@@ -114,3 +114,26 @@ def test_a_release_is_sent_once_more_only(proxy: FaultProxy, zk: ZooKeeperDeploy
         assert zk.nodes(name) == []
     finally:
         locks.close()
+
+
+def test_an_acquire_retried_after_its_create_went_through_rewrites_the_node_and_claims_no_more_than_the_server(
+        proxy: FaultProxy, zk: ZooKeeperDeployment, name: str) -> None:
+    """The create runs, its reply is lost with the connection a second later; the retry finds the node by its
+    token. The probe: the lease counted its validity from the retry while the node kept the first write time, so
+    `remaining()` claimed a second more than `status` showed."""
+    locks = fencelock.connect(_url(proxy, zk))
+    try:
+        locks.acquire(f"{name}:warm", ttl=TTL, wait=0).release()
+        rule = proxy.arm(Rule(RESET_AFTER, "create2", delay=1.0))
+        lease = locks.acquire(name, ttl=TTL, wait=5.0)
+        left = zk.ttl_left(name)
+        assert left is not None
+        assert lease.remaining() <= left + 0.05
+        assert rule.request is not None
+        after = [r.name for r in proxy.requests if r.at >= rule.request.at and r.name != "ping"]
+        assert after == ["create2", "connect", "getChildren", "setData", "getChildren"]  # found, rewritten, granted
+        assert zk.nodes(name) == [zk.nodes(name)[0]]  # one node: the retry made none
+        lease.release()
+        assert zk.nodes(name) == []
+    finally:
+        locks.close()

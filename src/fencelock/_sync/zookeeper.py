@@ -253,10 +253,16 @@ class ZooKeeperBackend:
         if key in self._sent:
             own = find_own(self._children(session, directory, name), token)
             if own is not None:
-                czxid = self._czxid(session, f"{directory}/{child_name(own)}", name)
-                if czxid is not None:
+                # The earlier create went through: rewrite its node with this attempt's TTL, so that the server's
+                # copy of the TTL (the node's write time) counts from this attempt too, as the lease's validity does.
+                try:
+                    stat = self._call(session, session.client.set_async(f"{directory}/{child_name(own)}",
+                                                                              encode_lease(ttl_ms)), name, "create")
+                except NoNodeError:
+                    stat = None  # gone meanwhile (its session expired, or an operator deleted it): create anew
+                if stat is not None:
                     self._sent.discard(key)
-                    return Node(session, directory, own, czxid)
+                    return Node(session, directory, own, int(stat.czxid))
         if not session.connected:
             # A create now would wait in kazoo's queue and might reach the server after we gave up.
             raise BackendError(f"the session with {self.shown} is {session.state.value}: not queueing now",
