@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 import fencelock
 import fencelock.aio
-from fencelock.testing.faults import CLOSE, RESET_AFTER, RESET_BEFORE, FaultProxy, Rule
+from fencelock.testing.faults import CLOSE, PAUSE, RESET_AFTER, RESET_BEFORE, FaultProxy, Rule
 from fencelock.testing.framing import ZOOKEEPER
 from fencelock.testing.zookeeper import ZooKeeperDeployment, ZooKeeperServer
+from tests.conftest import until
 
 TTL = 5.0
 
@@ -137,3 +139,45 @@ def test_an_acquire_retried_after_its_create_went_through_rewrites_the_node_and_
         assert zk.nodes(name) == []
     finally:
         locks.close()
+
+
+def _down_for_a_moment(proxy: FaultProxy, locks: Any, outage: float) -> Rule:
+    """Reset the session's connection and hold the next handshake back for `outage` seconds; returns once kazoo
+    knows the connection is gone."""
+    session = next(iter(locks.backend._sessions.values()))
+    rule = proxy.arm(Rule(PAUSE, "connect", delay=outage))
+    proxy.reset_all()
+    until(lambda: not session.live.is_set(), 5.0, "kazoo saw the connection drop")
+    return rule
+
+
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_an_acquire_waits_for_a_session_whose_connection_is_down_for_a_moment(
+        proxy: FaultProxy, zk: ZooKeeperDeployment, name: str, front: str) -> None:
+    """The probe: `acquire(wait=0)` with the session reconnecting raised "suspended: not queueing now" after one
+    50 ms back-off. One attempt may take the URL's timeout (2 s), so it waits for the connection and queues."""
+    if front == "sync":
+        locks = fencelock.connect(_url(proxy, zk))
+        try:
+            locks.acquire(f"{name}:warm", ttl=TTL, wait=0).release()
+            rule = _down_for_a_moment(proxy, locks, 0.5)
+            lease = locks.acquire(name, ttl=TTL, wait=0)
+        finally:
+            locks.close()
+    else:
+        async def main() -> tuple[Rule, Any]:
+            alocks = fencelock.aio.connect(_url(proxy, zk))
+            try:
+                await (await alocks.acquire(f"{name}:warm", ttl=TTL, wait=0)).release()
+                rule = await asyncio.to_thread(_down_for_a_moment, proxy, alocks, 0.5)
+                return rule, await alocks.acquire(name, ttl=TTL, wait=0)
+            finally:
+                await alocks.aclose()
+
+        rule, lease = asyncio.run(main())
+    assert rule.request is not None
+    after = [r.name for r in proxy.requests if r.at >= rule.request.at and r.name != "ping"]
+    assert after[0] == "connect", after  # the lock's path and node were created once the session was back
+    assert after.count("create2") == 1, after
+    assert lease.fence > 0
+    assert zk.nodes(name) == []  # the client was closed: its session, and the node, went with it

@@ -262,8 +262,10 @@ class AsyncZooKeeperBackend:
                 if stat is not None:
                     self._sent.discard(key)
                     return Node(session, directory, own, int(stat.czxid))
-        if not session.connected:
-            # A create now would wait in kazoo's queue and might reach the server after we gave up.
+        if not session.live.is_set() and not await wait_thread_event(session.live,
+                                                                     session.reconnect_wait(self._timeout)):
+            # Not connected again in time. A create now would wait in kazoo's queue and might reach the server
+            # after we gave up.
             raise BackendError(f"the session with {self.shown} is {session.state.value}: not queueing now",
                                name=name) from SessionFault(session)
         for _ in range(2):
