@@ -68,7 +68,7 @@ async def run_cell(rig: Rig, cell: Cell) -> list[str]:
         if cell.fault in _HEALTHY:
             await asyncio.sleep(0.02)
             if cell.fault == "handshake":
-                rules += rig.arm(lambda _: Rule(CLOSE, "client"))
+                rules += rig.arm(lambda _: Rule(CLOSE, rig.handshake))
             rig.close_idle()
         await _request(story, cell, lease, fired)
         await story.observe(OBSERVE)

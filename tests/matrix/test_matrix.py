@@ -1,6 +1,7 @@
 """The fault matrix: every fault at every request fencelock sends, sync and asyncio, on one Redis, a Redis Cluster
-and Redlock, each cell checked against the invariants (`fencelock.testing.invariants`) by a watcher that reads the
-servers directly. See `scenario.py` for the story every cell runs.
+and Redlock, and ZooKeeper's row (its faults and requests: `cells.ZOOKEEPER_FAULTS`, `cells.ZOOKEEPER_REQUESTS`),
+each cell checked against the invariants (`fencelock.testing.invariants`) by a watcher that reads the servers
+directly. See `scenario.py` for the story every cell runs.
 
 Each backend runs every fault x request once, on a front end picked by a seeded coin (the Cluster always on the
 other one than the single Redis, so that each fault x request runs on both); asyncio cancellation after each
@@ -22,7 +23,19 @@ from typing import Any
 
 import pytest
 
-from .cells import DURABLE_TARGETS, FAULTS, PAST_TTL_FAULT, PAST_TTL_REQUESTS, REQUESTS, Cell, random_cell
+from tests.conftest import _require_zookeeper
+
+from .cells import (
+    DURABLE_TARGETS,
+    FAULTS,
+    PAST_TTL_FAULT,
+    PAST_TTL_REQUESTS,
+    REQUESTS,
+    ZOOKEEPER_FAULTS,
+    ZOOKEEPER_REQUESTS,
+    Cell,
+    random_cell,
+)
 from .rigs import Rig, start_rig
 from .scenario import run_cancel_cell, run_cell
 
@@ -44,6 +57,13 @@ def _cells(kind: str) -> list[Cell]:
         if not (kind == "redlock" and request == "acquire_fair"):
             cells.append(Cell(FRONTS[front], PAST_TTL_FAULT, request))
     return cells
+
+
+def _zookeeper_cells() -> list[Cell]:
+    """ZooKeeper's row (`ZOOKEEPER_FAULTS` x `ZOOKEEPER_REQUESTS`), the front end by a seeded coin."""
+    rng = random.Random(f"{SEED}:zookeeper")
+    return [Cell(FRONTS[rng.randrange(2)], fault, request)
+            for fault, request in itertools.product(ZOOKEEPER_FAULTS, ZOOKEEPER_REQUESTS)]
 
 
 CANCEL_REQUESTS = [r for r in REQUESTS if r != "renewal"]  # the watchdog's own task is not the caller's to cancel
@@ -71,6 +91,13 @@ def cluster_rig() -> Iterator[Rig]:
 @pytest.fixture(scope="module")
 def durable_rig() -> Iterator[Rig]:
     with start_rig("durable") as rig:
+        yield rig
+
+
+@pytest.fixture(scope="module")
+def zookeeper_rig() -> Iterator[Rig]:
+    _require_zookeeper()
+    with start_rig("zookeeper") as rig:
         yield rig
 
 
@@ -111,6 +138,11 @@ def test_durable(durable_rig: Rig, cell: Cell) -> None:
 @pytest.mark.parametrize("cell", _cells("redlock"), ids=str)
 def test_redlock(redlock_rig: Rig, cell: Cell) -> None:
     _assert_cell(redlock_rig, cell)
+
+
+@pytest.mark.parametrize("cell", _zookeeper_cells(), ids=str)
+def test_zookeeper(zookeeper_rig: Rig, cell: Cell) -> None:
+    _assert_cell(zookeeper_rig, cell)
 
 
 @pytest.mark.parametrize(("kind", "request_name"), CANCEL_CELLS, ids=[f"{k}-{r}" for k, r in CANCEL_CELLS])
