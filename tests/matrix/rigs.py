@@ -42,6 +42,8 @@ class Rig:
     fair = True
     handshake = "client"
     """The request a connection opens with, which the `handshake` fault closes (Redis: its first CLIENT command)."""
+    background: frozenset[str] = frozenset()
+    """Requests the client library sends on its own timer (ZooKeeper's pings): never counted as a call's."""
     straggle = 0.0
     """How much longer than its TTL a minority of nodes may keep a key (see `invariants.check`)."""
 
@@ -190,6 +192,7 @@ class ZooKeeperRig(Rig):
 
     kind = "zookeeper"
     handshake = "connect"
+    background = frozenset({"ping"})
 
     def __init__(self, proxies: list[FaultProxy], servers: list[Any], deployment: ZooKeeperDeployment) -> None:
         super().__init__(proxies, servers)

@@ -72,7 +72,10 @@ CLUSTER_CANCEL = ["acquire", "extend_same", "release"]
 command makes it read the cluster's layout again, seconds per cell), so only one request of each kind."""
 DURABLE_CANCEL = ["acquire", "acquire_fair", "extend_same", "extend_longer", "exit"]
 """`durability=`'s cancellation cells: a cancellation while the WAIT's reply is awaited, on grants and extends."""
-_KINDS = {"redis": CANCEL_REQUESTS, "cluster": CLUSTER_CANCEL, "redlock": CANCEL_REQUESTS, "durable": DURABLE_CANCEL}
+ZOOKEEPER_CANCEL = [r for r in ZOOKEEPER_REQUESTS if r != "renewal"]
+"""ZooKeeper's cancellation cells: every request of its row that a caller sends."""
+_KINDS = {"redis": CANCEL_REQUESTS, "cluster": CLUSTER_CANCEL, "redlock": CANCEL_REQUESTS, "durable": DURABLE_CANCEL,
+          "zookeeper": ZOOKEEPER_CANCEL}
 CANCEL_CELLS = [(kind, request) for kind, requests in _KINDS.items() for request in requests]
 
 
