@@ -1,8 +1,9 @@
 """One client, many callers at once on many names: a bounded number of connections per server, and held leases first.
 
 Each server's dedicated connections are capped (`MAX_OPEN`); more requests at once wait their turn for one (a
-lease's renewals and releases there before any other request). Checked on a real Redis whose `maxclients` is below the
-number of callers, so a client that opened a connection per caller would be refused by the server.
+lease's renewals and releases there before any other request). Waits that block on the server (BLPOP) are capped
+apart (`MAX_BLOCKING`); more wait in the client and then ask without blocking. Checked on a real Redis whose
+`maxclients` is below the number of callers, so a client that opened a connection per caller would be refused.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 
 import fencelock
 import fencelock.aio
-from fencelock._async._transport import MAX_OPEN
+from fencelock._async._transport import MAX_BLOCKING, MAX_OPEN
 from fencelock.testing.servers import RedisServer
 
 MAXCLIENTS = MAX_OPEN + 36
@@ -115,3 +116,38 @@ def test_threads_share_the_capped_connections(small: RedisServer) -> None:
     finally:
         locks.close()
     assert errors == []
+
+
+def test_waiters_on_a_thousand_held_names_block_on_a_capped_number_of_connections() -> None:
+    """1,000 asyncio tasks of one client each wait on a name another client holds, on a server that takes fewer
+    clients than that: at most `MAX_BLOCKING` of their waits block on the server, the others wait in the client,
+    and once the holder releases every name, every waiter is granted."""
+    count = 1000
+    server = RedisServer(extra_args=("--maxclients", str(MAX_BLOCKING + 3 * MAX_OPEN + 64))).start()
+    try:
+        async def main() -> tuple[list[BaseException], int]:
+            errors: list[BaseException] = []
+            granted = 0
+            async with fencelock.aio.connect(server.url) as holder, fencelock.aio.connect(server.url) as waiters:
+                held = [await holder.acquire(f"held:{i}", ttl=60.0, wait=0) for i in range(count)]
+
+                async def one(i: int) -> None:
+                    nonlocal granted
+                    try:
+                        async with waiters.lock(f"held:{i}", ttl=30.0, wait=30.0):
+                            granted += 1
+                    except Exception as exc:
+                        errors.append(exc)
+
+                tasks = [asyncio.ensure_future(one(i)) for i in range(count)]
+                await asyncio.sleep(1.0)  # (every waiter has sent its first attempt and waits)
+                for lease in held:
+                    await lease.release()
+                await asyncio.wait_for(asyncio.gather(*tasks), 90.0)
+            return errors, granted
+
+        errors, granted = asyncio.run(main())
+    finally:
+        server.close()
+    assert errors == []
+    assert granted == count

@@ -3,6 +3,7 @@ for both front ends; what a connection does differently under each is in `_conne
 
 from __future__ import annotations
 
+import random
 import threading
 from collections import deque
 from typing import Any
@@ -30,13 +31,22 @@ from .._redis.channel import (
     turn,
 )
 from ._admin import client_id, kill
-from ._concurrency import Handle, Signal, given_up, now, wait_first
+from ._concurrency import Handle, Signal, given_up, now, sleep, wait_first
 from ._connection import Connections, connected, discard, drop, idle_closed, read, write
 
 MAX_OPEN = 64
 """Connections one server's `Channel` keeps open for requests that do not block there (a waiter's BLPOP is apart):
 more requests at once wait their turn for one (`Channel.place`), so that no number of callers exhausts the
 server's connections or the client's file descriptors."""
+
+MAX_BLOCKING = 256
+"""Waits (BLPOP) one server's `Channel` lets block there at once, each on a connection of its own (the waiters of
+one name share one: `waiting.py`). A wait beyond it waits here instead, a jittered `CROWDED_PAUSE` at most, and
+then asks once without blocking: waiters on many names cost no more connections than the server and the client's
+file descriptors allow, at the price of a later hand-off for those."""
+
+CROWDED_PAUSE = (0.5, 1.5)
+"""The range a wait beyond `MAX_BLOCKING` sleeps in, seconds (never past its own wait)."""
 
 RECHECK = 1.0
 """Seconds a request waiting for a connection sleeps before it looks whether one is free after all."""
@@ -62,6 +72,7 @@ class Channel(Connections):
     def __init__(self, client: Any) -> None:
         super().__init__(client)
         self._blocking: set[Any] = set()  # connections carrying a request that waits (BLPOP) first
+        self.waits = 0  # waits (BLPOP first) on their way or blocking here (`MAX_BLOCKING`)
         # Requests waiting for a connection (`place`), oldest first: a lease's renewals and releases, the others.
         self._queues: tuple[deque[_Queued], deque[_Queued]] = (deque(), deque())
         self._reserved = 0  # connections a request was given room to make, not yet made
@@ -70,7 +81,7 @@ class Channel(Connections):
 
     def _let_go(self) -> None:
         super()._let_go()
-        self._queues, self._reserved = (deque(), deque()), 0
+        self._queues, self._reserved, self.waits = (deque(), deque()), 0, 0
 
     def interrupt(self) -> None:
         """End every blocking wait (BLPOP) in flight here now (its client is closing): its connection is closed
@@ -222,6 +233,27 @@ class Channel(Connections):
 async def _call_script(request: ScriptRequest, cache: Packed, generation: int,
                        before: tuple[Handle[Any], float] | None,
                        abandoned: Handle[None] | None = None, fresh: bool = False) -> Any:
+    """`_send_script`, for a wait (BLPOP first) only while fewer than `MAX_BLOCKING` block on its server: beyond
+    that, it waits here instead (`CROWDED_PAUSE`), then asks without blocking."""
+    channel = request.channel
+    if request.wake is None:
+        return await _send_script(request, cache, generation, before, abandoned, fresh)
+    with channel._queue_lock:
+        crowded = channel.waits >= MAX_BLOCKING
+        channel.waits += 0 if crowded else 1
+    if crowded:
+        await sleep(min(request.wake[1], random.uniform(*CROWDED_PAUSE)))
+        return await _send_script(request._replace(wake=None), cache, generation, before, abandoned, fresh)
+    try:
+        return await _send_script(request, cache, generation, before, abandoned, fresh)
+    finally:
+        with channel._queue_lock:
+            channel.waits -= 1
+
+
+async def _send_script(request: ScriptRequest, cache: Packed, generation: int,
+                       before: tuple[Handle[Any], float] | None,
+                       abandoned: Handle[None] | None = None, fresh: bool = False) -> Any:
     """One request on its server's channel (after `before`, the caller's previous one there); a request that
     `may_resend` goes again once, on a new connection (`fresh`: it is that second sending). One still waiting
     for `before` when `abandoned` is set (its caller was cancelled) is never sent."""
@@ -249,7 +281,7 @@ async def _call_script(request: ScriptRequest, cache: Packed, generation: int,
             conn = await channel.connect(generation)
         except Exception as exc:
             if reconnect(exc, fresh):  # closed by the server while we connected: the request was never sent
-                return await _call_script(request, cache, generation, None, fresh=True)
+                return await _send_script(request, cache, generation, None, fresh=True)
             return exc
     if step.action is KILL:
         try:
@@ -279,7 +311,7 @@ async def _call_script(request: ScriptRequest, cache: Packed, generation: int,
         if not isinstance(exc, Exception):
             raise
         if not fresh and may_resend(request.lua, exc) and not getattr(conn, "fencelock_interrupted", False):
-            return await _call_script(request.again(), cache, generation, None, fresh=True)
+            return await _send_script(request.again(), cache, generation, None, fresh=True)
         return exc
     await channel.give_back(conn)
     return reply
