@@ -151,3 +151,4 @@ def test_waiters_on_a_thousand_held_names_block_on_a_capped_number_of_connection
         server.close()
     assert errors == []
     assert granted == count
+

@@ -49,6 +49,9 @@ file descriptors allow, at the price of a later hand-off for those."""
 CROWDED_PAUSE = (0.5, 1.5)
 """The range a wait beyond `MAX_BLOCKING` sleeps in, seconds (never past its own wait)."""
 
+GAVE_UP: Any = object()
+"""`Channel.place`'s answer to a request whose caller stopped waiting for it before a connection was free."""
+
 RECHECK = 1.0
 """Seconds a request waiting for a connection sleeps before it looks whether one is free after all."""
 
@@ -57,12 +60,16 @@ class _Queued:
     """A request waiting for a connection (`Channel.place`): what it was handed, an idle connection or room for a
     new one (None), once `served`; `gone` if it stopped waiting first."""
 
-    __slots__ = ("conn", "gone", "served", "signal")
+    __slots__ = ("abandoned", "conn", "gone", "served", "signal")
 
-    def __init__(self) -> None:
+    def __init__(self, abandoned: Handle[None] | None) -> None:
         self.signal = Signal()
         self.conn: Any = None
         self.served = self.gone = False
+        self.abandoned = abandoned  # set: its caller no longer waits for it (`run_scripts`)
+
+    def given_up(self) -> bool:
+        return self.abandoned is not None and self.abandoned.done()
 
 
 class Channel(Connections):
@@ -109,18 +116,25 @@ class Channel(Connections):
             discard(conn)
         return None
 
-    def place(self, generation: int, fresh: bool, maintenance: bool) -> Any:
+    def place(self, generation: int, fresh: bool, maintenance: bool,
+                    abandoned: Handle[None] | None = None) -> Any:
         """An idle connection for a request, or None: it makes a new one (`connect`). While `MAX_OPEN` are open
         for requests that do not block, it waits its turn: renewals and releases (`maintenance`) before the others,
-        each oldest first. `fresh`: it needs a new connection (an idle one it was given is closed)."""
-        conn, queued = self._look(generation, maintenance)
+        each oldest first. `fresh`: it needs a new connection (an idle one it was given is closed). A request
+        whose caller gave up on it (`abandoned`) while it waited gets `GAVE_UP`, and is not sent."""
+        conn, queued = self._look(generation, maintenance, abandoned)
         if queued is not None:
             try:
                 while not queued.signal.wait(RECHECK):
+                    if queued.given_up():
+                        break
                     self._serve()  # (a connection freed in a way that served nobody: never wait for ever)
             except BaseException:
                 self._withdraw(queued)
                 raise
+            if queued.given_up():
+                self._withdraw(queued)
+                return GAVE_UP
             conn = queued.conn
         if conn is not None and fresh:
             with self._queue_lock:
@@ -133,7 +147,8 @@ class Channel(Connections):
     def _room(self) -> bool:
         return len(self._open) + self._reserved - len(self._blocking) < MAX_OPEN
 
-    def _look(self, generation: int, maintenance: bool) -> tuple[Any, _Queued | None]:
+    def _look(self, generation: int, maintenance: bool,
+              abandoned: Handle[None] | None) -> tuple[Any, _Queued | None]:
         """An idle connection or room for a new one now, if no request of its kind or a more urgent one waits
         (None, None: room); else its place in the queue."""
         urgent, others = self._queues
@@ -145,7 +160,7 @@ class Channel(Connections):
                 if self._room():
                     self._reserved += 1
                     return None, None
-            queued = _Queued()
+            queued = _Queued(abandoned)
             (urgent if maintenance else others).append(queued)
             return None, queued
 
@@ -156,8 +171,9 @@ class Channel(Connections):
             for queue in self._queues:
                 while queue:
                     queued = queue[0]
-                    if queued.gone:
+                    if queued.gone or queued.given_up():
                         queue.popleft()
+                        served.append(queued)  # (woken to see it: it goes without a connection)
                         continue
                     conn = self.take(self.generation)
                     if conn is None:
@@ -175,6 +191,8 @@ class Channel(Connections):
     def _withdraw(self, queued: _Queued) -> None:
         """A waiting request stopped waiting (cancelled): what it was handed goes to the next one."""
         with self._queue_lock:
+            if queued.gone:
+                return
             queued.gone = True
             if not queued.served:
                 return
@@ -276,7 +294,9 @@ def _send_script(request: ScriptRequest, cache: Packed, generation: int,
         fresh = True  # (once the old connection is ended, no resend follows: `fresh` sends once)
     if request.wake is not None and channel.interrupted:
         return Unwritten(f"not sent to {channel.where}: its client is closing")
-    conn = channel.place(generation, fresh, maintains(request.lua))
+    conn = channel.place(generation, fresh, maintains(request.lua), abandoned)
+    if conn is GAVE_UP:
+        return Unwritten(f"not sent to {channel.where}: its round ended before a connection was free")
     if conn is None:
         try:
             conn = channel.connect(generation)

@@ -23,7 +23,7 @@ from .._events import emit
 from .._logic.args import DEFAULT_TTL
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, majority_status, split_views
-from .._redis.channel import ScriptRequest
+from .._redis.channel import ScriptRequest, Unwritten
 from .._redis.keys import PREFIX, RedisKeys, fair_keys, fence_match, redis_keys
 from .._redis.redlock import (
     DEFAULT_REPAIR_DELAY,
@@ -182,6 +182,16 @@ class RedlockBackend:
         script_keys = [keys.lock, keys.fence, keys.waiters, keys.wake]
         return node_code(call_script(channel, REDLOCK_RELEASE, script_keys, [token, t], generation=generation))
 
+    def _give_back_if_sent(self, handle: Handle[Any], i: int, keys: RedisKeys, token: str, t: int) -> int:
+        """`_release_on`, unless the round's request to node i (`handle`, finished) was never sent: a request
+        still waiting for a connection when its round ended is not sent (`run_scripts`), and holds nothing."""
+        try:
+            if isinstance(handle.result(), Unwritten):
+                return NO_ANSWER
+        except BaseException:  # (it failed or was cancelled: give back, as for a request that may have gone)
+            pass
+        return self._release_on(i, keys, token, t)
+
     def _check_eviction(self, i: int, name: str, key: str, generation: int) -> None:
         """Warn (an "evicting" event) if node `i` may evict held locks (`eviction_risk`). Begun before `close`
         (`generation`: the node channel's when it was started), it makes no connection after it."""
@@ -233,7 +243,8 @@ class RedlockBackend:
                 in_background(partial(self._heal, timeout))
             # Give back each after its own request finished, matching t, so no later round's grant is touched.
             for i in counted.give_back:
-                then(handles[i], partial(self._release_on, i, keys, token, t))
+                if not isinstance(done.get(i), Unwritten):  # (one never sent holds nothing there)
+                    then(handles[i], partial(self._give_back_if_sent, handles[i], i, keys, token, t))
             healed, views = self._shared_heal(timeout) if counted.heal is Heal.NOW else (False, None)
             step = next_step(answers, counted, t, n, rounds=rounds, healed=healed, released=released,
                              timeout=timeout, ready_in=None if views is None else ready_in(views))
