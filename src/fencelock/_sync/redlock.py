@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import secrets
+import threading
 import time
 import zlib
 from functools import partial
@@ -149,6 +150,7 @@ class RedlockBackend:
         self._repairing: set[int] = set()
         self._healing = False
         self._heal_now: Handle[tuple[bool, list[GateView | None]]] | None = None  # (`_shared_heal`)
+        self._heal_lock = threading.Lock()
         self._closed = False
         self._eviction_checked = False  # (once per client, after its first grant: `_check_eviction`)
         self.supports_fair = False  # a fair queue would need a quorum of its own: not offered on Redlock
@@ -240,7 +242,7 @@ class RedlockBackend:
             self._learn(name, answers, t)
             counted = tally(answers, n, self._healing)
             if counted.heal is Heal.BACKGROUND:
-                in_background(partial(self._heal, timeout))
+                in_background(partial(self._shared_heal, timeout))
             # Give back each after its own request finished, matching t, so no later round's grant is touched.
             for i in counted.give_back:
                 if not isinstance(done.get(i), Unwritten):  # (one never sent holds nothing there)
@@ -565,9 +567,10 @@ class RedlockBackend:
         """The heal an attempt called for: the one already running if there is one. Attempts that meet unready
         nodes at the same time (many waiters of a new client) share it, so its requests and connections stay few.
         A heal not done in time counts as one that healed nothing."""
-        handle = self._heal_now
-        if handle is None or handle.done():
-            handle = self._heal_now = start(partial(self._heal, timeout))
+        with self._heal_lock:  # (threads look at once)
+            handle = self._heal_now
+            if handle is None or handle.done():
+                handle = self._heal_now = start(partial(self._heal, timeout))
         done, _ = wait_first({handle}, look_timeout(timeout) * 4)
         return handle.result() if handle in done else (False, None)
 
