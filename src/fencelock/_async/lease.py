@@ -190,6 +190,11 @@ class AsyncLease:
     async def _extend(self, new_ttl: float) -> None:
         sent_at = self._clock()
         kind = backend_kind(self._backend)
+        # The server may apply it before its answer comes: until then a shorter TTL caps what the lease claims.
+        due = self._life.due
+        self._life.extending(new_ttl, sent_at)
+        if self._watched and self._life.due < due:
+            self._watchdog.reschedule(self)  # (looked at when that shorter TTL runs out)
         try:
             extended = await self._backend.extend(self.name, self.token, self.fence, ttl_ms(new_ttl))
         except BaseException as exc:
