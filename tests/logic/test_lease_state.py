@@ -109,13 +109,16 @@ def test_a_release_stops_renewal_at_once_and_a_released_lease_ignores_late_answe
 @pytest.mark.parametrize(("sent", "answer", "released"), [
     (T0 + 1.0, Released.EXPIRED, True),    # our unanswered release, sent in time, may have deleted it
     (T0 + 5.0, Released.EXPIRED, False),   # sent after the validity ended: it expired on its own
-    (T0 + 1.0, Released.TAKEN, False),     # someone else holds it
+    (T0 + 1.0, Released.TAKEN, True),      # another holds it: a waiter, after our release deleted our key
+    (T0 + 5.0, Released.TAKEN, False),     # sent after the validity ended: it may have expired and been taken
 ])
 def test_an_unanswered_release_then_an_answer(sent: float, answer: Released, released: bool) -> None:
     life = renewed_lease()
     life.release_unknown(sent)
     life.release_unknown(sent + 10.0)  # the first unanswered release is the one that counts
     assert life.uncertain_at == sent
+    assert life.remaining(sent) == 0.0  # in doubt: it claims nothing until an answer settles it
+    assert not life.is_lost(T0 + 0.5)  # (nor is it known lost)
     assert life.release_answered(answer, sent + 10.0) is released
     assert life.state is (State.RELEASED if released else State.HELD)  # (the lease then reports the loss)
 

@@ -73,8 +73,8 @@ class LeaseState(Generic[F]):
     # -- reading ---------------------------------------------------------------------------------------------
 
     def remaining(self, now: float) -> float:
-        """Seconds of validity left (0 once released or lost)."""
-        if self.state is not _HELD:
+        """Seconds of validity left (0 once released or lost, or while a release of it may have gone through)."""
+        if self.state is not _HELD or self.uncertain_at is not None:
             return 0.0
         return max(0.0, min(self.valid_until, self.bound) - now)
 
@@ -205,7 +205,8 @@ class LeaseState(Generic[F]):
             self.due = min(self.due, self.valid_until)
 
     def release_unknown(self, sent_at: float) -> None:
-        """A release sent at `sent_at` got no answer: the server may or may not have deleted the key."""
+        """A release sent at `sent_at` got no answer: the server may or may not have deleted the key, so the lease
+        is in doubt (`remaining` 0) until a release's answer settles it."""
         if self.uncertain_at is None:
             self.uncertain_at = sent_at
 
@@ -214,8 +215,7 @@ class LeaseState(Generic[F]):
         taken) first. UNSURE (a sending of it may have deleted the key) is judged as after an unanswered one."""
         if answer is Released.UNSURE:
             self.release_unknown(sent_at)
-            answer = Released.EXPIRED
-        if after_release(answer, self.uncertain_at, self.valid_until) is _RELEASED:
+        if after_release(answer, self.uncertain_at, min(self.valid_until, self.bound)) is _RELEASED:
             self.state = _RELEASED
             return True
         return False

@@ -14,8 +14,8 @@ A connection taken idle may have been closed by the server meanwhile (its idle t
 restart): that is not a failure. One found closed before the write (`closed_by_peer`) is dropped, and the request
 goes on another. One that closes under a request, with no byte of the reply (`Closed`), leaves the request's fate
 unknown: it goes again once, on a new connection, if running it twice does what running it once does
-(`RESENDABLE`), or if it is a release, whose second answer "the key is gone" is then marked as maybe our own
-first sending's doing (`Resent`, read by the lease's rule for an unsure release). Any other request reports the
+(`RESENDABLE`), or if it is a release, whose second answer "the key is gone" or "another's" is then marked as maybe
+our own first sending's doing (`Resent`, read by the lease's rule for an unsure release). Any other request reports the
 error, and its caller keeps what it holds.
 
 Written once here and used by both front ends' transport (`_transport.py`, generated) and the sync select loop
@@ -52,7 +52,8 @@ would find the key gone, and say "expired" of a lock it released) nor a forced o
 
 RESENT_RELEASES = frozenset({"release", "redlock_release"})
 """Releases also go again once after `Closed`, on a new connection: the second sending's integer reply is a
-`Resent`, so that "the key is gone" is read as "our first sending may have deleted it" (`Released.UNSURE`)."""
+`Resent`, so that "the key is gone" or "another's" is read as "our first sending may have deleted it"
+(`Released.UNSURE`)."""
 
 
 class Resent(int):
@@ -164,9 +165,10 @@ _RELEASE_ANSWERS = {1: Released.RELEASED, 0: Released.EXPIRED, -1: Released.TAKE
 
 
 def release_answer(code: Any) -> Released:
-    """A single server's release reply (1, 0, -1) as its meaning; "gone" after a second sending is UNSURE."""
+    """A single server's release reply (1, 0, -1) as its meaning; "gone" or "another's" after a second sending is
+    UNSURE (the first may have deleted our key, and a waiter taken the lock since)."""
     answer = _RELEASE_ANSWERS[int(code)]
-    return Released.UNSURE if answer is Released.EXPIRED and isinstance(code, Resent) else answer
+    return Released.UNSURE if answer is not Released.RELEASED and isinstance(code, Resent) else answer
 
 
 def reconnect(error: BaseException, fresh: bool) -> bool:

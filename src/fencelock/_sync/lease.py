@@ -110,7 +110,8 @@ class Lease:
 
     @property
     def held(self) -> bool:
-        """True while the lease is neither released nor known to be lost, and its validity has not run out."""
+        """True while the lease is neither released nor known to be lost, its validity has not run out, and no
+        release of it may have gone through (one whose answer never came)."""
         return self.remaining() > 0.0
 
     @property
@@ -122,11 +123,15 @@ class Lease:
         return self._life.is_lost(self._clock())
 
     def ensure(self) -> None:
-        """Raise `LockLost` if the lease is lost. Call it before each critical write, and send the fence along."""
+        """Raise `LockLost` if the lease is lost or released, or a release of it may have gone through. Call it before
+        each critical write, and send the fence along."""
         if self.lost:
             raise LockLost(f"the lease was lost: {self._life.lost_reason or 'its validity ran out'}", name=self.name)
         if self._life.state is State.RELEASED:
             raise LockLost("the lease was released", name=self.name)
+        if self._life.uncertain_at is not None:
+            raise LockLost("a release of the lease was sent and its answer never came: it may be released (call "
+                           "release() again to know)", name=self.name)
 
     def _lose(self, reason: str, op: str = "renew", *, later: bool = False) -> None:
         """Mark the lease lost (once): tell the `on_lost` callback, and cancel the task holding it (asyncio).
@@ -174,6 +179,9 @@ class Lease:
                 raise LockLost(f"cannot extend a lease that is {self._life.state.value}", name=self.name)
             if self._releasing is not None:  # (its answer would say "gone", and report the lease lost: it is not)
                 raise LockLost("cannot extend a lease while it is being released", name=self.name)
+            if self._life.uncertain_at is not None:
+                raise LockLost("cannot extend a lease whose release may have gone through (its answer never came): "
+                               "call release() again", name=self.name)
             with self._watchdog.lock:
                 before = self._life.take(mine)
             if before is None:
