@@ -27,9 +27,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("fencelock")
 
 OnLost = Callable[["AsyncLease"], object]
-"""Called once, with the lease, when it is lost: in the caller's thread or task when its own call finds the loss,
-else off the watchdog (a thread of the client's callbacks; asyncio: soon on the loop, where a slow one must be an
-`async def`, whose coroutine runs as a task)."""
+"""Called once, with the lease, when it is lost: in the caller's thread or task when its own call finds the loss
+(once that call has ended its turn on the lease, so the callback may call back into it), else off the watchdog
+(a thread of the client's callbacks; asyncio: soon on the loop, where a slow one must be an `async def`, whose
+coroutine runs as a task)."""
 
 _pid = os.getpid()
 
@@ -68,7 +69,7 @@ class AsyncLease:
     """One granted acquisition of a lock: its name, token and fence, and the right to extend or release it."""
 
     __slots__ = ("_backend", "_clock", "_granted_at", "_life", "_loop", "_on_lost", "_pid", "_releasing", "_task",
-                 "_watchdog", "_watched", "fence", "name", "token", "ttl")
+                 "_tell", "_watchdog", "_watched", "fence", "name", "token", "ttl")
 
     def __init__(self, backend: AsyncBackend, clock: Clock, name: str, token: str, fence: int, ttl: float,
                  valid_until: float, *, watchdog: AsyncWatchdog, renew_every: float | None = None,
@@ -83,6 +84,7 @@ class AsyncLease:
         # Its validity, next due time, renewal in flight (a Signal) and state, shared with the watchdog.
         self._life: LeaseState[Signal] = LeaseState(ttl, valid_until, renew_every)
         self._on_lost = on_lost
+        self._tell = False  # the caller's own call found the loss: `on_lost` runs when that call ends (`_told`)
         self._task: Any = None  # the task to cancel when the lease is lost (asyncio lock() only)
         self._granted_at = clock()
         self.name = name
@@ -135,7 +137,8 @@ class AsyncLease:
     def _lose(self, reason: str, op: str = "renew", *, later: bool = False) -> None:
         """Mark the lease lost (once): tell the `on_lost` callback, and cancel the task holding it (asyncio).
         `later` (the watchdog found it): the callback runs off the watchdog (`Callbacks`), never holding it up;
-        else in the caller's thread or task, before its call returns."""
+        else in the caller's thread or task, when its call has ended its turn on the lease, before it returns
+        (`_told`): a callback that calls back into the lease (release, extend) never waits for that very call."""
         if not self._life.lose(reason):
             return
         emit("lost", self.name, backend_kind(self._backend), op, fence=self.fence,
@@ -145,6 +148,12 @@ class AsyncLease:
         if self._task is not None and self._task is not current_task():
             cancel(self._task)
         if not later and self._on_lost is not None:
+            self._tell = True
+
+    def _told(self) -> None:
+        """The caller's call ended its turn: run the `on_lost` its call found, if any (once)."""
+        if self._tell:
+            self._tell = False
             self._notify()
 
     def _notify(self) -> None:
@@ -194,6 +203,7 @@ class AsyncLease:
             mine.set()
             if self._watched:
                 self._watchdog.reschedule(self)
+            self._told()
 
     async def _extend(self, new_ttl: float) -> None:
         sent_at = self._clock()
@@ -262,6 +272,7 @@ class AsyncLease:
         finally:
             self._releasing = None
             ongoing.done.set()
+            self._told()
 
     async def _release(self) -> None:
         flight = self._life.renewal
