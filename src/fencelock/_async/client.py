@@ -250,8 +250,11 @@ class AsyncLocks:
                          error=str(step.error) if step.forget else None)
                     raise step.error
         except BaseException as exc:
-            if sent and not asking and not isinstance(step, (Block, GiveBack)) and not isinstance(exc, Exception):
-                in_background(forget_later, ours=True)
+            if not isinstance(exc, Exception):  # interrupted by its caller (a cancellation, KeyboardInterrupt)
+                waited = clock() - plan.started
+                emit("cancelled", name, kind, "acquire", waited=waited, duration=waited, error=type(exc).__name__)
+                if sent and not asking and not isinstance(step, (Block, GiveBack)):
+                    in_background(forget_later, ours=True)
             raise
 
     async def _closed_while(self, name: str, token: str, queued: bool, sent: bool) -> LockError:

@@ -195,7 +195,11 @@ class Lease:
                 before = self._life.take(mine)
             if before is None:
                 break
-            before.wait(None)  # (a renewal's batch always ends: its requests are bounded)
+            try:
+                before.wait(None)  # (a renewal's batch always ends: its requests are bounded)
+            except BaseException as exc:
+                self._interrupted(exc, "extend", self._clock())
+                raise
         try:
             self._extend(new_ttl)
         finally:
@@ -223,6 +227,7 @@ class Lease:
             if isinstance(exc, BackendError):
                 emit("failed", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at,
                      error=str(exc))
+            self._interrupted(exc, "extend", sent_at)
             raise
         if not extended:
             self._lose("the server says it is gone (expired, removed or evicted) or another holder took it", "extend")
@@ -237,6 +242,12 @@ class Lease:
                 self._backend.release(self.name, self.token, self.fence)
             raise LockLost("the extension was confirmed only after its TTL had run out", name=self.name)
         emit("extend", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at)
+
+    def _interrupted(self, exc: BaseException, op: str, started: float) -> None:
+        """A `cancelled` event if `exc` interrupted the call (an asyncio cancellation, KeyboardInterrupt)."""
+        if not isinstance(exc, Exception):
+            emit("cancelled", self.name, backend_kind(self._backend), op, fence=self.fence,
+                 duration=self._clock() - started, error=type(exc).__name__)
 
     def release(self) -> None:
         """Give the lock back. Raises `LockLost` if it had expired or been taken; a second release does nothing.
@@ -261,9 +272,11 @@ class Lease:
             if ongoing.error is not _CANCELLED:  # (else it was interrupted half-way: this caller sends its own)
                 ongoing.joined()
                 return
+        started = self._clock()
         try:
             self._release()
         except BaseException as exc:
+            self._interrupted(exc, "release", started)
             ongoing.error = exc if isinstance(exc, Exception) else _CANCELLED
             if isinstance(exc, LockError):
                 exc.lease = self  # so that the caller can retry: `err.lease.release()`
