@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 import fencelock
 from fencelock._logic.fencing import accepts
+from fencelock.testing.servers import RedisClusterServers
 from tests.conftest import RedisFamily
 
 
@@ -86,6 +88,53 @@ def test_guards_reject_bad_fences_before_writing(deployment: RedisFamily, name: 
     conn = sqlite3.connect(":memory:")
     with pytest.raises(error, match="fence"):
         fencelock.SQLGuard().check(conn.cursor(), name, fence)
+
+
+def test_a_cluster_guard_refuses_a_data_key_in_another_slot_before_sending(cluster: RedisClusterServers,
+                                                                          name: str) -> None:
+    """Invariant: on a Redis Cluster the guard's script needs the data key in the guard key's slot; one elsewhere
+    is a ValueError that names the key, the lock and the way out, and nothing reaches a server."""
+    raw: Any = cluster.client()
+    guard = fencelock.RedisGuard(raw)
+    elsewhere = next(f"plain:{i}" for i in range(1000)
+                     if key_slot(f"plain:{i}".encode()) != key_slot(guard.key(name, "x").encode()))
+    with pytest.raises(ValueError, match=r"key.*slot.*guard\.key") as info:
+        guard.set(name, 3, elsewhere, "v")
+    assert repr(name) in str(info.value)
+    assert raw.exists(elsewhere) == 0
+    assert guard.highest(name) is None  # the guard's own key was not touched either
+
+    async def main() -> None:
+        import redis.asyncio
+
+        client = redis.asyncio.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        with pytest.raises(ValueError, match="slot"):
+            await fencelock.aio.RedisGuard(client).set(name, 3, elsewhere, "v")
+        await client.aclose()
+
+    asyncio.run(main())
+    guard.set(name, 3, guard.key(name, "x"), "v")  # the key guard.key gives is always in the slot
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")], ids=["inf", "-inf", "nan"])
+def test_the_redis_guard_refuses_a_value_that_is_no_finite_number(deployment: RedisFamily, name: str,
+                                                                   value: float) -> None:
+    guard = fencelock.RedisGuard(deployment.raw())
+    with pytest.raises(ValueError, match="value") as info:
+        guard.set(name, 3, guard.key(name, "x"), value)
+    assert repr(name) in str(info.value)
+    assert guard.highest(name) is None
+
+
+def test_the_redis_guard_refuses_its_own_key_as_the_data_key(deployment: RedisFamily, name: str) -> None:
+    """Written over, the guard's own key would no longer hold a fence: every later write would fail or pass."""
+    raw: Any = deployment.raw()
+    guard = fencelock.RedisGuard(raw)
+    guard.set(name, 3, guard.key(name, "x"), "v")
+    with pytest.raises(ValueError, match="guard") as info:
+        guard.set(name, 4, guard._guard_key(name), "overwritten")
+    assert repr(name) in str(info.value)
+    assert guard.highest(name) == 3
 
 
 # -- SQL ---------------------------------------------------------------------------------------------------------
