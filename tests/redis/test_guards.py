@@ -167,6 +167,61 @@ def test_sql_guard_keeps_fences_per_name(db: sqlite3.Connection) -> None:
     assert guard.highest(db.cursor(), "c") is None
 
 
+class _ChangedRowsCursor:
+    """A DB-API cursor whose `rowcount` after an UPDATE counts the rows it *changed*, as MySQL's drivers report by
+    default (without the FOUND_ROWS flag), not the rows it matched: here on SQLite, over its own cursor."""
+
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._cursor = cursor
+        self.rowcount = -1
+
+    def execute(self, operation: str, parameters: Any = ()) -> Any:
+        if not operation.startswith("UPDATE"):
+            self._cursor.execute(operation, parameters)
+            self.rowcount = self._cursor.rowcount
+            return self
+        before = self._cursor.execute("SELECT fence FROM fencelock_fences WHERE name = ?", (parameters[1],))
+        old = before.fetchone()
+        self._cursor.execute(operation, parameters)
+        after = self._cursor.execute("SELECT fence FROM fencelock_fences WHERE name = ?", (parameters[1],))
+        self.rowcount = int(after.fetchone() != old)
+        return self
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+
+def test_sql_guard_accepts_the_same_holder_again_where_the_driver_counts_changed_rows(
+        db: sqlite3.Connection) -> None:
+    """MySQL reports 0 rows for an UPDATE that writes the value already there: the same holder writing again with
+    its fence must still be accepted (before, it was refused as stale), and a lower fence still refused."""
+    guard = fencelock.SQLGuard()
+    with db:
+        guard.check(_ChangedRowsCursor(db.cursor()), "a", 10)
+    with db:
+        guard.check(_ChangedRowsCursor(db.cursor()), "a", 10)  # unchanged row, rowcount 0: still this holder's
+    with db, pytest.raises(fencelock.StaleFence) as info:
+        guard.check(_ChangedRowsCursor(db.cursor()), "a", 9)
+    assert (info.value.fence, info.value.highest) == (9, 10)
+
+
+def test_sql_guard_mysql_statements() -> None:
+    """MySQL (no server here to run them on: read as SQL): names compared byte for byte (a VARBINARY key, never a
+    case- or accent-insensitive collation that would let two lock names share a fence), a key that fits InnoDB's
+    3072-byte limit, an insert that fails loudly (not INSERT IGNORE, which truncates a value silently), and the
+    recorded fence read with a locking read (MySQL's snapshot read could show an older one)."""
+    guard = fencelock.SQLGuard(paramstyle="format", dialect="mysql")
+    assert guard._create == ("CREATE TABLE IF NOT EXISTS fencelock_fences "
+                             "(name VARBINARY(3072) PRIMARY KEY, fence BIGINT NOT NULL)")
+    assert guard._ensure == ("INSERT INTO fencelock_fences (name, fence) VALUES (%s, 0) "
+                             "ON DUPLICATE KEY UPDATE name = name")
+    assert guard._advance == "UPDATE fencelock_fences SET fence = %s WHERE name = %s AND fence <= %s"
+    assert guard._recorded == "SELECT fence FROM fencelock_fences WHERE name = %s FOR UPDATE"
+    conn = sqlite3.connect(":memory:")
+    with pytest.raises(ValueError, match="3072 bytes"):
+        guard.check(conn.cursor(), "\N{GRINNING FACE}" * 800, 1)  # 3,200 bytes of UTF-8: no such key in MySQL
+
+
 def test_sql_guard_checks_its_arguments() -> None:
     with pytest.raises(ValueError, match="table"):
         fencelock.SQLGuard(table="fences; DROP TABLE accounts")
