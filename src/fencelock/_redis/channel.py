@@ -277,6 +277,11 @@ def killed(reply: Any) -> bool:
     return isinstance(reply, int) and not isinstance(reply, bool)
 
 
+def no_retry() -> dict[str, Any]:
+    """A redis-py connection's settings without any retry (it then retries nothing: Retry(NoBackoff(), 0))."""
+    return {"retry": None, "retry_on_error": [], "retry_on_timeout": False}
+
+
 class ChannelBase:
     """One server's dedicated connections, the part both front ends share: how to make one (the client's own
     connection class and settings: address, TLS, credentials, timeouts) and each caller's latest request in
@@ -285,7 +290,11 @@ class ChannelBase:
     def __init__(self, client: Any) -> None:
         self.client = client
         pool = client.connection_pool
-        self._class, self._kwargs = pool.connection_class, pool.connection_kwargs
+        # The client's settings, but never its retry policy: whether a request (or a connect) goes again is
+        # fencelock's rule (`may_resend`, `reconnect`); a user's client's Retry backs off for seconds between
+        # connects to a server that is down (decision 2026-12-05-client-retry-policy).
+        self._class = pool.connection_class
+        self._kwargs = {**pool.connection_kwargs, **no_retry()}
         self.where: str = self._kwargs.get("path") or f"{self._kwargs.get('host', '?')}:{self._kwargs.get('port', '?')}"
         self.generation = 0  # +1 at every close: what a request begun before it finds is not its to use
         self._patience: float = self._kwargs.get("socket_timeout") or PATIENCE

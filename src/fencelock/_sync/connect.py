@@ -101,7 +101,8 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
         try:  # the synchronous cluster client asks for the cluster's layout at once
             client = cluster_from_url(parsed.url, **options)
         except CLIENT_ERRORS as exc:
-            raise BackendError(f"cannot reach the Redis Cluster at {parsed.shown}: {exc}") from exc
+            raise BackendError(f"cannot reach the Redis Cluster at {parsed.shown}: {type(exc).__name__}: {exc}") \
+                from exc
     else:
         client = Redis.from_url(parsed.url, **options)
     return Locks(RedisBackend(client, owns_client=True, prefix=prefix, shown=parsed.shown,
