@@ -182,6 +182,7 @@ class AsyncLease:
         self._check_owner("extend")
         new_ttl = self.ttl if ttl is None else check_ttl(ttl, self.name)
         mine = Signal()
+        started = self._clock()
         while True:
             if self._life.state is not State.HELD:
                 raise LockLost(f"cannot extend a lease that is {self._life.state.value}", name=self.name)
@@ -197,7 +198,7 @@ class AsyncLease:
             try:
                 await before.wait(None)  # (a renewal's batch always ends: its requests are bounded)
             except BaseException as exc:
-                self._interrupted(exc, "extend", self._clock())
+                self._interrupted(exc, "extend", started)
                 raise
         try:
             await self._extend(new_ttl)
