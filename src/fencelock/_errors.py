@@ -17,6 +17,9 @@ the one configuration error only the servers can reveal: it is also a `ValueErro
 
 Errors of the underlying client libraries (redis-py, httpx, kazoo) are turned into `BackendError` at one boundary
 per backend, its module in `_async/`, with `raise ... from exc`; no bare client-library error reaches the caller.
+
+Every error pickles (multiprocessing, Celery): its `args` are its constructor's arguments in order, the lock name
+second, so `type(err)(*err.args)` rebuilds it; the `lease` attached to a failed release stays in its process.
 """
 
 from __future__ import annotations
@@ -43,14 +46,20 @@ class LockError(Exception):
 
     lease: Any
 
-    def __init__(self, message: str, *, name: str | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(message, name)
         self.name = name
         self.lease = None
 
     def __str__(self) -> str:
-        message = super().__str__()
+        message = str(self.args[0]) if self.args else ""
         return message if self.name is None else f"{message} (lock {self.name!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its args (each class's constructor arguments, in order), then its attributes; not its lease
+        # (connections and a token that mean nothing in another process).
+        state = {key: value for key, value in vars(self).items() if key != "lease"}
+        return type(self), self.args, state
 
 
 class NotAcquired(LockError):
@@ -68,8 +77,9 @@ class LockLost(LockError):
 class StaleFence(LockError):
     """A fencing guard rejected a write whose fence is lower than one the resource already accepted."""
 
-    def __init__(self, message: str, *, name: str | None, fence: int, highest: int) -> None:
-        super().__init__(message, name=name)
+    def __init__(self, message: str, name: str | None = None, fence: int = 0, highest: int = 0) -> None:
+        super().__init__(message, name)
+        self.args = (message, name, fence, highest)
         self.fence = fence
         self.highest = highest
 
@@ -90,9 +100,10 @@ class QuorumUnavailable(BackendError):
     `retry_in` the seconds until enough of them can be repaired at the latest (None: not while nodes are out).
     """
 
-    def __init__(self, message: str, *, name: str | None = None, nodes: tuple[Any, ...] = (),
+    def __init__(self, message: str, name: str | None = None, nodes: tuple[Any, ...] = (),
                  retry_in: float | None = None) -> None:
-        super().__init__(message, name=name)
+        super().__init__(message, name)
+        self.args = (message, name, nodes, retry_in)
         self.nodes = nodes
         self.retry_in = retry_in
 
@@ -104,8 +115,9 @@ class NotDurable(BackendError):
     validity. `wanted` says what was asked for, `got` what the server confirmed.
     """
 
-    def __init__(self, message: str, *, name: str | None = None, wanted: str = "", got: str = "") -> None:
-        super().__init__(message, name=name)
+    def __init__(self, message: str, name: str | None = None, wanted: str = "", got: str = "") -> None:
+        super().__init__(message, name)
+        self.args = (message, name, wanted, got)
         self.wanted = wanted
         self.got = got
 

@@ -24,6 +24,7 @@ LEVELS = {
     "release": logging.DEBUG,         # released (held: seconds since the grant)
     "extend": logging.DEBUG,          # extended by the caller
     "failed": logging.INFO,           # a request failed with a BackendError (error: its message)
+    "cancelled": logging.INFO,        # an acquire, extend or release was interrupted by its caller (error: how)
     "renewal_failed": logging.WARNING,  # a renewal got no answer or an error; retried while validity remains
     "lost": logging.WARNING,          # the lease is lost (error: why)
     "node_out": logging.WARNING,      # Redlock: a node cannot take part (error: its state)
@@ -45,7 +46,7 @@ class LockEvent:
     waited: float | None = None     # seconds since the acquire began (grant, busy, timeout)
     held: float | None = None       # seconds since the grant (release, lost)
     duration: float | None = None   # seconds the request took (acquire outcomes, release, extend)
-    error: str | None = None        # why (failed, renewal_failed, lost, node_out, evicting, unsafe_version)
+    error: str | None = None        # why (failed, cancelled, renewal_failed, lost, node_out, evicting, ...)
     at: float = 0.0                 # time.time() when it happened
 
     def describe(self) -> str:

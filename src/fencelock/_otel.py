@@ -17,7 +17,7 @@ from ._events import LockEvent
 from ._version import __version__
 
 _SPANS = {"acquire": "fencelock.acquire", "release": "fencelock.release", "extend": "fencelock.extend"}
-_ENDS_A_CALL = {"grant", "busy", "timeout", "release", "extend", "failed", "lost"}
+_ENDS_A_CALL = {"grant", "busy", "timeout", "release", "extend", "failed", "lost", "cancelled"}
 _COUNTERS = {"grant": "fencelock.grants", "lost": "fencelock.losses", "renewal_failed": "fencelock.renewal_failures",
              "timeout": "fencelock.timeouts"}
 _PROXIES = ("ProxyTracerProvider", "_ProxyMeterProvider")

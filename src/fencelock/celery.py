@@ -48,15 +48,8 @@ _lease: contextvars.ContextVar[Lease | None] = contextvars.ContextVar("fencelock
 
 
 class Skipped(NotAcquired):
-    """A run of a task with `on_busy="skip"` did not start: another run held its lock."""
-
-    def __init__(self, message: str, name: str | None = None) -> None:
-        super().__init__(message, name=name)
-        self.args = (message, name)  # a result backend rebuilds the error as Skipped(*args): the name survives
-
-    def __str__(self) -> str:
-        message = str(self.args[0])
-        return message if self.name is None else f"{message} (lock {self.name!r})"
+    """A run of a task with `on_busy="skip"` did not start: another run held its lock. (A result backend rebuilds
+    it as `Skipped(*args)`: its args are its message and name, as every fencelock error's.)"""
 
 
 def current_lease() -> Lease:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,7 +32,7 @@ def test_a_due_lease_is_renewed_once_and_looked_at_again_when_its_validity_ends(
     life = renewed_lease()
     assert life.tick(T0 + EVERY) is Tick.RENEW
     assert life.due == life.valid_until
-    life.sending("flight-1")
+    life.sending("flight-1", TTL, T0 + EVERY)
     assert life.renewal == "flight-1"
     assert life.tick(T0 + EVERY + 0.1) is Tick.WATCH  # one renewal in flight at a time
 
@@ -38,8 +40,8 @@ def test_a_due_lease_is_renewed_once_and_looked_at_again_when_its_validity_ends(
 def test_a_renewal_answered_late_counts_its_validity_from_the_requests_start() -> None:
     life = renewed_lease()
     life.tick(T0 + EVERY)
-    life.sending("flight")
     sent_at = T0 + EVERY
+    life.sending("flight", TTL, sent_at)
     answered_at = sent_at + 1.5  # a slow network
     assert life.renewed(True, TTL, sent_at, answered_at) is Renewal.EXTENDED
     assert life.valid_until == validity_end(TTL, sent_at)  # not from `answered_at`
@@ -79,7 +81,7 @@ def test_the_server_saying_the_key_is_gone_loses_the_lease() -> None:
 def test_loss_is_final_and_a_late_renewal_that_got_through_is_given_back() -> None:
     life = renewed_lease()
     life.tick(T0 + EVERY)
-    life.sending("flight")
+    life.sending("flight", TTL, T0 + EVERY)
     assert life.lose("its validity ran out before a renewal was confirmed")
     assert not life.lose("again")  # reported once
     assert life.lost_reason == "its validity ran out before a renewal was confirmed"
@@ -107,13 +109,16 @@ def test_a_release_stops_renewal_at_once_and_a_released_lease_ignores_late_answe
 @pytest.mark.parametrize(("sent", "answer", "released"), [
     (T0 + 1.0, Released.EXPIRED, True),    # our unanswered release, sent in time, may have deleted it
     (T0 + 5.0, Released.EXPIRED, False),   # sent after the validity ended: it expired on its own
-    (T0 + 1.0, Released.TAKEN, False),     # someone else holds it
+    (T0 + 1.0, Released.TAKEN, True),      # another holds it: a waiter, after our release deleted our key
+    (T0 + 5.0, Released.TAKEN, False),     # sent after the validity ended: it may have expired and been taken
 ])
 def test_an_unanswered_release_then_an_answer(sent: float, answer: Released, released: bool) -> None:
     life = renewed_lease()
     life.release_unknown(sent)
     life.release_unknown(sent + 10.0)  # the first unanswered release is the one that counts
     assert life.uncertain_at == sent
+    assert life.remaining(sent) == 0.0  # in doubt: it claims nothing until an answer settles it
+    assert not life.is_lost(T0 + 0.5)  # (nor is it known lost)
     assert life.release_answered(answer, sent + 10.0) is released
     assert life.state is (State.RELEASED if released else State.HELD)  # (the lease then reports the loss)
 
@@ -145,7 +150,7 @@ def test_an_extend_without_an_answer_may_shorten_but_never_lengthen_the_validity
 def test_a_renewal_and_an_extend_of_one_lease_are_never_in_flight_at_once() -> None:
     life = renewed_lease()
     assert life.tick(T0 + EVERY) is Tick.RENEW
-    life.sending("renewal")
+    life.sending("renewal", TTL, T0 + EVERY)
     assert life.take("extend") == "renewal"  # the extend waits for the renewal's answer
     assert life.renewed(True, TTL, T0 + EVERY, T0 + EVERY + 0.5) is Renewal.EXTENDED
     assert life.take("extend") is None  # now it goes
@@ -166,7 +171,7 @@ def test_a_renewal_without_an_answer_bounds_every_later_count_by_its_ttl() -> No
     later renewal (each carries 60 s now)."""
     life = renewed_lease()
     life.tick(T0 + EVERY)
-    life.sending("renewal")
+    life.sending("renewal", TTL, T0 + EVERY)
     assert life.renewed(None, TTL, T0 + EVERY, T0 + EVERY + 2.0) is Renewal.RETRY
     assert life.unsettled == TTL
     assert life.extended(60.0, T0 + EVERY + 2.1, T0 + EVERY + 2.2)
@@ -184,9 +189,9 @@ def test_an_extend_without_an_answer_makes_a_renewed_lease_due_soon_and_any_othe
     assert watched.due == watched.valid_until == validity_end(0.5, T0 + 0.5)
 
 
-# A model of the server: each request that sets the key's expiry lands at some moment after it was sent (an
-# answered one before its answer; an unanswered one at any later step, or never) and sets expiry = landing + TTL.
-ORDER_STEPS = st.lists(st.tuples(st.sampled_from(["send", "answer", "silence", "land", "gone"]),
+# A model of the server: each request that sets the key's expiry lands at some moment after it was sent (while it is
+# in flight, before its answer; an unanswered one at any later step, or never) and sets expiry = landing + TTL.
+ORDER_STEPS = st.lists(st.tuples(st.sampled_from(["send", "early", "answer", "silence", "land", "gone"]),
                                  st.floats(0.0, 1.0), st.sampled_from([0.5, 3.0, 60.0]), st.integers(0, 3)),
                        max_size=40)
 
@@ -199,14 +204,23 @@ def test_remaining_never_exceeds_what_the_server_keeps_whatever_order_requests_l
     now = T0
     expiry = T0 + TTL  # the grant landed as it was sent
     flight: tuple[float, float, bool] | None = None  # (sent at, ttl, an extend?)
+    landed = False  # the request in flight already landed (its answer is still to come)
     pending: list[tuple[float, float]] = []  # unanswered, may land later: (sent at, ttl)
     for step, elapsed, ttl, pick in steps:
         now += elapsed
-        if step == "send" and flight is None and life.take("flight") is None:
-            flight = (now, ttl, pick % 2 == 0)
+        if step == "send" and flight is None:
+            if pick % 2 == 0 and life.take("flight") is None:
+                life.extending(ttl, now)
+                flight, landed = (now, ttl, True), False
+            elif pick % 2 == 1 and life.renewal is None:
+                life.sending("flight", ttl, now)
+                flight, landed = (now, ttl, False), False
+        elif step == "early" and flight is not None and not landed:
+            expiry, landed = now + flight[1], True  # applied now; its answer comes later, or never
         elif step == "answer" and flight is not None:
             sent_at, sent_ttl, is_extend = flight
-            expiry = now + sent_ttl  # it landed just now, and was answered
+            if not landed:
+                expiry = now + sent_ttl  # it landed just now, and was answered
             if is_extend:
                 life.extended(sent_ttl, sent_at, now)
                 life.done("flight")
@@ -220,7 +234,8 @@ def test_remaining_never_exceeds_what_the_server_keeps_whatever_order_requests_l
                 life.done("flight")
             else:
                 life.renewed(None, sent_ttl, sent_at, now)
-            pending.append((sent_at, sent_ttl))
+            if not landed:
+                pending.append((sent_at, sent_ttl))
             flight = None
         elif step == "land" and pending:
             _, late_ttl = pending.pop(pick % len(pending))
@@ -228,7 +243,47 @@ def test_remaining_never_exceeds_what_the_server_keeps_whatever_order_requests_l
         elif step == "gone" and flight is None:
             life.stop_renewing()
         if life.remaining(now) > 0.0:
-            assert life.valid_until <= expiry, (life.valid_until, expiry)
+            assert now + life.remaining(now) <= expiry, (now + life.remaining(now), expiry)
+            assert not life.is_lost(now)
+
+
+def test_an_extend_to_a_shorter_ttl_caps_the_claim_from_its_sending_until_its_answer() -> None:
+    """The server may apply an extend before its answer comes: from its sending, a shorter TTL caps remaining()
+    and ends the validity (is_lost, the watchdog's tick) when it runs out; its answer settles the count."""
+    life: LeaseState[str] = LeaseState(30.0, validity_end(30.0, T0), None)
+    sent = T0 + 1.0
+    assert life.take("extend") is None
+    life.extending(0.5, sent)
+    end = validity_end(0.5, sent)
+    assert life.remaining(sent + 0.1) == pytest.approx(end - sent - 0.1)
+    assert life.due == end  # (the watchdog looks at a watched lease then)
+    assert not life.is_lost(end - 1e-6)
+    assert life.is_lost(end)
+    assert life.tick(end) is Tick.EXPIRE
+    assert life.valid_until == validity_end(30.0, T0)  # what was confirmed is unchanged until the answer
+    # Answered in time: counted from its sending, with its TTL; nothing in flight caps it any more.
+    assert life.extended(0.5, sent, sent + 0.2)
+    life.done("extend")
+    assert life.remaining(sent + 0.2) == pytest.approx(end - sent - 0.2)
+    assert life.bound == math.inf
+
+
+def test_an_extend_to_a_longer_ttl_in_flight_claims_what_was_confirmed_and_silence_keeps_the_shorter_cap() -> None:
+    life = renewed_lease(ttl=30.0, every=10.0)
+    before = life.valid_until
+    assert life.take("longer") is None
+    life.extending(60.0, T0 + 1.0)
+    assert life.remaining(T0 + 1.1) == pytest.approx(before - T0 - 1.1)  # not counted until confirmed
+    life.extend_unknown(60.0, T0 + 1.0, T0 + 1.5)
+    life.done("longer")
+    assert life.valid_until == before
+    assert life.take("shorter") is None
+    life.extending(2.0, T0 + 2.0)
+    life.extend_unknown(2.0, T0 + 2.0, T0 + 3.0)  # no answer: it may have landed, or land later
+    life.done("shorter")
+    assert life.bound == math.inf
+    assert life.valid_until == validity_end(2.0, T0 + 2.0)
+    assert life.remaining(T0 + 3.0) == pytest.approx(validity_end(2.0, T0 + 2.0) - T0 - 3.0)
 
 
 def test_an_extend_confirmed_after_its_ttl_ran_out_grants_nothing() -> None:
@@ -264,7 +319,7 @@ def test_validity_grows_only_by_a_confirmed_renewal_and_a_lease_never_comes_back
             if tick is Tick.EXPIRE:
                 assert life.lose("expired")
             if tick is Tick.RENEW:
-                life.sending("flight")
+                life.sending("flight", TTL, now)
         elif step in ("ok", "gone", "silent"):
             sent_at = now - elapsed
             answer = {"ok": True, "gone": False, "silent": None}[step]
@@ -293,7 +348,7 @@ def test_an_extend_to_a_shorter_ttl_renews_at_the_new_ttls_pace() -> None:
     assert life.due == pytest.approx(sent + 1.0)
     assert life.due < life.valid_until
     life.tick(life.due)
-    life.sending("flight")
+    life.sending("flight", 3.0, sent + 1.0)
     assert life.renewed(True, 3.0, sent + 1.0, sent + 1.01) is Renewal.EXTENDED
     assert life.due == pytest.approx(sent + 2.0)  # and so on: never a renewal after the validity ends
 
@@ -311,7 +366,7 @@ def test_a_renewal_interval_follows_the_shorter_ttl_an_unanswered_request_may_st
     life = renewed_lease(ttl=30.0, every=10.0)
     life.extend_unknown(3.0, T0 + 1.0, T0 + 2.0)  # may land later: every later count is at most 3 s
     life.tick(life.due)
-    life.sending("flight")
+    life.sending("flight", 30.0, T0 + 2.5)
     assert life.renewed(True, 30.0, T0 + 2.5, T0 + 2.6) is Renewal.EXTENDED
     assert life.valid_until <= validity_end(3.0, T0 + 2.5)
     assert life.due == pytest.approx(T0 + 2.5 + 1.0)  # renewed within the 3 s that is counted, not after 10 s

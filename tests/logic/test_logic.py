@@ -136,10 +136,15 @@ def test_release_outcomes() -> None:
     assert after_release(Released.RELEASED, None, 10.0) is State.RELEASED
     assert after_release(Released.EXPIRED, None, 10.0) is State.LOST
     assert after_release(Released.TAKEN, None, 10.0) is State.LOST
-    # An earlier release got no reply: if it was sent in time and nobody took the lock, it did its job.
+    # An earlier release got no reply: if it was sent in time, the key gone or another's is its doing (it deleted
+    # our key, and a waiter took the lock since): released (decision 2026-12-05-release-retried-with-a-waiter).
     assert after_release(Released.EXPIRED, 9.0, 10.0) is State.RELEASED
+    assert after_release(Released.TAKEN, 9.0, 10.0) is State.RELEASED
+    assert after_release(Released.UNSURE, 9.0, 10.0) is State.RELEASED
+    # Sent after the validity ended: the key may have expired (and been taken) before it landed.
     assert after_release(Released.EXPIRED, 11.0, 10.0) is State.LOST
-    assert after_release(Released.TAKEN, 9.0, 10.0) is State.LOST
+    assert after_release(Released.TAKEN, 11.0, 10.0) is State.LOST
+    assert after_release(Released.TAKEN, 10.0, 10.0) is State.LOST
 
 
 # -- URLs -----------------------------------------------------------------------------------------------------

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from redis.crc import key_slot
 
 import fencelock
 from fencelock._logic.fencing import accepts
+from fencelock.testing.servers import RedisClusterServers
 from tests.conftest import RedisFamily
 
 
@@ -88,6 +90,53 @@ def test_guards_reject_bad_fences_before_writing(deployment: RedisFamily, name: 
         fencelock.SQLGuard().check(conn.cursor(), name, fence)
 
 
+def test_a_cluster_guard_refuses_a_data_key_in_another_slot_before_sending(cluster: RedisClusterServers,
+                                                                          name: str) -> None:
+    """Invariant: on a Redis Cluster the guard's script needs the data key in the guard key's slot; one elsewhere
+    is a ValueError that names the key, the lock and the way out, and nothing reaches a server."""
+    raw: Any = cluster.client()
+    guard = fencelock.RedisGuard(raw)
+    elsewhere = next(f"plain:{i}" for i in range(1000)
+                     if key_slot(f"plain:{i}".encode()) != key_slot(guard.key(name, "x").encode()))
+    with pytest.raises(ValueError, match=r"key.*slot.*guard\.key") as info:
+        guard.set(name, 3, elsewhere, "v")
+    assert repr(name) in str(info.value)
+    assert raw.exists(elsewhere) == 0
+    assert guard.highest(name) is None  # the guard's own key was not touched either
+
+    async def main() -> None:
+        import redis.asyncio
+
+        client = redis.asyncio.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        with pytest.raises(ValueError, match="slot"):
+            await fencelock.aio.RedisGuard(client).set(name, 3, elsewhere, "v")
+        await client.aclose()
+
+    asyncio.run(main())
+    guard.set(name, 3, guard.key(name, "x"), "v")  # the key guard.key gives is always in the slot
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")], ids=["inf", "-inf", "nan"])
+def test_the_redis_guard_refuses_a_value_that_is_no_finite_number(deployment: RedisFamily, name: str,
+                                                                   value: float) -> None:
+    guard = fencelock.RedisGuard(deployment.raw())
+    with pytest.raises(ValueError, match="value") as info:
+        guard.set(name, 3, guard.key(name, "x"), value)
+    assert repr(name) in str(info.value)
+    assert guard.highest(name) is None
+
+
+def test_the_redis_guard_refuses_its_own_key_as_the_data_key(deployment: RedisFamily, name: str) -> None:
+    """Written over, the guard's own key would no longer hold a fence: every later write would fail or pass."""
+    raw: Any = deployment.raw()
+    guard = fencelock.RedisGuard(raw)
+    guard.set(name, 3, guard.key(name, "x"), "v")
+    with pytest.raises(ValueError, match="guard") as info:
+        guard.set(name, 4, guard._guard_key(name), "overwritten")
+    assert repr(name) in str(info.value)
+    assert guard.highest(name) == 3
+
+
 # -- SQL ---------------------------------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -116,6 +165,61 @@ def test_sql_guard_keeps_fences_per_name(db: sqlite3.Connection) -> None:
         _write(db, guard, "a", 9, "a9")
     assert guard.highest(db.cursor(), "a") == 10
     assert guard.highest(db.cursor(), "c") is None
+
+
+class _ChangedRowsCursor:
+    """A DB-API cursor whose `rowcount` after an UPDATE counts the rows it *changed*, as MySQL's drivers report by
+    default (without the FOUND_ROWS flag), not the rows it matched: here on SQLite, over its own cursor."""
+
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._cursor = cursor
+        self.rowcount = -1
+
+    def execute(self, operation: str, parameters: Any = ()) -> Any:
+        if not operation.startswith("UPDATE"):
+            self._cursor.execute(operation, parameters)
+            self.rowcount = self._cursor.rowcount
+            return self
+        before = self._cursor.execute("SELECT fence FROM fencelock_fences WHERE name = ?", (parameters[1],))
+        old = before.fetchone()
+        self._cursor.execute(operation, parameters)
+        after = self._cursor.execute("SELECT fence FROM fencelock_fences WHERE name = ?", (parameters[1],))
+        self.rowcount = int(after.fetchone() != old)
+        return self
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+
+def test_sql_guard_accepts_the_same_holder_again_where_the_driver_counts_changed_rows(
+        db: sqlite3.Connection) -> None:
+    """MySQL reports 0 rows for an UPDATE that writes the value already there: the same holder writing again with
+    its fence must still be accepted (before, it was refused as stale), and a lower fence still refused."""
+    guard = fencelock.SQLGuard()
+    with db:
+        guard.check(_ChangedRowsCursor(db.cursor()), "a", 10)
+    with db:
+        guard.check(_ChangedRowsCursor(db.cursor()), "a", 10)  # unchanged row, rowcount 0: still this holder's
+    with db, pytest.raises(fencelock.StaleFence) as info:
+        guard.check(_ChangedRowsCursor(db.cursor()), "a", 9)
+    assert (info.value.fence, info.value.highest) == (9, 10)
+
+
+def test_sql_guard_mysql_statements() -> None:
+    """MySQL (no server here to run them on: read as SQL): names compared byte for byte (a VARBINARY key, never a
+    case- or accent-insensitive collation that would let two lock names share a fence), a key that fits InnoDB's
+    3072-byte limit, an insert that fails loudly (not INSERT IGNORE, which truncates a value silently), and the
+    recorded fence read with a locking read (MySQL's snapshot read could show an older one)."""
+    guard = fencelock.SQLGuard(paramstyle="format", dialect="mysql")
+    assert guard._create == ("CREATE TABLE IF NOT EXISTS fencelock_fences "
+                             "(name VARBINARY(3072) PRIMARY KEY, fence BIGINT NOT NULL)")
+    assert guard._ensure == ("INSERT INTO fencelock_fences (name, fence) VALUES (%s, 0) "
+                             "ON DUPLICATE KEY UPDATE name = name")
+    assert guard._advance == "UPDATE fencelock_fences SET fence = %s WHERE name = %s AND fence <= %s"
+    assert guard._recorded == "SELECT fence FROM fencelock_fences WHERE name = %s FOR UPDATE"
+    conn = sqlite3.connect(":memory:")
+    with pytest.raises(ValueError, match="3072 bytes"):
+        guard.check(conn.cursor(), "\N{GRINNING FACE}" * 800, 1)  # 3,200 bytes of UTF-8: no such key in MySQL
 
 
 def test_sql_guard_checks_its_arguments() -> None:

@@ -20,8 +20,8 @@ import pytest
 import fencelock
 import fencelock.aio
 from fencelock._redis.keys import redis_keys
-from fencelock._scripts import EXTEND_MANY
-from fencelock.testing.faults import PAUSE, RESET_BEFORE, FaultProxy, Rule
+from fencelock._scripts import EXTEND, EXTEND_MANY
+from fencelock.testing.faults import LATE, PAUSE, RESET_BEFORE, FaultProxy, Rule
 from fencelock.testing.servers import RedisServer
 
 TTL = 1.0  # renewed every third of it
@@ -135,3 +135,60 @@ def test_concurrent_extends_of_one_lease_go_one_after_the_other(own_server: Redi
     assert [r for r in proxy.requests if r.name == "extend" and b"30000" in r.args]
     assert held.ended_at is not None
     assert all(r.at >= held.ended_at for r in second)
+
+
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_while_an_extend_to_a_shorter_ttl_is_unanswered_the_lease_claims_no_more_than_that_ttl(
+        own_server: RedisServer, name: str, front: str) -> None:
+    """Invariant: the server may apply an extend before its reply comes. While one to a shorter TTL is on the wire
+    unanswered, remaining(), held and ensure() count the shorter TTL: the lease never outlives the server's key."""
+    raw: Any = own_server.client()
+    raw.script_load(EXTEND.source)  # (else the delayed reply is NOSCRIPT's, and the extend has not run yet)
+    short = 0.5
+    with FaultProxy("127.0.0.1", own_server.port) as proxy:
+        url = f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=5"
+
+        def while_unanswered(lease: Any, late: Rule) -> None:
+            assert late.hit.wait(5)
+            time.sleep(0.05)  # the server applied the shorter TTL; its reply is still held back
+            assert not late.done.is_set()
+            _claims_no_more_than_the_server(lease, raw, name)
+            assert lease.remaining() <= short
+            time.sleep(short + 0.05)  # the shorter TTL ran out on the server, still unanswered
+            assert not late.done.is_set()
+            assert raw.exists(redis_keys(name).lock) == 0
+            assert not lease.held
+            assert lease.remaining() == 0.0
+            with pytest.raises(fencelock.LockLost):
+                lease.ensure()
+
+        if front == "sync":
+            import threading
+
+            with fencelock.connect(url) as locks:
+                lease = locks.acquire(name, ttl=LONGER, wait=0)
+                late = proxy.arm(Rule(LATE, "extend", delay=short + 0.6))
+                errors: list[BaseException] = []
+
+                def extend() -> None:
+                    try:
+                        lease.extend(short)
+                    except BaseException as exc:
+                        errors.append(exc)
+
+                worker = threading.Thread(target=extend)
+                worker.start()
+                while_unanswered(lease, late)
+                worker.join()
+                assert [type(e) for e in errors] == [fencelock.LockLost]  # confirmed after its TTL ran out
+        else:
+            async def main() -> None:
+                async with fencelock.aio.connect(url) as locks:
+                    lease = await locks.acquire(name, ttl=LONGER, wait=0)
+                    late = proxy.arm(Rule(LATE, "extend", delay=short + 0.6))
+                    extend = asyncio.ensure_future(lease.extend(short))
+                    await asyncio.to_thread(while_unanswered, lease, late)
+                    with pytest.raises(fencelock.LockLost):
+                        await extend
+
+            asyncio.run(main())

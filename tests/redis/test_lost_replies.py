@@ -16,6 +16,8 @@ import pytest
 
 import fencelock
 from fencelock._redis.keys import redis_keys
+from fencelock._scripts import RELEASE
+from fencelock.testing.faults import LOSE, RESET_AFTER, FaultProxy, Rule
 from fencelock.testing.servers import RedisServer
 from tests.conftest import RedisFamily
 
@@ -198,3 +200,122 @@ def test_a_release_whose_reply_was_lost_goes_again_and_is_released_not_expired(o
             asyncio.run(main())
     finally:
         proxy.close()
+
+
+class _Waiter:
+    """Another client that waits for `name`, takes it the moment it is free (`taken`) and keeps it until `end()`."""
+
+    def __init__(self, server: RedisServer, name: str) -> None:
+        self.server, self.name = server, name
+        self.taken, self.ending = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._wait, daemon=True)
+        self.thread.start()
+
+    def _wait(self) -> None:
+        with fencelock.connect(self.server.url) as other, other.lock(self.name, ttl=10.0, wait=10.0):
+            self.taken.set()
+            self.ending.wait(10.0)
+
+    def end(self) -> None:
+        self.ending.set()
+        self.thread.join(10.0)
+
+
+def _waiting(raw: Any, name: str) -> None:
+    """Until the waiter's marker is on the server (it blocks for a wake-up)."""
+    deadline = time.monotonic() + 5.0
+    while not raw.exists(redis_keys(name).waiters):
+        assert time.monotonic() < deadline, "the waiter never started to wait"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
+def test_a_release_sent_again_that_finds_a_waiter_holding_the_lock_is_released(own_server: RedisServer, name: str,
+                                                                               api: str) -> None:
+    """Invariant: the first sending of a release ran (and woke a waiter, who took the lock); its reply was lost
+    with its connection; the second sending finds another token. That is our own release's doing: released, no
+    error (not "taken", not LockLost)."""
+    raw: Any = own_server.client()
+    raw.script_load(RELEASE.source)  # (the request that loses its reply is the script's own)
+    waiters: list[_Waiter] = []
+    with FaultProxy("127.0.0.1", own_server.port) as proxy:
+        url = f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=5"
+
+        def first_release_ran(lease: Any) -> Rule:
+            waiters.append(_Waiter(own_server, name))
+            _waiting(raw, name)
+            return proxy.arm(Rule(RESET_AFTER, "release", delay=0.5))  # time enough for the waiter to take it
+
+        if api == "sync":
+            with fencelock.connect(url) as locks:
+                lease = locks.acquire(name, ttl=10.0, wait=0)
+                reset = first_release_ran(lease)
+                lease.release()
+                assert reset.hit.is_set()
+                assert waiters[0].taken.is_set()
+                assert not lease.held
+                lease.release()  # released already: nothing to do
+        else:
+            async def main() -> Rule:
+                async with fencelock.aio.connect(url) as locks:
+                    lease = await locks.acquire(name, ttl=10.0, wait=0)
+                    reset = first_release_ran(lease)
+                    await lease.release()
+                    assert waiters[0].taken.is_set()
+                    assert not lease.held
+                    await lease.release()
+                    return reset
+
+            assert asyncio.run(main()).hit.is_set()
+    waiters[0].end()
+    assert [r.name for r in proxy.requests if r.name == "release"] == ["release", "release"]  # it went twice
+
+
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
+def test_a_release_without_an_answer_leaves_the_lease_in_doubt_and_its_retry_after_a_waiter_took_it_is_released(
+        own_server: RedisServer, name: str, api: str) -> None:
+    """Invariant: a release whose reply never came (the socket timeout) may have run: from then on the lease claims
+    nothing (held False, remaining() 0, ensure() raises). The caller's retry finds the waiter holding the lock:
+    our first release went through, so it is released, not LockLost."""
+    raw: Any = own_server.client()
+    raw.script_load(RELEASE.source)
+    waiter: _Waiter | None = None
+    with FaultProxy("127.0.0.1", own_server.port) as proxy:
+        url = f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=0.5"
+
+        def in_doubt(lease: Any) -> None:
+            assert waiter is not None
+            assert waiter.taken.wait(5)  # our first release ran: the waiter has the lock
+            assert not lease.held
+            assert lease.remaining() == 0.0
+            with pytest.raises(fencelock.LockLost, match="release"):
+                lease.ensure()
+
+        if api == "sync":
+            with fencelock.connect(url) as locks:
+                lease = locks.acquire(name, ttl=10.0, wait=0)
+                waiter = _Waiter(own_server, name)
+                _waiting(raw, name)
+                proxy.arm(Rule(LOSE, "release"))
+                with pytest.raises(fencelock.BackendError):
+                    lease.release()
+                in_doubt(lease)
+                lease.release()
+                assert not lease.held
+        else:
+            async def main() -> None:
+                async with fencelock.aio.connect(url) as locks:
+                    nonlocal waiter
+                    lease = await locks.acquire(name, ttl=10.0, wait=0)
+                    waiter = _Waiter(own_server, name)
+                    await asyncio.to_thread(_waiting, raw, name)
+                    proxy.arm(Rule(LOSE, "release"))
+                    with pytest.raises(fencelock.BackendError):
+                        await lease.release()
+                    await asyncio.to_thread(in_doubt, lease)
+                    await lease.release()
+                    assert not lease.held
+
+            asyncio.run(main())
+    assert waiter is not None
+    waiter.end()

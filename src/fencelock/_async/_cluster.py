@@ -35,6 +35,12 @@ async def cluster_node(client: Any, key: str) -> tuple[str, Any]:
     return node.name, _NodeSource(_NodePool(node.connection_class, node.connection_kwargs))
 
 
+async def primary_of(client: Any, key: bytes) -> Any:
+    """The `ClusterNode` of the primary that serves `key`'s slot (the layout read first, if it never was)."""
+    await client.initialize()
+    return client.get_node_from_key(key)
+
+
 async def cluster_refresh(client: Any) -> None:
     """Read the cluster's layout again (after MOVED: the slot has another primary now)."""
     await client.nodes_manager.initialize()

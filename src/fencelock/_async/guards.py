@@ -14,7 +14,7 @@ from redis.asyncio import Redis, RedisCluster
 from .._errors import BackendError, StaleFence
 from .._logic.args import check_name, check_text
 from .._logic.fencing import check_fence, check_value
-from .._redis.keys import PREFIX, tag
+from .._redis.keys import PREFIX, check_data_key, tag
 from .._scripts import GUARD_SET
 from .redis import CLIENT_ERRORS, run_script
 
@@ -35,7 +35,9 @@ class AsyncRedisGuard:
         return f"{tag(name, self._prefix)}:guard"
 
     async def set(self, name: str, fence: int, key: str, value: str | bytes | int | float) -> None:
-        """SET `key` to `value` if `fence` is at least the highest fence accepted for `name`; else `StaleFence`."""
+        """SET `key` to `value` if `fence` is at least the highest fence accepted for `name`; else `StaleFence`.
+        On a Redis Cluster `key` must be in the guard's hash slot (`key()` gives such keys): else `ValueError`,
+        before anything is sent."""
         name = check_name(name)
         fence = check_fence(fence, name)
         key = check_text(key, "key", name)
@@ -43,8 +45,9 @@ class AsyncRedisGuard:
         # The data key and value are the caller's: encoded as their client encodes them (fencelock's own key and
         # arguments go as UTF-8, `run_script`).
         encoder: Any = self._client.get_encoder()
-        accepted, highest = await run_script(self._client, GUARD_SET,
-                                             [self._guard_key(name), bytes(encoder.encode(key))],
+        guard_key, data_key = self._guard_key(name), bytes(encoder.encode(key))
+        check_data_key(guard_key, data_key, name, isinstance(self._client, RedisCluster))
+        accepted, highest = await run_script(self._client, GUARD_SET, [guard_key, data_key],
                                              [str(fence), encoder.encode(value)], name=name,
                                              where="the guarded Redis")
         if accepted != 1:

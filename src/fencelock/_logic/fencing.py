@@ -8,6 +8,8 @@ and the SQL guard (`_guards_sql.py`) implement the same rule inside the storage,
 
 from __future__ import annotations
 
+import math
+
 
 def accepts(fence: int, highest: int | None) -> bool:
     """True when a write with `fence` may be applied, given the highest fence accepted so far (None: none yet)."""
@@ -34,8 +36,8 @@ def check_value(value: object, name: object = None) -> str | bytes | int | float
     if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
         raise TypeError(f"value must be str, bytes, int or float, got {type(value).__name__} {value!r} "
                         f"(lock {name!r})")
-    if isinstance(value, float) and value != value:
-        raise ValueError(f"value must not be NaN (lock {name!r})")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"value must be a finite number, got {value!r} (lock {name!r})")
     if isinstance(value, str):
         try:
             value.encode("utf-8")

@@ -9,6 +9,8 @@ The validity rule: `remaining()` never exceeds what the server keeps, whatever o
 - A confirmed one counts from its own start, with the TTL it sent (`renewed`, `extended`).
 - One that got no answer may still land later, after requests sent since (on another connection, behind a proxy
   or a stalled server): the shortest TTL of those (`unsettled`) bounds every later count, for the lease's life.
+- One still on the wire may already be applied: from its sending until its answer settles it, its validity end
+  (`bound`) caps every claim, so an extend to a shorter TTL is counted from the moment it may land.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ class LeaseState(Generic[F]):
     expiry, a renewal or an extend (None: none is); `unsettled` the shortest TTL of such requests that got no
     answer (inf: none)."""
 
-    __slots__ = ("due", "lost_reason", "renew_every", "renewal", "state", "ttl", "uncertain_at", "unsettled",
-                 "valid_until")
+    __slots__ = ("bound", "due", "lost_reason", "renew_every", "renewal", "state", "ttl", "uncertain_at",
+                 "unsettled", "valid_until")
 
     def __init__(self, ttl: float, valid_until: float, renew_every: float | None) -> None:
         self.state = _HELD
@@ -66,18 +68,19 @@ class LeaseState(Generic[F]):
         self.lost_reason = ""
         self.uncertain_at: float | None = None  # a release was sent and never answered, at this time
         self.unsettled = math.inf
+        self.bound = math.inf  # the validity end of the request in flight that may set a shorter TTL (inf: none)
 
     # -- reading ---------------------------------------------------------------------------------------------
 
     def remaining(self, now: float) -> float:
-        """Seconds of validity left (0 once released or lost)."""
-        if self.state is not _HELD:
+        """Seconds of validity left (0 once released or lost, or while a release of it may have gone through)."""
+        if self.state is not _HELD or self.uncertain_at is not None:
             return 0.0
-        return max(0.0, self.valid_until - now)
+        return max(0.0, min(self.valid_until, self.bound) - now)
 
     def is_lost(self, now: float) -> bool:
-        """Known lost, or held past its validity without a confirmed renewal."""
-        return self.state is _LOST or (self.state is _HELD and now >= self.valid_until)
+        """Known lost, or held past its validity (or an unanswered request's shorter one) unrenewed."""
+        return self.state is _LOST or (self.state is _HELD and now >= min(self.valid_until, self.bound))
 
     def early(self, share: float) -> float:
         """How early it may be renewed (`share` of its interval); never early for its end-of-validity check."""
@@ -90,15 +93,18 @@ class LeaseState(Generic[F]):
         (whatever the network does; a renewal's answer reschedules it sooner)."""
         if self.state is not _HELD:
             return Tick.DROP
-        if now >= self.valid_until:
+        end = min(self.valid_until, self.bound)
+        if now >= end:
             return Tick.EXPIRE
-        self.due = self.valid_until
+        self.due = end
         return Tick.RENEW if self.renew_every is not None and self.renewal is None else Tick.WATCH
 
-    def sending(self, flight: F) -> None:
-        """A renewal of this lease went out (`tick` said RENEW, so none was in flight); `flight` is what a release
-        or an extend waits on until its answer came."""
+    def sending(self, flight: F, ttl: float, sent_at: float) -> None:
+        """A renewal of this lease with `ttl` goes out after `sent_at` (`tick` said RENEW, so none was in flight);
+        `flight` is what a release or an extend waits on until its answer came. Like an extend (`extending`), it
+        caps the claim by its TTL until its answer (never lower in practice: it carries the lease's TTL)."""
         self.renewal = flight
+        self.bound = min(self.bound, validity_end(ttl, sent_at))
 
     def take(self, flight: F) -> F | None:
         """The holder's extend wants to go: None, and `flight` is now the request in flight; or the one already
@@ -112,6 +118,14 @@ class LeaseState(Generic[F]):
         """The holder's extend `flight` (from `take`) has its outcome: the next request may go."""
         if self.renewal is flight:
             self.renewal = None
+            self.bound = math.inf
+
+    def extending(self, ttl: float, sent_at: float) -> None:
+        """The holder's extend to `ttl` (its turn taken) goes out at `sent_at`: the server may apply it at any moment
+        from now, before its answer comes, so until that answer settles it (`extended`, `extend_unknown`) the lease
+        claims no more than this TTL gives."""
+        self.bound = min(self.bound, validity_end(ttl, sent_at))
+        self.due = min(self.due, self.bound)  # (a watched lease is looked at when it ends: `AsyncWatchdog.reschedule`)
 
     def _every(self, every: float) -> float:
         """The renewal interval to keep: `every`, but never more than a third of the TTL that is counted (an
@@ -133,6 +147,7 @@ class LeaseState(Generic[F]):
         """The renewal sent at `sent_at` with `ttl` was answered at `now`: True extended, False not ours, None no
         answer. The new validity counts from the request's start, however late the answer came."""
         self.renewal = None
+        self.bound = math.inf
         if self.state is not _HELD:
             return Renewal.GIVE_BACK if extended and self.state is _LOST else Renewal.IGNORE
         every = self._every(self.renew_every or ttl)
@@ -169,6 +184,7 @@ class LeaseState(Generic[F]):
             self.renew_every = ttl * RENEW_FRACTION
         self.ttl = ttl
         self._count(ttl, sent_at)
+        self.bound = math.inf
         if self.renew_every is not None:
             # (the watchdog must be told: `AsyncWatchdog.reschedule`)
             self.due = min(sent_at + self._every(self.renew_every), self.valid_until)
@@ -180,6 +196,7 @@ class LeaseState(Generic[F]):
         renewed lease is due again soon (the watchdog skipped it while the extend was in flight); any other, when
         its validity ends."""
         self._unanswered(ttl, sent_at)
+        self.bound = math.inf  # (counted in the validity now)
         if now is None:
             return
         if self.renew_every is not None:
@@ -188,7 +205,8 @@ class LeaseState(Generic[F]):
             self.due = min(self.due, self.valid_until)
 
     def release_unknown(self, sent_at: float) -> None:
-        """A release sent at `sent_at` got no answer: the server may or may not have deleted the key."""
+        """A release sent at `sent_at` got no answer: the server may or may not have deleted the key, so the lease
+        is in doubt (`remaining` 0) until a release's answer settles it."""
         if self.uncertain_at is None:
             self.uncertain_at = sent_at
 
@@ -197,8 +215,7 @@ class LeaseState(Generic[F]):
         taken) first. UNSURE (a sending of it may have deleted the key) is judged as after an unanswered one."""
         if answer is Released.UNSURE:
             self.release_unknown(sent_at)
-            answer = Released.EXPIRED
-        if after_release(answer, self.uncertain_at, self.valid_until) is _RELEASED:
+        if after_release(answer, self.uncertain_at, min(self.valid_until, self.bound)) is _RELEASED:
             self.state = _RELEASED
             return True
         return False

@@ -20,8 +20,9 @@ class Released(enum.Enum):
     RELEASED = "released"       # the key held our token and is gone
     EXPIRED = "expired"         # the key is gone, and nobody was granted the lock after us
     TAKEN = "taken"             # another holder has the lock, or had it after us
-    UNSURE = "unsure"           # the key is gone, and a sending of this release whose reply was lost may have
-    #                             deleted it (the release went again after its connection closed under it)
+    UNSURE = "unsure"           # the key is gone or another's, and a sending of this release whose reply was lost
+    #                             may have deleted it (the release went again after its connection closed under
+    #                             it): a waiter may have taken the lock since
 
 
 class State(enum.Enum):
@@ -33,14 +34,16 @@ class State(enum.Enum):
 def after_release(answer: Released, uncertain_at: float | None, valid_until: float) -> State:
     """The lease's state after the server answered a release.
 
-    `uncertain_at` is when an earlier release of this lease was sent but its reply never came (a network error or
-    a cancellation), else None. Then EXPIRED is ambiguous: our earlier release may have deleted the key. If that
-    earlier release was sent while the lease was still valid and nobody took the lock since, the lease is released;
-    otherwise it was lost.
+    `uncertain_at` is when an earlier sending of this release left but its reply never came (a network error or a
+    cancellation), else None. Then any answer but RELEASED (the key gone, or another token there) is most likely
+    that earlier sending's doing: it deleted our key and a waiter took the lock. If it left while the lease was
+    still valid, the key was ours when it could land, so the lease is released (had it never landed, the key
+    stayed ours until its validity ended, and whoever took it after claimed nothing before). Otherwise it was lost.
+    (decisions 2026-12-02-release-sent-again, 2026-12-05-release-retried-with-a-waiter)
     """
     if answer is Released.RELEASED:
         return State.RELEASED
-    if answer is Released.EXPIRED and uncertain_at is not None and uncertain_at < valid_until:
+    if uncertain_at is not None and uncertain_at < valid_until:
         return State.RELEASED
     return State.LOST
 

@@ -14,8 +14,8 @@ A connection taken idle may have been closed by the server meanwhile (its idle t
 restart): that is not a failure. One found closed before the write (`closed_by_peer`) is dropped, and the request
 goes on another. One that closes under a request, with no byte of the reply (`Closed`), leaves the request's fate
 unknown: it goes again once, on a new connection, if running it twice does what running it once does
-(`RESENDABLE`), or if it is a release, whose second answer "the key is gone" is then marked as maybe our own
-first sending's doing (`Resent`, read by the lease's rule for an unsure release). Any other request reports the
+(`RESENDABLE`), or if it is a release, whose second answer "the key is gone" or "another's" is then marked as maybe
+our own first sending's doing (`Resent`, read by the lease's rule for an unsure release). Any other request reports the
 error, and its caller keeps what it holds.
 
 Written once here and used by both front ends' transport (`_transport.py`, generated) and the sync select loop
@@ -52,7 +52,8 @@ would find the key gone, and say "expired" of a lock it released) nor a forced o
 
 RESENT_RELEASES = frozenset({"release", "redlock_release"})
 """Releases also go again once after `Closed`, on a new connection: the second sending's integer reply is a
-`Resent`, so that "the key is gone" is read as "our first sending may have deleted it" (`Released.UNSURE`)."""
+`Resent`, so that "the key is gone" or "another's" is read as "our first sending may have deleted it"
+(`Released.UNSURE`)."""
 
 
 MAINTENANCE = frozenset({"extend", "extend_many", "release", "redlock_extend", "redlock_extend_many",
@@ -176,9 +177,10 @@ _RELEASE_ANSWERS = {1: Released.RELEASED, 0: Released.EXPIRED, -1: Released.TAKE
 
 
 def release_answer(code: Any) -> Released:
-    """A single server's release reply (1, 0, -1) as its meaning; "gone" after a second sending is UNSURE."""
+    """A single server's release reply (1, 0, -1) as its meaning; "gone" or "another's" after a second sending is
+    UNSURE (the first may have deleted our key, and a waiter taken the lock since)."""
     answer = _RELEASE_ANSWERS[int(code)]
-    return Released.UNSURE if answer is Released.EXPIRED and isinstance(code, Resent) else answer
+    return Released.UNSURE if answer is not Released.RELEASED and isinstance(code, Resent) else answer
 
 
 def reconnect(error: BaseException, fresh: bool) -> bool:
@@ -287,6 +289,11 @@ def killed(reply: Any) -> bool:
     return isinstance(reply, int) and not isinstance(reply, bool)
 
 
+def no_retry() -> dict[str, Any]:
+    """A redis-py connection's settings without any retry (it then retries nothing: Retry(NoBackoff(), 0))."""
+    return {"retry": None, "retry_on_error": [], "retry_on_timeout": False}
+
+
 class ChannelBase:
     """One server's dedicated connections, the part both front ends share: how to make one (the client's own
     connection class and settings: address, TLS, credentials, timeouts) and each caller's latest request in
@@ -295,7 +302,11 @@ class ChannelBase:
     def __init__(self, client: Any) -> None:
         self.client = client
         pool = client.connection_pool
-        self._class, self._kwargs = pool.connection_class, pool.connection_kwargs
+        # The client's settings, but never its retry policy: whether a request (or a connect) goes again is
+        # fencelock's rule (`may_resend`, `reconnect`); a user's client's Retry backs off for seconds between
+        # connects to a server that is down (decision 2026-12-05-client-retry-policy).
+        self._class = pool.connection_class
+        self._kwargs = {**pool.connection_kwargs, **no_retry()}
         self.where: str = self._kwargs.get("path") or f"{self._kwargs.get('host', '?')}:{self._kwargs.get('port', '?')}"
         self.generation = 0  # +1 at every close: what a request begun before it finds is not its to use
         self._patience: float = self._kwargs.get("socket_timeout") or PATIENCE

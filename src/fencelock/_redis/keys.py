@@ -20,6 +20,8 @@ import re
 from functools import lru_cache
 from typing import NamedTuple
 
+from redis.crc import key_slot
+
 PREFIX = "fencelock"
 
 _ENCODE = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
@@ -104,3 +106,16 @@ def name_of_lock_key(key: str | bytes, prefix: str = PREFIX) -> str | None:
     if "{" in encoded or "}" in encoded:
         return None
     return decode_name(encoded)
+
+
+def check_data_key(guard_key: str, data_key: bytes, name: str, cluster: bool) -> None:
+    """The data key of a guarded write (`RedisGuard.set`), before anything is sent: never the guard's own key (its
+    fence would be written over), and on a Redis Cluster in the guard key's hash slot (one script touches both)."""
+    if data_key == guard_key.encode("utf-8"):
+        raise ValueError(f"key must not be the guard's own key {guard_key!r}, which holds the highest fence "
+                         f"(lock {name!r})")
+    if cluster and key_slot(data_key) != key_slot(guard_key.encode("utf-8")):
+        raise ValueError(f"key {data_key.decode('utf-8', 'replace')!r} is in hash slot {key_slot(data_key)}, not in "
+                         f"the guard's ({key_slot(guard_key.encode('utf-8'))}): on a Redis Cluster one script writes "
+                         f"both, so use guard.key(name, suffix) or the hash tag {{{encode_name(name)}}} in it "
+                         f"(lock {name!r})")

@@ -57,7 +57,7 @@ def quorum(n: int) -> int:
 NO_ANSWER = -2
 """A node's release or extend that got no answer (its scripts answer 1, 0 or -1)."""
 UNSURE = 2
-"""A node's release whose second sending found the key gone: its first sending may have deleted it."""
+"""A node's release whose second sending found the key gone or another's: its first sending may have deleted it."""
 
 
 def node_code(reply: Any) -> int:
@@ -65,7 +65,7 @@ def node_code(reply: Any) -> int:
     if reply is None or isinstance(reply, Exception):
         return NO_ANSWER
     code = int(reply)
-    return UNSURE if code == 0 and isinstance(reply, Resent) else code
+    return UNSURE if code != 1 and isinstance(reply, Resent) else code
 
 
 def release_outcome(codes: Sequence[int], n: int) -> Released | None:

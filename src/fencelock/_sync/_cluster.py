@@ -41,6 +41,11 @@ def cluster_node(client: Any, key: str) -> tuple[str, Any]:
     return node.name, client.get_redis_connection(node)
 
 
+def primary_of(client: Any, key: bytes) -> Any:
+    """The `ClusterNode` of the primary that serves `key`'s slot."""
+    return client.get_node_from_key(key)
+
+
 def cluster_refresh(client: Any) -> None:
     """Read the cluster's layout again (after MOVED: the slot has another primary now)."""
     client.nodes_manager.initialize()

@@ -251,8 +251,11 @@ class Locks:
                          error=str(step.error) if step.forget else None)
                     raise step.error
         except BaseException as exc:
-            if sent and not asking and not isinstance(step, (Block, GiveBack)) and not isinstance(exc, Exception):
-                in_background(forget_later, ours=True)
+            if not isinstance(exc, Exception):  # interrupted by its caller (a cancellation, KeyboardInterrupt)
+                waited = clock() - plan.started
+                emit("cancelled", name, kind, "acquire", waited=waited, duration=waited, error=type(exc).__name__)
+                if sent and not asking and not isinstance(step, (Block, GiveBack)):
+                    in_background(forget_later, ours=True)
             raise
 
     def _closed_while(self, name: str, token: str, queued: bool, sent: bool) -> LockError:
@@ -303,10 +306,10 @@ class Locks:
              fair: bool = False) -> LockContext:
         """`with locks.lock(name) as lease:` runs the body only with the lock, and releases it on exit.
 
-        The lease is renewed while the body runs (`renew=False` to not). If it is lost meanwhile, the exit raises
-        `LockLost`; with asyncio the body is also cancelled at once, and the cancellation surfaces as `LockLost`
-        (`cancel_on_lost=False` to let the body run on). A thread cannot be interrupted safely: call
-        `lease.ensure()` before each critical write.
+        The lease is renewed while the body runs (`renew=False` to not: it is then lost when its TTL runs out). If
+        it is lost meanwhile, the exit raises `LockLost`; with asyncio the body is also cancelled at once, and the
+        cancellation surfaces as `LockLost` (`cancel_on_lost=False` to let the body run on). A thread cannot be
+        interrupted safely: call `lease.ensure()` before each critical write.
         """
         # The context checks its arguments now, by acquire()'s rule: a bad one fails at the `lock()` call.
         return LockContext(self, name, ttl, wait, renew, on_lost, cancel_on_lost, fair)
@@ -407,6 +410,10 @@ class LockContext:
         lease = self._locks._acquire_checked(self._args)
         if self._args.cancel_on_lost:
             lease._task = current_task()  # asyncio: the body is cancelled the moment the lease is lost
+        if not lease._watched:
+            # Not renewed and no on_lost: watched all the same, so that the end of its validity is a loss told at
+            # once (the body cancelled, the "lost" event), not found only at the exit.
+            self._locks.watchdog.watch(lease)
         self._lease = lease
         return lease
 

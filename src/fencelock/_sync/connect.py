@@ -55,9 +55,9 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
     given back and raises `NotDurable` (see `fencelock._redis.durability`). For another target: `ValueError`.
 
     No connection is made until the first request (except that the synchronous Redis Cluster client asks for
-    the cluster's layout at once). A client you pass in keeps its own timeouts and retries, and
-    is not closed by `close()`; a client made from a URL has no command retries (fencelock retries only what is
-    safe to retry) and a socket timeout of 2 s unless the URL says otherwise.
+    the cluster's layout at once). A client you pass in keeps its own timeouts and is not closed by `close()`; its
+    `Retry` never sends a lock's request again (fencelock's own rule decides what may go again); a client made from
+    a URL has no command retries and a socket timeout of 2 s unless the URL says otherwise.
     """
     if "{" in check_text(prefix, "prefix") or "}" in prefix:
         raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
@@ -101,7 +101,8 @@ def connect(target: str | Redis | RedisCluster | Sequence[str | Redis], *, prefi
         try:  # the synchronous cluster client asks for the cluster's layout at once
             client = cluster_from_url(parsed.url, **options)
         except CLIENT_ERRORS as exc:
-            raise BackendError(f"cannot reach the Redis Cluster at {parsed.shown}: {exc}") from exc
+            raise BackendError(f"cannot reach the Redis Cluster at {parsed.shown}: {type(exc).__name__}: {exc}") \
+                from exc
     else:
         client = Redis.from_url(parsed.url, **options)
     return Locks(RedisBackend(client, owns_client=True, prefix=prefix, shown=parsed.shown,

@@ -28,9 +28,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("fencelock")
 
 OnLost = Callable[["Lease"], object]
-"""Called once, with the lease, when it is lost: in the caller's thread or task when its own call finds the loss,
-else off the watchdog (a thread of the client's callbacks; asyncio: soon on the loop, where a slow one must be an
-`def`, whose coroutine runs as a task)."""
+"""Called once, with the lease, when it is lost: in the caller's thread or task when its own call finds the loss
+(once that call has ended its turn on the lease, so the callback may call back into it), else off the watchdog
+(a thread of the client's callbacks; asyncio: soon on the loop, where a slow one must be an `def`, whose
+coroutine runs as a task)."""
 
 _pid = os.getpid()
 
@@ -69,7 +70,7 @@ class Lease:
     """One granted acquisition of a lock: its name, token and fence, and the right to extend or release it."""
 
     __slots__ = ("_backend", "_clock", "_granted_at", "_life", "_loop", "_on_lost", "_pid", "_releasing", "_task",
-                 "_watchdog", "_watched", "fence", "name", "token", "ttl")
+                 "_tell", "_watchdog", "_watched", "fence", "name", "token", "ttl")
 
     def __init__(self, backend: Backend, clock: Clock, name: str, token: str, fence: int, ttl: float,
                  valid_until: float, *, watchdog: Watchdog, renew_every: float | None = None,
@@ -84,6 +85,7 @@ class Lease:
         # Its validity, next due time, renewal in flight (a Signal) and state, shared with the watchdog.
         self._life: LeaseState[Signal] = LeaseState(ttl, valid_until, renew_every)
         self._on_lost = on_lost
+        self._tell = False  # the caller's own call found the loss: `on_lost` runs when that call ends (`_told`)
         self._task: Any = None  # the task to cancel when the lease is lost (asyncio lock() only)
         self._granted_at = clock()
         self.name = name
@@ -110,7 +112,8 @@ class Lease:
 
     @property
     def held(self) -> bool:
-        """True while the lease is neither released nor known to be lost, and its validity has not run out."""
+        """True while the lease is neither released nor known to be lost, its validity has not run out, and no
+        release of it may have gone through (one whose answer never came)."""
         return self.remaining() > 0.0
 
     @property
@@ -122,16 +125,21 @@ class Lease:
         return self._life.is_lost(self._clock())
 
     def ensure(self) -> None:
-        """Raise `LockLost` if the lease is lost. Call it before each critical write, and send the fence along."""
+        """Raise `LockLost` if the lease is lost or released, or a release of it may have gone through. Call it before
+        each critical write, and send the fence along."""
         if self.lost:
             raise LockLost(f"the lease was lost: {self._life.lost_reason or 'its validity ran out'}", name=self.name)
         if self._life.state is State.RELEASED:
             raise LockLost("the lease was released", name=self.name)
+        if self._life.uncertain_at is not None:
+            raise LockLost("a release of the lease was sent and its answer never came: it may be released (call "
+                           "release() again to know)", name=self.name)
 
     def _lose(self, reason: str, op: str = "renew", *, later: bool = False) -> None:
         """Mark the lease lost (once): tell the `on_lost` callback, and cancel the task holding it (asyncio).
         `later` (the watchdog found it): the callback runs off the watchdog (`Callbacks`), never holding it up;
-        else in the caller's thread or task, before its call returns."""
+        else in the caller's thread or task, when its call has ended its turn on the lease, before it returns
+        (`_told`): a callback that calls back into the lease (release, extend) never waits for that very call."""
         if not self._life.lose(reason):
             return
         emit("lost", self.name, backend_kind(self._backend), op, fence=self.fence,
@@ -141,6 +149,12 @@ class Lease:
         if self._task is not None and self._task is not current_task():
             cancel(self._task)
         if not later and self._on_lost is not None:
+            self._tell = True
+
+    def _told(self) -> None:
+        """The caller's call ended its turn: run the `on_lost` its call found, if any (once)."""
+        if self._tell:
+            self._tell = False
             self._notify()
 
     def _notify(self) -> None:
@@ -169,16 +183,24 @@ class Lease:
         self._check_owner("extend")
         new_ttl = self.ttl if ttl is None else check_ttl(ttl, self.name)
         mine = Signal()
+        started = self._clock()
         while True:
             if self._life.state is not State.HELD:
                 raise LockLost(f"cannot extend a lease that is {self._life.state.value}", name=self.name)
             if self._releasing is not None:  # (its answer would say "gone", and report the lease lost: it is not)
                 raise LockLost("cannot extend a lease while it is being released", name=self.name)
+            if self._life.uncertain_at is not None:
+                raise LockLost("cannot extend a lease whose release may have gone through (its answer never came): "
+                               "call release() again", name=self.name)
             with self._watchdog.lock:
                 before = self._life.take(mine)
             if before is None:
                 break
-            before.wait(None)  # (a renewal's batch always ends: its requests are bounded)
+            try:
+                before.wait(None)  # (a renewal's batch always ends: its requests are bounded)
+            except BaseException as exc:
+                self._interrupted(exc, "extend", started)
+                raise
         try:
             self._extend(new_ttl)
         finally:
@@ -187,10 +209,16 @@ class Lease:
             mine.set()
             if self._watched:
                 self._watchdog.reschedule(self)
+            self._told()
 
     def _extend(self, new_ttl: float) -> None:
         sent_at = self._clock()
         kind = backend_kind(self._backend)
+        # The server may apply it before its answer comes: until then a shorter TTL caps what the lease claims.
+        due = self._life.due
+        self._life.extending(new_ttl, sent_at)
+        if self._watched and self._life.due < due:
+            self._watchdog.reschedule(self)  # (looked at when that shorter TTL runs out)
         try:
             extended = self._backend.extend(self.name, self.token, self.fence, ttl_ms(new_ttl))
         except BaseException as exc:
@@ -200,6 +228,7 @@ class Lease:
             if isinstance(exc, BackendError):
                 emit("failed", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at,
                      error=str(exc))
+            self._interrupted(exc, "extend", sent_at)
             raise
         if not extended:
             self._lose("the server says it is gone (expired, removed or evicted) or another holder took it", "extend")
@@ -214,6 +243,12 @@ class Lease:
                 self._backend.release(self.name, self.token, self.fence)
             raise LockLost("the extension was confirmed only after its TTL had run out", name=self.name)
         emit("extend", self.name, kind, "extend", fence=self.fence, duration=self._clock() - sent_at)
+
+    def _interrupted(self, exc: BaseException, op: str, started: float) -> None:
+        """A `cancelled` event if `exc` interrupted the call (an asyncio cancellation, KeyboardInterrupt)."""
+        if not isinstance(exc, Exception):
+            emit("cancelled", self.name, backend_kind(self._backend), op, fence=self.fence,
+                 duration=self._clock() - started, error=type(exc).__name__)
 
     def release(self) -> None:
         """Give the lock back. Raises `LockLost` if it had expired or been taken; a second release does nothing.
@@ -238,9 +273,11 @@ class Lease:
             if ongoing.error is not _CANCELLED:  # (else it was interrupted half-way: this caller sends its own)
                 ongoing.joined()
                 return
+        started = self._clock()
         try:
             self._release()
         except BaseException as exc:
+            self._interrupted(exc, "release", started)
             ongoing.error = exc if isinstance(exc, Exception) else _CANCELLED
             if isinstance(exc, LockError):
                 exc.lease = self  # so that the caller can retry: `err.lease.release()`
@@ -250,6 +287,7 @@ class Lease:
         finally:
             self._releasing = None
             ongoing.done.set()
+            self._told()
 
     def _release(self) -> None:
         flight = self._life.renewal

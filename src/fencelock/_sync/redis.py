@@ -62,7 +62,7 @@ from .._scripts import (
     STATUS,
     Lua,
 )
-from ._cluster import cluster_node, cluster_refresh, node_of, node_redis, ready_node
+from ._cluster import cluster_node, cluster_refresh, node_of, node_redis, primary_of, ready_node
 from ._concurrency import given_up, in_background, sleep
 from ._connection import close_client
 from ._fanout import fan_out
@@ -638,16 +638,39 @@ def scan_names(client: AnyRedis, pattern: str, prefix: str, *, where: str, clust
 def run_script(client: AnyRedis, lua: Lua, keys: Sequence[str | bytes], args: list[Any], *, name: str,
                      where: str) -> Any:
     """EVALSHA `lua`; on NOSCRIPT (restart, failover, SCRIPT FLUSH) EVAL it, which also caches it again. Keys and
-    str arguments go as UTF-8 whatever the client's encoding (`resp.utf8`)."""
-    redis: Any = client
+    str arguments go as UTF-8 whatever the client's encoding (`resp.utf8`). Sent once (`send_once`): whether it
+    goes again is fencelock's rule, never the client's retry policy."""
     keys, args = utf8(keys), utf8(args)
     try:
         try:
-            return redis.evalsha(lua.sha, len(keys), *keys, *args)
+            return send_once(client, keys[0], "EVALSHA", lua.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return redis.eval(lua.source.encode("utf-8"), len(keys), *keys, *args)
+            return send_once(client, keys[0], "EVAL", lua.source.encode("utf-8"), len(keys), *keys, *args)
     except CLIENT_ERRORS as exc:
         raise _backend_error(exc, f"{lua.name} failed on {where}", name) from exc
+
+
+def send_once(client: AnyRedis, key: bytes, *command: Any) -> Any:
+    """`command` on `client`'s server for `key`, sent once: a redis-py client's `Retry` (a user's client may
+    have one that sends any command again after a reply that did not come) is never applied. One Redis: on a
+    connection of the client's pool, written and read here. A Cluster: addressed to the slot's primary, which
+    redis-py's cluster client never retries (it still follows MOVED and ASK: the command did not run there).
+    (decision 2026-12-05-client-retry-policy)"""
+    if isinstance(client, RedisCluster):
+        cluster: Any = client
+        return cluster.execute_command(*command, target_nodes=primary_of(cluster, key))
+    pool: Any = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_command(*command)
+        return conn.read_response()
+    except ResponseError:
+        raise  # (the server's answer: the connection is fine)
+    except BaseException:
+        conn.disconnect()  # its reply may still come: never read by another command
+        raise
+    finally:
+        pool.release(conn)
 
 
 def _backend_error(exc: Exception, what: str, name: str) -> BackendError:

@@ -133,7 +133,7 @@ class Watchdog:
                         if batch is None:
                             batch = batches[key] = [], Signal()
                         batch[0].append(lease)
-                        lease._life.sending(batch[1])
+                        lease._life.sending(batch[1], lease.ttl, now)
                     elif tick is _EXPIRE:
                         expired.append(lease)
                         continue
