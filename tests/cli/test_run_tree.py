@@ -25,7 +25,7 @@ from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import RedisServer
 from fencelock.testing.timing import slack
 
-from .test_cli import FENCELOCK, _env, py, start, status_of, wait_for
+from .test_cli import FENCELOCK, _env, forked, py, start, status_of, wait_for
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
 
@@ -142,6 +142,7 @@ def test_what_the_command_leaves_behind_is_stopped_before_the_release(standalone
 
 def _on_a_terminal(argv: list[str]) -> tuple[int, int]:
     pid, master = pty.fork()
+    forked(pid)
     if pid == 0:  # the child: a session leader whose controlling terminal is the pty
         os.execve(argv[0], argv, _env())
     return pid, master

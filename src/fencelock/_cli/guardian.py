@@ -12,10 +12,12 @@ keeps the write end (the command never holds it) and writes lines:
 
 End of file without `done` means fencelock is gone (SIGKILL, OOM, a crash): the guardian stops the group at once as
 --on-lost says. Silence while the validity runs out means fencelock is stopped or hung: the guardian stops the group
-by the same rule as fencelock would in doubt. Every decision is `exits.guard_step`; this file only reads, signals
-and waits. It is in no process group that a terminal or a `kill -- -PGID` aims at; SIGINT, SIGHUP and SIGTERM are
-ignored all the same (a `pkill` of fencelock must not take its backstop with it), and it never lingers: it exits on
-`done`, once the group is gone after it acted, or `KILL_WAIT` after its SIGKILL. See
+by the same rule as fencelock would in doubt, and SIGKILL goes out before the last validity end it heard even if
+fencelock fell silent just before it. Whatever it sends, it says on stdout, a pipe fencelock reads (`stop K`,
+`kill`), so that a fencelock that comes back knows its command was stopped. Every decision is `exits.guard_step`;
+this file only reads, signals and waits. It is in no process group that a terminal or a `kill -- -PGID` aims at;
+SIGINT, SIGHUP and SIGTERM are ignored all the same (a `pkill` of fencelock must not take its backstop with it), and
+it never lingers: it exits on `done`, once the group is gone after it acted, or `KILL_WAIT` after its SIGKILL. See
 docs/decisions/2026-12-04-run-guardian.md.
 """
 
@@ -88,10 +90,22 @@ def send(group: int, signum: int) -> None:
         pass
 
 
+def answer(line: str) -> None:
+    """Tell fencelock (on stdout, a pipe it reads) what was sent to the group; best effort, never blocks."""
+    try:
+        os.write(1, f"{line}\n".encode())
+    except OSError:
+        pass
+
+
 def main(argv: list[str]) -> int:
     policy, grace = exits.OnLost(argv[1]), float(argv[2])
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+    try:
+        os.set_blocking(1, False)  # a fencelock that does not read its answers never holds a signal back
+    except OSError:
+        pass
     parent = os.getppid()
     group: int | None = None
     valid_until = math.inf
@@ -145,14 +159,18 @@ def main(argv: list[str]) -> int:
             continue
         step = exits.guard_step(policy, state, now, grace, heard_at=heard_at, valid_until=valid_until, eof=eof)
         next_at = step.next_at
-        acting = eof or now - heard_at >= exits.SILENT
+        silent = now - heard_at >= exits.SILENT
+        acting = eof or silent  # fencelock is not there to say `done`
         if acting and not group_alive(group):
             return 0
         if step.signal is not None:
             send(group, step.signal)
+            answer("kill" if step.signal == signal.SIGKILL else f"stop {step.state.kill_at!r}")
             why = (f"fencelock (pid {parent}) ended without stopping its command" if eof else
                    f"fencelock (pid {parent}) has been silent for {now - heard_at:.1f} s while its lock's validity "
-                   f"ends in {max(0.0, valid_until - now):.1f} s")
+                   f"ends in {max(0.0, valid_until - now):.1f} s" if silent else
+                   f"the validity of fencelock's (pid {parent}) lock ends in {max(0.0, valid_until - now):.2f} s "
+                   "unconfirmed")
             if step.signal == signal.SIGTERM:
                 note(f"{why}; sent SIGTERM to process group {group}, SIGKILL in {step.state.kill_at - now:.1f} s "
                      "if it has not exited" if step.state.kill_at is not None else

@@ -124,26 +124,32 @@ def _holder(locks: Locks, name: str) -> str:
 
 
 class _Guardian:
-    """fencelock's end of the guardian (see `guardian.py`): starts it, writes it lines, reaps it. Never raises:
-    without a guardian, `run` still works, only without the backstop."""
+    """fencelock's end of the guardian (see `guardian.py`): starts it, writes it lines, reads what it did to the
+    group, reaps it. Never raises: without a guardian, `run` still works, only without the backstop."""
 
     def __init__(self, on_lost: OnLost, grace: float) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self._pipe: int | None = None
+        self._back: int | None = None
+        self._pending = b""
         if on_lost is OnLost.IGNORE or not sys.executable:
             return  # nothing to stop, whatever happens to fencelock
-        read, write = os.pipe()  # both ends non-inheritable: the command never holds the write end
+        read, write = os.pipe()  # every end non-inheritable: the command never holds one
+        back_read, back_write = os.pipe()
         try:
             self.proc = subprocess.Popen([sys.executable, "-E", "-s", str(GUARDIAN), on_lost.value, repr(grace)],
-                                         stdin=read, stdout=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=read, stdout=back_write, start_new_session=True)
         except OSError as exc:
             note(f"could not start the guardian ({exc}); if fencelock dies, the command runs on")
             os.close(write)
+            os.close(back_read)
             return
         finally:
             os.close(read)
+            os.close(back_write)
         os.set_blocking(write, False)  # a guardian that stopped reading never holds fencelock up
-        self._pipe = write
+        os.set_blocking(back_read, False)
+        self._pipe, self._back = write, back_read
 
     def tell(self, line: str) -> None:
         if self._pipe is None:
@@ -158,8 +164,28 @@ class _Guardian:
             pid = self.proc.pid if self.proc is not None else "?"
             note(f"the guardian (pid {pid}) is gone; if fencelock dies now, the command runs on")
 
-    def close(self, done: bool) -> None:
-        """Tell it `done` (nothing of the group runs) if so, close the pipe (end of file), and reap it."""
+    def answers(self) -> list[str]:
+        """The lines the guardian wrote since the last look: `stop K` (it sent SIGTERM; SIGKILL due at K), `kill`."""
+        if self._back is None:
+            return []
+        while True:
+            try:
+                data = os.read(self._back, 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                os.close(self._back)
+                self._back = None
+                break
+            self._pending += data
+        *lines, self._pending = self._pending.split(b"\n")
+        return [line.decode(errors="replace").strip() for line in lines]
+
+    def close(self, done: bool) -> list[str]:
+        """Tell it `done` (nothing of the group runs) if so, close the pipe (end of file), and reap it. Returns
+        what it said it did that was not read yet."""
         if done:
             self.tell("done")
         if self._pipe is not None:
@@ -172,6 +198,11 @@ class _Guardian:
                 self.proc.kill()
                 self.proc.wait()
             self.proc = None
+        said = self.answers()  # all of it: the guardian has exited
+        if self._back is not None:
+            os.close(self._back)
+            self._back = None
+        return said
 
 
 class _Supervisor:
@@ -186,17 +217,25 @@ class _Supervisor:
         self.stopping = Stopping()
         self.valid_until = time.monotonic() + lease.remaining()
         self.doubted = False       # SIGTERM went out while the lease was in doubt, not lost
+        self.guarded = False       # the guardian signalled the group (fencelock was stopped or silent)
         self.told_ignore = False
         self.guardian: _Guardian | None = None
         self.group = 0
         self.terminal: int | None = None  # our terminal's descriptor, while the command's group has it
         self.child: subprocess.Popen[bytes] | None = None
         self.passed_stop = False   # we passed a SIGTSTP on: the command's stop it causes is already followed
+        self.next_at: float | None = None  # when `stop_step` wants the next look at the latest
 
     def close_guardian(self, done: bool = True) -> None:
         if self.guardian is not None:
-            self.guardian.close(done)
+            self._heard_guardian(self.guardian.close(done), time.monotonic())
             self.guardian = None
+
+    def _heard_guardian(self, lines: list[str], now: float) -> None:
+        """Follow what the guardian did to the group (it acted while fencelock was stopped or silent)."""
+        for line in lines:
+            before, self.stopping = self.stopping, exits.heard(self.stopping, line, now)
+            self.guarded = self.guarded or self.stopping != before
 
     # -- the run ---------------------------------------------------------------------------------------------
 
@@ -264,6 +303,11 @@ class _Supervisor:
                   f"left, so the command was stopped (its own status was {status}); exit {exits.LOST}",
                   "is the server reachable? a longer --ttl rides out longer outages")
             return Ending(exits.LOST)
+        if self.guarded:
+            error(f"fencelock was stopped or unresponsive while lock {name!r}'s validity ran out, so its guardian "
+                  f"stopped the command (its own status was {status}); exit {exits.LOST}",
+                  "do not stop fencelock (SIGSTOP, a debugger) for longer than a fraction of --ttl")
+            return Ending(exits.LOST)
         return Ending(status, die_by)
 
     def _going_down(self) -> None:
@@ -302,7 +346,14 @@ class _Supervisor:
                 return child.returncode
             self._forward()
             self._tick()
-            time.sleep(POLL)
+            time.sleep(self._pause())
+
+    def _pause(self) -> float:
+        """How long to sleep before the next look: `POLL`, or less when `stop_step` has a deadline sooner (SIGKILL
+        is due before the validity ends, not up to `POLL` after it)."""
+        if self.next_at is None:
+            return POLL
+        return min(POLL, max(0.0, self.next_at - time.monotonic()))
 
     def _forward(self) -> None:
         while self.received:
@@ -318,6 +369,8 @@ class _Supervisor:
     def _tick(self) -> None:
         """Look at the lease; signal the group if `stop_step` says so, then tell the guardian, then say it."""
         lease, now = self.lease, time.monotonic()
+        if self.guardian is not None:
+            self._heard_guardian(self.guardian.answers(), now)
         remaining = lease.remaining()
         if remaining > 0.0:
             self.valid_until = now + remaining
@@ -330,7 +383,7 @@ class _Supervisor:
             self.guardian.tell(f"valid {self.valid_until!r}")
 
     def _step(self, step: exits.Stop, trouble: Trouble, now: float) -> None:
-        before, self.stopping = self.stopping, step.state
+        before, self.stopping, self.next_at = self.stopping, step.state, step.next_at
         if step.signal is None:
             if step.state.kill_at != before.kill_at and step.state.kill_at is not None and self.guardian:
                 self.guardian.tell(f"stop {step.state.kill_at!r}")
@@ -354,8 +407,8 @@ class _Supervisor:
                      f"no more than --grace: sent SIGTERM to pid {pid} and its process group, SIGKILL when the "
                      "validity ends if they have not exited")
             else:
-                note(f"lock {name!r}'s validity ended with its renewal unconfirmed; sent SIGKILL to pid {pid} and "
-                     "its process group")
+                note(f"lock {name!r}'s validity ends in {left:.2f} s with its renewal unconfirmed; sent SIGKILL to "
+                     f"pid {pid} and its process group")
         elif step.signal == signal.SIGTERM:
             note(f"lost lock {name!r} while the command ran; sent SIGTERM to pid {pid} and its process group, "
                  f"SIGKILL in {grace:g} s if they have not exited")
@@ -370,7 +423,8 @@ class _Supervisor:
         trouble meanwhile)."""
         group = self.group
         killed_at: float | None = None
-        _wait_gone(group, SETTLE)  # what a signal to the whole group just ended is no leftover
+        settle = SETTLE if self.next_at is None else min(SETTLE, max(0.0, self.next_at - time.monotonic()))
+        _wait_gone(group, settle)  # what a signal to the whole group just ended is no leftover
         while _group_alive(group):
             self._forward()
             now = time.monotonic()
@@ -385,6 +439,7 @@ class _Supervisor:
                         self.guardian.tell(f"stop {now + self.grace!r}")
                     note(f"the command left processes running in its process group {group}; sent them SIGTERM, "
                          f"SIGKILL in {self.grace:g} s if they have not exited")
+                    self._tick()  # a lease in doubt brings SIGKILL sooner, before its validity ends
                 elif self.stopping.kill_at is not None and now >= self.stopping.kill_at:
                     _send(group, signal.SIGKILL)
                     self.stopping = Stopping(self.stopping.termed_at, now, True)
@@ -398,7 +453,7 @@ class _Supervisor:
                     error(f"processes of group {group} outlived SIGKILL for {KILL_WAIT:g} s; releasing lock "
                           f"{self.name!r} anyway")
                     return
-            time.sleep(POLL)
+            time.sleep(self._pause())
 
     # -- the terminal, and stops ------------------------------------------------------------------------------
 
