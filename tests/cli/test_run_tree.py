@@ -251,3 +251,39 @@ def test_a_lock_in_doubt_gets_sigterm_while_its_key_exists_and_sigkill_before_it
         err = wait_exit(proc)
     assert proc.returncode == 70, err
     assert "in doubt" in err
+
+
+# -- a frozen command --------------------------------------------------------------------------------------------
+
+def test_a_frozen_command_whose_lock_is_lost_is_killed_without_running_again(
+        standalone: RedisServer, name: str, tmp_path: Path, reap: list[int]) -> None:
+    """A command stopped by SIGSTOP cannot handle SIGTERM; a SIGCONT after it would let it run (its handler, its
+    work) without the lock. It gets SIGKILL at once: it never runs again."""
+    ready, ran = tmp_path / "ready", tmp_path / "ran"
+    child = py(f"""
+        import os, signal, time
+        def handler(signum, frame):
+            open({str(ran)!r}, "a").write("handler\\n")     # a slow shutdown, while the lock is gone
+            time.sleep(30)
+        signal.signal(signal.SIGTERM, handler)
+        open({str(ready)!r}, "w").write(str(os.getpid()))
+        while True:
+            time.sleep(0.01)
+            if os.path.exists({str(ready)!r} + ".stopped"):
+                open({str(ran)!r}, "a").write("work\\n")   # ran again after it was frozen
+    """)
+    proc = start("run", "--ttl", "2", name, "--", *child, url=standalone.url)
+    pid = int(wait_for(ready))
+    reap.append(pid)
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + slack(5.0)
+    while _stat(pid) is not None and _stat(pid)[0] != "T":   # type: ignore[index]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    (tmp_path / "ready.stopped").write_text("yes")
+    standalone.client().delete(redis_keys(name).lock)       # another holder may take it now
+    err = wait_exit(proc)
+    assert not alive(pid)
+    assert not ran.exists(), f"the frozen command ran again without the lock: {ran.read_text()!r}; {err}"
+    assert proc.returncode == 70, err
+    assert "stopped (frozen)" in err

@@ -214,3 +214,17 @@ def test_the_guardian_follows_what_fencelock_already_sent() -> None:
     assert guard_step(TERM, killed, 111.0, GRACE, heard_at=100.0, valid_until=130.0, eof=True).signal is None
     assert heard(Stopping(), "stop nonsense", 100.0) == Stopping()
     assert heard(Stopping(), "valid 12.5", 100.0) == Stopping()
+
+
+# -- a frozen group ----------------------------------------------------------------------------------------------
+
+def test_a_frozen_group_gets_sigkill_wherever_sigterm_would_go() -> None:
+    # a stopped process cannot handle SIGTERM, and continuing it would let it run without the lock
+    assert stop_step(TERM, Stopping(), LOST, 100.0, 120.0, GRACE, frozen=True) == Stop(
+        signal.SIGKILL, Stopping(None, 100.0, True), None)
+    assert stop_step(TERM, Stopping(), DOUBT, 120.0, 130.0, GRACE, frozen=True).signal == signal.SIGKILL
+    assert stop_step(TERM, Stopping(), DOUBT, 110.0, 130.0, GRACE, frozen=True) == Stop(None, Stopping(), 120.0)
+    assert stop_step(TERM, Stopping(), NONE, 110.0, 130.0, GRACE, frozen=True) == Stop(None, Stopping(), None)
+    assert stop_step(IGNORE, Stopping(), LOST, 110.0, 130.0, GRACE, frozen=True).signal is None
+    assert guard_step(TERM, Stopping(), 100.0, GRACE, heard_at=100.0, valid_until=125.0, eof=True,
+                      frozen=True).signal == signal.SIGKILL

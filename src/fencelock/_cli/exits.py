@@ -142,14 +142,16 @@ def kill_by(valid_until: float, margin: float) -> float:
 
 
 def stop_step(policy: OnLost, state: Stopping, trouble: Trouble, now: float, valid_until: float,
-              grace: float, margin: float = KILL_MARGIN) -> Stop:
+              grace: float, margin: float = KILL_MARGIN, *, frozen: bool = False) -> Stop:
     """The one rule for stopping a command's group, for fencelock and its guardian alike.
 
     LOST stops at once: SIGKILL (`kill`), or SIGTERM and SIGKILL `grace` later (`term`). DOUBT stops once at most
     `grace` of the lock's validity (ending at `valid_until`) remains: SIGTERM then, SIGKILL `margin` before the
     validity ends (`kill_by`; `kill`: SIGKILL then). ORPHANED stops at once, SIGKILL no later than `kill_by`. Once
     SIGTERM is out, SIGKILL comes `grace` after it, never past `kill_by` while in doubt; NONE (confirmed again)
-    gives back the whole grace. `ignore` never sends anything."""
+    gives back the whole grace. `ignore` never sends anything. `frozen`: a process of the group is stopped
+    (SIGSTOP): it cannot handle SIGTERM, and continuing it would let it run without the lock, so SIGKILL goes out
+    at once wherever SIGTERM would."""
     if policy is OnLost.IGNORE or state.killed:
         return Stop(None, state, None)
     deadline = kill_by(valid_until, margin)
@@ -167,23 +169,24 @@ def stop_step(policy: OnLost, state: Stopping, trouble: Trouble, now: float, val
             term_at = min(valid_until - grace, deadline)
             if now < term_at:
                 return Stop(None, state, term_at)
-            return _term(now, min(now + grace, deadline))
+            return _term(now, min(now + grace, deadline), frozen)
         kill_at = min(termed_at + grace, deadline, math.inf if state.kill_at is None else state.kill_at)
     else:  # LOST, ORPHANED: at once
         if policy is OnLost.KILL:
             return Stop(signal.SIGKILL, replace(state, kill_at=now, killed=True), None)
         cap = math.inf if trouble is Trouble.LOST else deadline  # orphaned: nobody renews it now
         if termed_at is None:
-            return _term(now, min(now + grace, cap))
+            return _term(now, min(now + grace, cap), frozen)
         kill_at = min(state.kill_at if state.kill_at is not None else termed_at + grace, cap)
     if now >= kill_at:
         return Stop(signal.SIGKILL, Stopping(termed_at, kill_at, True), None)
     return Stop(None, Stopping(termed_at, kill_at), kill_at)
 
 
-def _term(now: float, kill_at: float) -> Stop:
-    """SIGTERM now and SIGKILL at `kill_at`; SIGKILL at once if that time has come already (no grace left)."""
-    if now >= kill_at:
+def _term(now: float, kill_at: float, frozen: bool) -> Stop:
+    """SIGTERM now and SIGKILL at `kill_at`; SIGKILL at once if that time has come already (no grace left) or the
+    group is `frozen`."""
+    if now >= kill_at or frozen:
         return Stop(signal.SIGKILL, Stopping(None, now, True), None)
     return Stop(signal.SIGTERM, Stopping(now, kill_at), kill_at)
 
@@ -198,20 +201,20 @@ guardian's `SILENT` must all fit well within one TTL."""
 
 
 def guard_step(policy: OnLost, state: Stopping, now: float, grace: float, *, heard_at: float, valid_until: float,
-               eof: bool, margin: float = KILL_MARGIN) -> Stop:
+               eof: bool, margin: float = KILL_MARGIN, frozen: bool = False) -> Stop:
     """The guardian's next step. It acts only as a backstop: when fencelock is gone (`eof` without `done`:
     ORPHANED) or has been silent for `SILENT` seconds (DOUBT on the last validity end it heard), by `stop_step`.
     And whether fencelock is silent or not, SIGKILL goes out half the `margin` before the last validity end it
     heard (after fencelock's own SIGKILL was due), unless fencelock has begun stopping the group itself: fencelock
-    may have fallen silent less than `SILENT` before that end."""
+    may have fallen silent less than `SILENT` before that end. `frozen`: as for `stop_step`."""
     if eof:
-        return stop_step(policy, state, Trouble.ORPHANED, now, valid_until, grace, margin)
+        return stop_step(policy, state, Trouble.ORPHANED, now, valid_until, grace, margin, frozen=frozen)
     if now - heard_at >= SILENT:
-        return stop_step(policy, state, Trouble.DOUBT, now, valid_until, grace, margin)
+        return stop_step(policy, state, Trouble.DOUBT, now, valid_until, grace, margin, frozen=frozen)
     if state.termed_at is None and not state.killed:
         backstop = kill_by(valid_until, margin / 2)
         if now >= backstop:
-            return stop_step(policy, state, Trouble.DOUBT, now, valid_until, grace, margin / 2)
+            return stop_step(policy, state, Trouble.DOUBT, now, valid_until, grace, margin / 2, frozen=frozen)
         return Stop(None, state, min(heard_at + SILENT, backstop))
     return Stop(None, state, heard_at + SILENT)
 

@@ -32,9 +32,10 @@ import threading
 import time
 
 if __package__:
-    from . import exits
+    from . import exits, procs
 else:  # run by path: sys.path[0] is this folder, and the package is not imported (it costs 0.2 s)
     import exits  # type: ignore[import-not-found,no-redef,unused-ignore]
+    import procs  # type: ignore[import-not-found,no-redef,unused-ignore]
 
 LOOK = 0.05  # seconds between looks at the group once fencelock is gone
 FLUSH = 0.5  # seconds the notes may take to be written when the guardian exits
@@ -158,6 +159,9 @@ def main(argv: list[str]) -> int:
             next_at = None
             continue
         step = exits.guard_step(policy, state, now, grace, heard_at=heard_at, valid_until=valid_until, eof=eof)
+        if step.signal == signal.SIGTERM and procs.any_stopped(procs.in_group(procs.snapshot(), group)):
+            step = exits.guard_step(policy, state, now, grace, heard_at=heard_at, valid_until=valid_until, eof=eof,
+                                    frozen=True)  # a stopped process cannot handle SIGTERM: SIGKILL at once
         next_at = step.next_at
         silent = now - heard_at >= exits.SILENT
         acting = eof or silent  # fencelock is not there to say `done`

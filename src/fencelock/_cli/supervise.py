@@ -9,7 +9,8 @@ whole group: a `sh -c '...'` that does not exec, and whatever else the command s
 (a process that leaves the group on purpose, by setsid or setpgid, is not). SIGINT, SIGTERM and SIGHUP sent to
 fencelock are passed on to the group, unless they were ignored when fencelock started (nohup, a `&` job of a
 script): those stay ignored, by fencelock and the command. The group is stopped on a loss, and also when the
-lease's renewal goes unconfirmed with no more than --grace of its validity left (`exits.stop_step`). A guardian
+lease's renewal goes unconfirmed with no more than --grace of its validity left (`exits.stop_step`); a group with
+a stopped (frozen) process gets SIGKILL instead of SIGTERM, since SIGCONT would let it run without the lock. A guardian
 process (`guardian.py`) stops the group if fencelock itself dies or hangs. When the main process ends, anything
 it left in its group is stopped (SIGTERM, then SIGKILL after --grace) before the lock is released: nothing of the
 command runs on without the lock. Signals always go out before anything is printed, and if anything here fails,
@@ -44,7 +45,7 @@ from .._errors import BackendError, LockLost, NotAcquired
 from .._logic.args import check_renew
 from .._sync.client import Locks
 from .._sync.lease import Lease
-from . import exits
+from . import exits, procs
 from .exits import KILL_WAIT, OnLost, Stopping, Trouble, after_exit, lease_trouble, shell_status, stop_step
 from .show import describe, error, note
 
@@ -378,11 +379,19 @@ class _Supervisor:
         if trouble is Trouble.LOST and self.on_lost is OnLost.IGNORE and not self.told_ignore:
             self.told_ignore = True
             note(f"lost lock {self.name!r} while the command ran (pid {self.group}); it runs on (--on-lost ignore)")
-        self._step(stop_step(self.on_lost, self.stopping, trouble, now, self.valid_until, self.grace), trouble, now)
+        step = stop_step(self.on_lost, self.stopping, trouble, now, self.valid_until, self.grace)
+        frozen = step.signal == signal.SIGTERM and self._frozen()
+        if frozen:  # SIGTERM cannot be handled by a stopped process, and SIGCONT would let it run without the lock
+            step = stop_step(self.on_lost, self.stopping, trouble, now, self.valid_until, self.grace, frozen=True)
+        self._step(step, trouble, now, frozen)
         if self.guardian is not None:
             self.guardian.tell(f"valid {self.valid_until!r}")
 
-    def _step(self, step: exits.Stop, trouble: Trouble, now: float) -> None:
+    def _frozen(self) -> bool:
+        """Whether a process of the command's group is stopped (SIGSTOP, or a Ctrl-Z it was left in)."""
+        return procs.any_stopped(procs.in_group(procs.snapshot(), self.group))
+
+    def _step(self, step: exits.Stop, trouble: Trouble, now: float, frozen: bool = False) -> None:
         before, self.stopping, self.next_at = self.stopping, step.state, step.next_at
         if step.signal is None:
             if step.state.kill_at != before.kill_at and step.state.kill_at is not None and self.guardian:
@@ -397,7 +406,13 @@ class _Supervisor:
             self.guardian.tell("kill")
         name, pid, grace = self.name, self.group, self.grace
         left = max(0.0, self.valid_until - now)
-        if step.signal == signal.SIGKILL and before.termed_at is not None:
+        if frozen:
+            self.doubted = self.doubted or trouble is Trouble.DOUBT
+            why = ("is in doubt (its renewal is unconfirmed)" if trouble is Trouble.DOUBT else
+                   "was lost while the command ran")
+            note(f"lock {name!r} {why}, and pid {pid} or its group is stopped (frozen): it cannot handle SIGTERM, "
+                 "and continuing it would let it run without the lock; sent SIGKILL to its group")
+        elif step.signal == signal.SIGKILL and before.termed_at is not None:
             note(f"pid {pid} and its group did not exit within {now - before.termed_at:.1f} s of SIGTERM; "
                  "sent SIGKILL to its group")
         elif trouble is Trouble.DOUBT:
