@@ -188,14 +188,17 @@ def test_whenever_fencelock_falls_silent_the_guardian_kills_before_the_validity_
     valid_until = start + valid_for
     last_heard = start + min(heard_for, valid_for)
     state, now = Stopping(), start
-    while True:
+    for _ in range(100_000):
         heard_at = min(last_heard, start + 0.05 * int((now - start) / 0.05))
         step = guard_step(policy, state, now, grace, heard_at=heard_at, valid_until=valid_until, eof=False)
         if step.state.killed:
             break
         state = step.state
         assert step.next_at is not None
-        now = max(now, min(step.next_at, now + 0.05)) + late
+        assert step.next_at > now, "the guardian would look again at once, for ever"
+        now = min(step.next_at, now + 0.05) + late
+    else:
+        raise AssertionError("the guardian never killed")
     if valid_for > KILL_MARGIN / 2:
         assert now < valid_until
     else:
@@ -228,3 +231,26 @@ def test_a_frozen_group_gets_sigkill_wherever_sigterm_would_go() -> None:
     assert stop_step(IGNORE, Stopping(), LOST, 110.0, 130.0, GRACE, frozen=True).signal is None
     assert guard_step(TERM, Stopping(), 100.0, GRACE, heard_at=100.0, valid_until=125.0, eof=True,
                       frozen=True).signal == signal.SIGKILL
+
+
+# -- one clock ---------------------------------------------------------------------------------------------------
+
+def test_fencelock_run_and_its_guardian_count_validity_on_the_lease_clock() -> None:
+    """The lease counts its validity on CLOCK_BOOTTIME (a suspend counts, as on the server); fencelock turns it into
+    a validity end, and its guardian (which imports no package: `exits.lease_clock`) compares it with its own now.
+    Both must read that same clock, or after a suspend the guardian would wait out validity the server no longer
+    keeps."""
+    import time
+
+    from fencelock._cli import exits, supervise
+    from fencelock._logic import timing
+
+    assert vars(supervise)["lease_clock"] is timing.lease_clock
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        before = time.clock_gettime(time.CLOCK_BOOTTIME)
+        ours, lease = exits.lease_clock(), timing.lease_clock()
+        after = time.clock_gettime(time.CLOCK_BOOTTIME)
+        assert before <= ours <= lease <= after
+        assert exits.lease_clock is not time.monotonic
+    else:  # pragma: no cover (not Linux)
+        assert exits.lease_clock is time.monotonic

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import signal
+import time
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -33,6 +34,15 @@ NOT_EXECUTABLE = 126
 NOT_FOUND = 127
 OUTPUT = 74  # EX_IOERR
 BROKEN_PIPE = 128 + 13  # as a shell reports a writer ended by SIGPIPE
+
+def _boot_time() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+lease_clock = _boot_time if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
+"""The clock of the lease's validity, `fencelock._logic.timing.lease_clock` (CLOCK_BOOTTIME, which counts a
+suspend as the server's TTL does), repeated here for the guardian, which imports no package. fencelock and its
+guardian measure every validity end and deadline of a run on it (tests check that it is the lease's clock)."""
 
 DEFAULT_GRACE = 10.0
 """Seconds between SIGTERM and SIGKILL for a command whose lock was lost. Long enough for a clean shutdown,
@@ -209,7 +219,7 @@ def guard_step(policy: OnLost, state: Stopping, now: float, grace: float, *, hea
     may have fallen silent less than `SILENT` before that end. `frozen`: as for `stop_step`."""
     if eof:
         return stop_step(policy, state, Trouble.ORPHANED, now, valid_until, grace, margin, frozen=frozen)
-    if now - heard_at >= SILENT:
+    if now >= heard_at + SILENT:  # (the same sum as the next look: rounding never makes it a busy loop)
         return stop_step(policy, state, Trouble.DOUBT, now, valid_until, grace, margin, frozen=frozen)
     if state.termed_at is None and not state.killed:
         backstop = kill_by(valid_until, margin / 2)

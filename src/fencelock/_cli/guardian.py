@@ -5,7 +5,7 @@ sibling `exits`) in a session of its own, before the command starts, with the re
 keeps the write end (the command never holds it) and writes lines:
 
     group PGID     the command's process group, once it started
-    valid T        every 50 ms: the lock's validity end on time.monotonic() (one clock for every process on Linux)
+    valid T        every 50 ms: the lock's validity end on the lease clock, CLOCK_BOOTTIME (`exits.lease_clock`)
     stop K         fencelock sent SIGTERM to the group; SIGKILL is due at K
     kill           fencelock sent SIGKILL to the group
     done           nothing of the group runs; fencelock releases the lock next. The guardian exits.
@@ -110,14 +110,14 @@ def main(argv: list[str]) -> int:
     parent = os.getppid()
     group: int | None = None
     valid_until = math.inf
-    heard_at = time.monotonic()
+    heard_at = exits.lease_clock()
     eof = False
     state = exits.Stopping()
     killed_at: float | None = None
     pending = b""
     next_at: float | None = None
     while True:
-        now = time.monotonic()
+        now = exits.lease_clock()
         if not eof:
             wait = 1.0 if next_at is None else min(1.0, max(0.0, next_at - now))
             try:
@@ -129,7 +129,7 @@ def main(argv: list[str]) -> int:
                     data = os.read(0, 65536)
                 except OSError:
                     data = b""
-                now = time.monotonic()
+                now = exits.lease_clock()
                 if not data:
                     eof = True
                 else:
@@ -152,7 +152,7 @@ def main(argv: list[str]) -> int:
                             continue
         else:
             time.sleep(LOOK if next_at is None else min(LOOK, max(0.0, next_at - now)))
-            now = time.monotonic()
+            now = exits.lease_clock()
         if group is None:
             if eof:
                 return 0  # fencelock went before the command started (or between its start and `group`)
@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
             step = exits.guard_step(policy, state, now, grace, heard_at=heard_at, valid_until=valid_until, eof=eof,
                                     frozen=True)  # a stopped process cannot handle SIGTERM: SIGKILL at once
         next_at = step.next_at
-        silent = now - heard_at >= exits.SILENT
+        silent = now >= heard_at + exits.SILENT
         acting = eof or silent  # fencelock is not there to say `done`
         if acting and not group_alive(group):
             return 0

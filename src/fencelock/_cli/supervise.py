@@ -43,6 +43,7 @@ from typing import Any
 
 from .._errors import BackendError, LockLost, NotAcquired
 from .._logic.args import check_renew
+from .._logic.timing import lease_clock
 from .._sync.client import Locks
 from .._sync.lease import Lease
 from . import exits, procs
@@ -216,7 +217,7 @@ class _Supervisor:
         self.every = check_renew(True, lease.ttl) or lease.ttl / 3
         self.received: list[int] = []
         self.stopping = Stopping()
-        self.valid_until = time.monotonic() + lease.remaining()
+        self.valid_until = lease_clock() + lease.remaining()
         self.doubted = False       # SIGTERM went out while the lease was in doubt, not lost
         self.guarded = False       # the guardian signalled the group (fencelock was stopped or silent)
         self.told_ignore = False
@@ -229,7 +230,7 @@ class _Supervisor:
 
     def close_guardian(self, done: bool = True) -> None:
         if self.guardian is not None:
-            self._heard_guardian(self.guardian.close(done), time.monotonic())
+            self._heard_guardian(self.guardian.close(done), lease_clock())
             self.guardian = None
 
     def _heard_guardian(self, lines: list[str], now: float) -> None:
@@ -316,7 +317,7 @@ class _Supervisor:
         ignore), since no one will stop it later. Then release the lock if nothing of it runs."""
         if self.group and self.on_lost is not OnLost.IGNORE and not self.stopping.killed:
             _send(self.group, signal.SIGKILL)
-            self.stopping = Stopping(self.stopping.termed_at, time.monotonic(), True)
+            self.stopping = Stopping(self.stopping.termed_at, lease_clock(), True)
         if self.child is not None and self.child.returncode is None and self.stopping.killed:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.child.wait(KILL_WAIT)  # reaped: a zombie leader would keep its group alive
@@ -354,7 +355,7 @@ class _Supervisor:
         is due before the validity ends, not up to `POLL` after it)."""
         if self.next_at is None:
             return POLL
-        return min(POLL, max(0.0, self.next_at - time.monotonic()))
+        return min(POLL, max(0.0, self.next_at - lease_clock()))
 
     def _forward(self) -> None:
         while self.received:
@@ -369,7 +370,7 @@ class _Supervisor:
 
     def _tick(self) -> None:
         """Look at the lease; signal the group if `stop_step` says so, then tell the guardian, then say it."""
-        lease, now = self.lease, time.monotonic()
+        lease, now = self.lease, lease_clock()
         if self.guardian is not None:
             self._heard_guardian(self.guardian.answers(), now)
         remaining = lease.remaining()
@@ -438,11 +439,11 @@ class _Supervisor:
         trouble meanwhile)."""
         group = self.group
         killed_at: float | None = None
-        settle = SETTLE if self.next_at is None else min(SETTLE, max(0.0, self.next_at - time.monotonic()))
+        settle = SETTLE if self.next_at is None else min(SETTLE, max(0.0, self.next_at - lease_clock()))
         _wait_gone(group, settle)  # what a signal to the whole group just ended is no leftover
         while _group_alive(group):
             self._forward()
-            now = time.monotonic()
+            now = lease_clock()
             self._tick()
             if not self.stopping.killed:
                 step = after_exit(self.stopping.termed_at, None, now, self.grace)
@@ -518,7 +519,7 @@ class _Supervisor:
         self._take_terminal_back()
         note(f"the command was stopped ({signal.Signals(signum).name}); fencelock stops too. Lock {self.name!r} is "
              "not renewed while fencelock is stopped: resume it (fg) within "
-             f"{max(0.0, self.valid_until - time.monotonic()):.0f} s, or the command is killed when the lock runs "
+             f"{max(0.0, self.valid_until - lease_clock()):.0f} s, or the command is killed when the lock runs "
              "out")
         previous = signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         try:
