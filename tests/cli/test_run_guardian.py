@@ -20,7 +20,7 @@ from fencelock.testing.servers import RedisServer
 from fencelock.testing.timing import slack
 
 from . import test_run_tree as _tree
-from .test_cli import fl, py, start, status_of
+from .test_cli import fl, py, start, status_of, wait_for
 from .test_run_tree import alive, children, grandchild, wait_exit
 
 reap = _tree.reap   # the same fixture: whatever a test found alive is SIGKILLed after it
@@ -149,3 +149,17 @@ def test_the_guardian_runs_by_path_without_importing_the_package() -> None:
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line]
     assert "exits" in imported
     assert not [module for module in imported if module.startswith("fencelock")], imported
+
+
+def test_when_fencelock_dies_the_guardian_stops_what_left_the_group_too(
+        standalone: RedisServer, name: str, reap: list[int], tmp_path: Path) -> None:
+    """A daemon of the command (a double fork into a session of its own) is found by the run's mark in its
+    environment: fencelock, its subreaper, is gone, and the daemon moved to another parent."""
+    left = tmp_path / "left"
+    proc = start("run", "--ttl", "2", "--on-lost", "kill", name, "--", "sh", "-c",
+                 f"(setsid sh -c 'sleep 1000 & echo $! > {left}' &) ; sleep 1000; :", url=standalone.url)
+    stray = int(wait_for(left).strip())
+    reap.append(stray)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert gone_within(stray, slack(3.0)), "a daemon of the command ran on after fencelock died"

@@ -84,7 +84,7 @@ def wait_exit(proc: subprocess.Popen[str]) -> str:
         _, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
+        proc.wait()     # (not communicate: a process that outlived it may hold its stderr open)
         raise
     return err
 
@@ -287,3 +287,64 @@ def test_a_frozen_command_whose_lock_is_lost_is_killed_without_running_again(
     assert not ran.exists(), f"the frozen command ran again without the lock: {ran.read_text()!r}; {err}"
     assert proc.returncode == 70, err
     assert "stopped (frozen)" in err
+
+
+# -- processes that left the command's process group -------------------------------------------------------------
+
+STRAY = "setsid sh -c 'sleep 1000 & echo $! > {left}; wait' & sleep 1000; :"
+"""The command's shell starts a process in a session of its own (a daemon's setsid), whose child is the stray."""
+
+DAEMON = "(setsid sh -c 'sleep 1000 & echo $! > {left}' &) ; sleep 1000; :"
+"""A double fork: the stray's parent exits at once, so the stray is an orphan, no longer below the command's shell."""
+
+
+@pytest.mark.parametrize("shape", [STRAY, DAEMON], ids=["setsid", "daemon"])
+def test_a_lost_lock_stops_processes_that_left_the_group(standalone: RedisServer, name: str, tmp_path: Path,
+                                                         reap: list[int], shape: str) -> None:
+    left = tmp_path / "left"
+    proc = start("run", "--ttl", "2", "--grace", "0.5", name, "--", "sh", "-c", shape.format(left=left),
+                 url=standalone.url)
+    stray = int(wait_for(left).strip())
+    reap.append(stray)
+    assert _stat(stray) is not None
+    standalone.client().delete(redis_keys(name).lock)
+    err = wait_exit(proc)
+    assert not alive(stray), f"a process that left the command's group ran on after the loss: {err}"
+    assert proc.returncode == 70, err
+
+
+def test_what_left_the_group_is_stopped_before_the_release(standalone: RedisServer, name: str, tmp_path: Path,
+                                                           reap: list[int]) -> None:
+    left = tmp_path / "left"
+    proc = start("run", "--grace", "0.5", name, "--", "sh", "-c",
+                 f"(setsid sh -c 'sleep 1000 & echo $! > {left}' &); while [ ! -s {left} ]; do sleep 0.01; done",
+                 url=standalone.url)
+    stray = int(wait_for(left).strip())
+    reap.append(stray)
+    err = wait_exit(proc)
+    assert not alive(stray), f"a daemon the command left ran on after the release: {err}"
+    assert proc.returncode == 0, err
+    assert not status_of(standalone.url, name).held
+
+
+def test_sigterm_to_fencelock_stops_what_left_the_group(standalone: RedisServer, name: str, tmp_path: Path,
+                                                        reap: list[int]) -> None:
+    left = tmp_path / "left"
+    proc = start("run", name, "--", "sh", "-c", DAEMON.format(left=left), url=standalone.url)
+    stray = int(wait_for(left).strip())
+    reap.append(stray)
+    proc.send_signal(signal.SIGTERM)
+    err = wait_exit(proc)
+    assert not alive(stray), f"a daemon of the command ran on after fencelock was told to stop: {err}"
+    assert proc.returncode == 128 + signal.SIGTERM, err
+
+
+def test_a_normal_run_is_not_slowed_by_zombies_it_inherits(standalone: RedisServer, name: str) -> None:
+    # orphans of the command (in its group, and out of it) end at once: zombies reaped, not waited out as leftovers
+    started_at = time.monotonic()
+    proc = start("run", "--grace", "5", name, "--", "sh", "-c",
+                 "(sleep 0.1 &); (setsid sh -c 'sleep 0.1 &' &); sleep 0.5", url=standalone.url)
+    err = wait_exit(proc)
+    assert proc.returncode == 0, err
+    assert "left processes running" not in err
+    assert time.monotonic() - started_at < slack(4.0), err

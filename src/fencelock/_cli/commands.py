@@ -234,7 +234,8 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, non
     service, passwords masked) in its environment. COMMAND runs in a process group of its own: SIGINT, SIGTERM
     and SIGHUP are passed on to the whole group (unless they were ignored when fencelock started, as under
     nohup), a lost lock stops the whole group, and what COMMAND leaves running is stopped before the lock is
-    released after it exits. A guardian process stops the group if fencelock itself dies.
+    released after it exits; processes that left the group (setsid, daemons) go with it. A guardian process
+    stops them if fencelock itself dies.
 
     \b
     Exit status:

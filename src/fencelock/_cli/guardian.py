@@ -74,7 +74,17 @@ def checked_group(group: int) -> int | None:
     return group if group > 1 and group != os.getpgrp() else None
 
 
-def group_alive(group: int) -> bool:
+def strays(run_id: str) -> list[procs.Proc]:
+    """The command's live processes that left its group, found by the run's id in their environment (fencelock,
+    their subreaper, may be gone, and they with it moved to another parent)."""
+    return procs.with_marker(procs.snapshot(), run_id, skip=frozenset([os.getpid()])) if run_id else []
+
+
+def group_alive(group: int, run_id: str = "") -> bool:
+    """Whether anything of the command runs: its group (zombies left out where /proc tells), or a stray."""
+    found = procs.snapshot()
+    if found:
+        return bool(procs.in_group(found, group) or strays(run_id))
     try:
         os.killpg(group, 0)
     except ProcessLookupError:
@@ -84,11 +94,17 @@ def group_alive(group: int) -> bool:
     return True
 
 
-def send(group: int, signum: int) -> None:
+def send(group: int, signum: int, run_id: str = "") -> None:
+    """`signum` to the command's group and to its processes that left it."""
     try:
         os.killpg(group, signum)
     except (ProcessLookupError, PermissionError):
         pass
+    for stray in strays(run_id):
+        try:
+            os.kill(stray.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def answer(line: str) -> None:
@@ -101,6 +117,7 @@ def answer(line: str) -> None:
 
 def main(argv: list[str]) -> int:
     policy, grace = exits.OnLost(argv[1]), float(argv[2])
+    run_id = argv[3] if len(argv) > 3 else ""
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
     try:
@@ -165,10 +182,10 @@ def main(argv: list[str]) -> int:
         next_at = step.next_at
         silent = now >= heard_at + exits.SILENT
         acting = eof or silent  # fencelock is not there to say `done`
-        if acting and not group_alive(group):
+        if acting and not group_alive(group, run_id):
             return 0
         if step.signal is not None:
-            send(group, step.signal)
+            send(group, step.signal, run_id)
             answer("kill" if step.signal == signal.SIGKILL else f"stop {step.state.kill_at!r}")
             why = (f"fencelock (pid {parent}) ended without stopping its command" if eof else
                    f"fencelock (pid {parent}) has been silent for {now - heard_at:.1f} s while its lock's validity "

@@ -63,3 +63,62 @@ def in_group(procs: list[Proc], pgid: int) -> list[Proc]:
 def any_stopped(procs: list[Proc]) -> bool:
     """Whether one of `procs` is stopped: it cannot handle SIGTERM until it is continued."""
     return any(p.stopped for p in procs)
+
+
+def descendants(procs: list[Proc], root: int, skip: frozenset[int] = frozenset()) -> list[Proc]:
+    """The processes below `root` by parentage (zombies included), leaving out `skip` and everything below it."""
+    children: dict[int, list[Proc]] = {}
+    for p in procs:
+        children.setdefault(p.ppid, []).append(p)
+    found: list[Proc] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child.pid not in skip and child.pid != root:
+                found.append(child)
+                todo.append(child.pid)
+    return found
+
+
+MARKER = "FENCELOCK_RUN"
+"""The environment variable every process of a `fencelock run` command inherits: the ids of the runs it is under,
+separated by spaces (a run inside another's command adds its own)."""
+
+
+def marked(pid: int, run_id: str) -> bool:
+    """Whether process `pid` carries `run_id` in its `MARKER` (its environment as it started; unreadable: no)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as file:
+            environ = file.read()
+    except OSError:
+        return False
+    prefix = f"{MARKER}=".encode()
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return run_id.encode() in entry[len(prefix):].split()
+    return False
+
+
+def with_marker(procs: list[Proc], run_id: str, skip: frozenset[int] = frozenset()) -> list[Proc]:
+    """The live processes of `procs` that carry `run_id` (see `marked`), leaving out `skip`."""
+    return [p for p in procs if p.live and p.pid not in skip and marked(p.pid, run_id)]
+
+
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+
+
+def subreaper(on: bool) -> bool:
+    """Make this process the reaper of its orphaned descendants, or no longer (Linux,
+    `prctl(PR_SET_CHILD_SUBREAPER)`): a process of the command that daemonizes (its parent exits) stays below us
+    instead of moving to init. Returns whether it was one before (False where it cannot be)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        was = ctypes.c_int(0)
+        if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0) != 0:
+            return False
+        libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)
+        return bool(was.value)
+    except (OSError, AttributeError):
+        return False

@@ -5,8 +5,9 @@ the child, the lease, the watchdog's loss signal and the signals sent to us; wha
 `fencelock._cli.exits`.
 
 The command runs as the leader of a process group of its own, and every signal fencelock sends goes to that
-whole group: a `sh -c '...'` that does not exec, and whatever else the command starts, is stopped with it
-(a process that leaves the group on purpose, by setsid or setpgid, is not). SIGINT, SIGTERM and SIGHUP sent to
+whole group: a `sh -c '...'` that does not exec, and whatever else the command starts, is stopped with it. A process
+that leaves the group (setsid, setpgid, a daemon) is stopped with it too: fencelock is a child subreaper, so it stays
+below fencelock, found in /proc (`procs.py`; zombies are reaped, not counted). SIGINT, SIGTERM and SIGHUP sent to
 fencelock are passed on to the group, unless they were ignored when fencelock started (nohup, a `&` job of a
 script): those stay ignored, by fencelock and the command. The group is stopped on a loss, and also when the
 lease's renewal goes unconfirmed with no more than --grace of its validity left (`exits.stop_step`); a group with
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -129,7 +131,7 @@ class _Guardian:
     """fencelock's end of the guardian (see `guardian.py`): starts it, writes it lines, reads what it did to the
     group, reaps it. Never raises: without a guardian, `run` still works, only without the backstop."""
 
-    def __init__(self, on_lost: OnLost, grace: float) -> None:
+    def __init__(self, on_lost: OnLost, grace: float, run_id: str) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self._pipe: int | None = None
         self._back: int | None = None
@@ -139,8 +141,8 @@ class _Guardian:
         read, write = os.pipe()  # every end non-inheritable: the command never holds one
         back_read, back_write = os.pipe()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-E", "-s", str(GUARDIAN), on_lost.value, repr(grace)],
-                                         stdin=read, stdout=back_write, start_new_session=True)
+            argv = [sys.executable, "-E", "-s", str(GUARDIAN), on_lost.value, repr(grace), run_id]
+            self.proc = subprocess.Popen(argv, stdin=read, stdout=back_write, start_new_session=True)
         except OSError as exc:
             note(f"could not start the guardian ({exc}); if fencelock dies, the command runs on")
             os.close(write)
@@ -227,6 +229,8 @@ class _Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.passed_stop = False   # we passed a SIGTSTP on: the command's stop it causes is already followed
         self.next_at: float | None = None  # when `stop_step` wants the next look at the latest
+        self.run_id = secrets.token_hex(8)  # in the command's environment (`procs.MARKER`): how its guardian knows it
+        self.children: set[int] = set()  # this process's children before the command started: never reaped here
 
     def close_guardian(self, done: bool = True) -> None:
         if self.guardian is not None:
@@ -247,17 +251,22 @@ class _Supervisor:
 
         previous = {signum: signal.signal(signum, record)
                     for signum in (*self.forwarded, *_not_ignored((signal.SIGTSTP,)))}
+        reaper = procs.subreaper(True)  # what the command daemonizes stays below us, to be found and stopped
         try:
             return self._run()
         finally:
+            if not reaper:
+                procs.subreaper(False)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
     def _run(self) -> Ending:
         lease, name, command = self.lease, self.name, self.command
+        self.children = {p.pid for p in procs.snapshot() if p.ppid == os.getpid()}
+        runs = " ".join([*os.environ.get(procs.MARKER, "").split(), self.run_id])
         env = dict(os.environ, FENCELOCK_NAME=name, FENCELOCK_FENCE=str(lease.fence), FENCELOCK_TOKEN=lease.token,
-                   FENCELOCK_SERVICE=self.service)
-        self.guardian = _Guardian(self.on_lost, self.grace)
+                   FENCELOCK_SERVICE=self.service, **{procs.MARKER: runs})
+        self.guardian = _Guardian(self.on_lost, self.grace, self.run_id)
         self.guardian.tell(f"valid {self.valid_until!r}")
         if self.received and self.received[0] != signal.SIGTSTP:  # told to stop before the command started
             self.close_guardian()
@@ -316,12 +325,12 @@ class _Supervisor:
         """Something failed here: before anything else, kill what still runs of the command (unless --on-lost
         ignore), since no one will stop it later. Then release the lock if nothing of it runs."""
         if self.group and self.on_lost is not OnLost.IGNORE and not self.stopping.killed:
-            _send(self.group, signal.SIGKILL)
+            self._send_all(signal.SIGKILL)
             self.stopping = Stopping(self.stopping.termed_at, lease_clock(), True)
         if self.child is not None and self.child.returncode is None and self.stopping.killed:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.child.wait(KILL_WAIT)  # reaped: a zombie leader would keep its group alive
-        gone = not self.group or _wait_gone(self.group, KILL_WAIT)
+        gone = not self.group or self._wait_gone(KILL_WAIT)
         self.close_guardian(done=gone)
         if gone:
             with contextlib.suppress(Exception):
@@ -365,8 +374,8 @@ class _Supervisor:
                 self.passed_stop = True
                 self._suspend(signum)
             else:
-                _send(self.group, signum)
-                _send(self.group, signal.SIGCONT)  # a stopped command must see it now, not when it is resumed
+                self._send_all(signum)
+                self._send_all(signal.SIGCONT)  # a stopped command must see it now, not when it is resumed
 
     def _tick(self) -> None:
         """Look at the lease; signal the group if `stop_step` says so, then tell the guardian, then say it."""
@@ -390,7 +399,48 @@ class _Supervisor:
 
     def _frozen(self) -> bool:
         """Whether a process of the command's group is stopped (SIGSTOP, or a Ctrl-Z it was left in)."""
-        return procs.any_stopped(procs.in_group(procs.snapshot(), self.group))
+        found = procs.snapshot()
+        return procs.any_stopped(procs.in_group(found, self.group) + self._strays(found))
+
+    # -- the command's processes: its group, and what left it ---------------------------------------------------
+
+    def _strays(self, found: list[procs.Proc]) -> list[procs.Proc]:
+        """The live processes of the command that left its group (setsid, setpgid, a daemon's double fork): below
+        fencelock (a subreaper stays above them) and marked with this run's id (not another child of this process:
+        the guardian, or whatever else a program that calls `run` started)."""
+        skip = frozenset([self.guardian.proc.pid] if self.guardian is not None and self.guardian.proc else [])
+        return [p for p in procs.descendants(found, os.getpid(), skip)
+                if p.live and p.pgid != self.group and procs.marked(p.pid, self.run_id)]
+
+    def _send_all(self, signum: int) -> None:
+        """Send `signum` to the command's group and to every process of the command that left it."""
+        _send(self.group, signum)
+        for stray in self._strays(procs.snapshot()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(stray.pid, signum)
+
+    def _alive(self) -> bool:
+        """Whether anything of the command runs: a live process in its group or below fencelock (zombies are
+        not: those fencelock inherited are reaped here). Without /proc, whether the group has a process."""
+        found = procs.snapshot()
+        if not found:
+            return _group_alive(self.group)
+        keep = {self.child.pid if self.child is not None else 0,
+                self.guardian.proc.pid if self.guardian is not None and self.guardian.proc else 0, *self.children}
+        for orphan in found:  # zombies fencelock inherited as a subreaper: reaped, or they would count as live
+            if orphan.ppid == os.getpid() and not orphan.live and orphan.pid not in keep:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(orphan.pid, os.WNOHANG)
+        return bool(procs.in_group(found, self.group) or self._strays(found))
+
+    def _wait_gone(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for nothing of the command to run; whether nothing does."""
+        deadline = time.monotonic() + timeout
+        while self._alive():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL / 5)
+        return True
 
     def _step(self, step: exits.Stop, trouble: Trouble, now: float, frozen: bool = False) -> None:
         before, self.stopping, self.next_at = self.stopping, step.state, step.next_at
@@ -398,9 +448,9 @@ class _Supervisor:
             if step.state.kill_at != before.kill_at and step.state.kill_at is not None and self.guardian:
                 self.guardian.tell(f"stop {step.state.kill_at!r}")
             return
-        _send(self.group, step.signal)
+        self._send_all(step.signal)
         if step.signal == signal.SIGTERM:
-            _send(self.group, signal.SIGCONT)
+            self._send_all(signal.SIGCONT)
             if self.guardian is not None:
                 self.guardian.tell(f"stop {step.state.kill_at!r}")
         elif self.guardian is not None:
@@ -440,16 +490,16 @@ class _Supervisor:
         group = self.group
         killed_at: float | None = None
         settle = SETTLE if self.next_at is None else min(SETTLE, max(0.0, self.next_at - lease_clock()))
-        _wait_gone(group, settle)  # what a signal to the whole group just ended is no leftover
-        while _group_alive(group):
+        self._wait_gone(settle)  # what a signal to the whole group just ended is no leftover
+        while self._alive():
             self._forward()
             now = lease_clock()
             self._tick()
             if not self.stopping.killed:
                 step = after_exit(self.stopping.termed_at, None, now, self.grace)
                 if step.signal == signal.SIGTERM:
-                    _send(group, signal.SIGTERM)
-                    _send(group, signal.SIGCONT)
+                    self._send_all(signal.SIGTERM)
+                    self._send_all(signal.SIGCONT)
                     self.stopping = Stopping(now, now + self.grace)
                     if self.guardian is not None:
                         self.guardian.tell(f"stop {now + self.grace!r}")
@@ -457,7 +507,7 @@ class _Supervisor:
                          f"SIGKILL in {self.grace:g} s if they have not exited")
                     self._tick()  # a lease in doubt brings SIGKILL sooner, before its validity ends
                 elif self.stopping.kill_at is not None and now >= self.stopping.kill_at:
-                    _send(group, signal.SIGKILL)
+                    self._send_all(signal.SIGKILL)
                     self.stopping = Stopping(self.stopping.termed_at, now, True)
                     if self.guardian is not None:
                         self.guardian.tell("kill")
@@ -614,16 +664,6 @@ def _group_alive(group: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
-
-
-def _wait_gone(group: int, timeout: float) -> bool:
-    """Wait up to `timeout` seconds for `group` to have no process left; whether it has none."""
-    deadline = time.monotonic() + timeout
-    while _group_alive(group):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(POLL / 5)
     return True
 
 
