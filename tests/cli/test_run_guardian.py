@@ -163,3 +163,30 @@ def test_when_fencelock_dies_the_guardian_stops_what_left_the_group_too(
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert gone_within(stray, slack(3.0)), "a daemon of the command ran on after fencelock died"
+
+
+@pytest.mark.parametrize("guardian", ["missing", "silent"])
+def test_no_command_runs_without_a_guardian_that_answered(standalone: RedisServer, name: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capfd: pytest.CaptureFixture[str], guardian: str) -> None:
+    """A guardian that cannot be started (its file is gone), or that never answers its first line: fencelock
+    releases the lock and exits 70 without starting the command, saying why."""
+    import fencelock
+    from fencelock._cli import supervise
+    from fencelock._cli.exits import OnLost
+
+    ran = tmp_path / "ran"
+    script = tmp_path / "guardian.py"
+    if guardian == "silent":
+        script.write_text("import time\ntime.sleep(60)\n")
+        monkeypatch.setattr(supervise, "GUARDIAN_START", 1.0)
+    monkeypatch.setattr(supervise, "GUARDIAN", script)
+    with fencelock.connect(standalone.url) as locks:
+        ending = supervise.run(locks, name, ["touch", str(ran)], ttl=30.0, wait=0, busy_status=75,
+                               on_lost=OnLost.TERM, grace=10.0)
+    err = capfd.readouterr().err
+    assert ending.status == 70, err
+    assert not ran.exists(), "the command ran without its guardian"
+    assert "guardian" in err
+    assert "did not run" in err
+    assert not status_of(standalone.url, name).held

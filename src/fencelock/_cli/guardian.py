@@ -5,7 +5,9 @@ sibling `exits`) in a session of its own, before the command starts, with the re
 keeps the write end (the command never holds it) and writes lines:
 
     group PGID     the command's process group, once it started
-    valid T        every 50 ms: the lock's validity end on the lease clock, CLOCK_BOOTTIME (`exits.lease_clock`)
+    valid T D      every 50 ms: the lock's validity end on the lease clock, CLOCK_BOOTTIME (`exits.lease_clock`),
+                   and the margin D before it by which SIGKILL is due (`exits.KILL_MARGIN`); the first one is answered
+                   `ready` on stdout: fencelock starts no command before its guardian answered
     stop K         fencelock sent SIGTERM to the group; SIGKILL is due at K
     kill           fencelock sent SIGKILL to the group
     done           nothing of the group runs; fencelock releases the lock next. The guardian exits.
@@ -127,6 +129,8 @@ def main(argv: list[str]) -> int:
     parent = os.getppid()
     group: int | None = None
     valid_until = math.inf
+    margin = exits.KILL_MARGIN
+    answered = False  # `ready` was said
     heard_at = exits.lease_clock()
     eof = False
     state = exits.Stopping()
@@ -163,6 +167,10 @@ def main(argv: list[str]) -> int:
                                 group = checked_group(int(words[1]))
                             elif words[:1] == ["valid"]:
                                 valid_until = float(words[1])
+                                margin = float(words[2]) if len(words) > 2 else margin
+                                if not answered:
+                                    answer("ready")
+                                    answered = True
                             else:
                                 state = exits.heard(state, line, now)
                         except (IndexError, ValueError):
@@ -175,10 +183,11 @@ def main(argv: list[str]) -> int:
                 return 0  # fencelock went before the command started (or between its start and `group`)
             next_at = None
             continue
-        step = exits.guard_step(policy, state, now, grace, heard_at=heard_at, valid_until=valid_until, eof=eof)
+        step = exits.guard_step(policy, state, now, grace, heard_at=heard_at, valid_until=valid_until, eof=eof,
+                                margin=margin)
         if step.signal == signal.SIGTERM and procs.any_stopped(procs.in_group(procs.snapshot(), group)):
             step = exits.guard_step(policy, state, now, grace, heard_at=heard_at, valid_until=valid_until, eof=eof,
-                                    frozen=True)  # a stopped process cannot handle SIGTERM: SIGKILL at once
+                                    margin=margin, frozen=True)  # a stopped process cannot handle SIGTERM
         next_at = step.next_at
         silent = now >= heard_at + exits.SILENT
         acting = eof or silent  # fencelock is not there to say `done`

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -49,7 +50,7 @@ from .._logic.timing import lease_clock
 from .._sync.client import Locks
 from .._sync.lease import Lease
 from . import exits, procs
-from .exits import KILL_WAIT, OnLost, Stopping, Trouble, after_exit, lease_trouble, shell_status, stop_step
+from .exits import KILL_MARGIN, KILL_WAIT, OnLost, Stopping, Trouble, after_exit, lease_trouble, shell_status, stop_step
 from .show import describe, error, note
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -57,6 +58,7 @@ TERMINAL_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 POLL = 0.05  # seconds between looks at the child, the lease and the signals (and the guardian's heartbeat)
 SETTLE = 0.1  # seconds the rest of the group may take to end with its main process before it counts as left over
 GUARDIAN = Path(__file__).with_name("guardian.py")
+GUARDIAN_START = 10.0  # seconds the guardian may take to answer its first line before the run is given up
 
 
 class Interrupted(BaseException):
@@ -136,6 +138,7 @@ class _Guardian:
         self._pipe: int | None = None
         self._back: int | None = None
         self._pending = b""
+        self.failure = ""  # why there is no guardian although one is needed (then the command must not start)
         if on_lost is OnLost.IGNORE or not sys.executable:
             return  # nothing to stop, whatever happens to fencelock
         read, write = os.pipe()  # every end non-inheritable: the command never holds one
@@ -144,7 +147,7 @@ class _Guardian:
             argv = [sys.executable, "-E", "-s", str(GUARDIAN), on_lost.value, repr(grace), run_id]
             self.proc = subprocess.Popen(argv, stdin=read, stdout=back_write, start_new_session=True)
         except OSError as exc:
-            note(f"could not start the guardian ({exc}); if fencelock dies, the command runs on")
+            self.failure = f"it could not be started ({exc})"
             os.close(write)
             os.close(back_read)
             return
@@ -167,6 +170,26 @@ class _Guardian:
             self._pipe = None
             pid = self.proc.pid if self.proc is not None else "?"
             note(f"the guardian (pid {pid}) is gone; if fencelock dies now, the command runs on")
+
+    def wait_ready(self, timeout: float) -> list[str]:
+        """Wait up to `timeout` seconds for the guardian's `ready` (its answer to the first `valid` line); sets
+        `failure` if none came. Returns the other lines read meanwhile."""
+        if self.proc is None or self._back is None:
+            return []
+        deadline = time.monotonic() + timeout
+        said: list[str] = []
+        while True:
+            lines = self.answers()
+            if "ready" in lines:
+                return said + [line for line in lines if line != "ready"]
+            said += lines
+            left = deadline - time.monotonic()
+            if self._back is None or self.proc.poll() is not None or left <= 0:
+                code = self.proc.poll()
+                self.failure = (f"it exited with status {code} without answering" if code is not None else
+                                f"it did not answer within {timeout:g} s")
+                return said
+            select.select([self._back], [], [], min(left, POLL))
 
     def answers(self) -> list[str]:
         """The lines the guardian wrote since the last look: `stop K` (it sent SIGTERM; SIGKILL due at K), `kill`."""
@@ -267,7 +290,16 @@ class _Supervisor:
         env = dict(os.environ, FENCELOCK_NAME=name, FENCELOCK_FENCE=str(lease.fence), FENCELOCK_TOKEN=lease.token,
                    FENCELOCK_SERVICE=self.service, **{procs.MARKER: runs})
         self.guardian = _Guardian(self.on_lost, self.grace, self.run_id)
-        self.guardian.tell(f"valid {self.valid_until!r}")
+        self.guardian.tell(f"valid {self.valid_until!r} {KILL_MARGIN!r}")
+        self._heard_guardian(self.guardian.wait_ready(GUARDIAN_START), lease_clock())
+        if self.guardian.failure:  # no command runs without its backstop
+            why = self.guardian.failure
+            self.close_guardian(done=True)
+            _release(lease, name)
+            error(f"the guardian of `fencelock run` (which stops the command if fencelock dies) is not running: "
+                  f"{why}; lock {name!r} was released and the command did not run (exit {exits.LOST})",
+                  "is the Python interpreter runnable, with processes and pipes to spare?")
+            return Ending(exits.LOST)
         if self.received and self.received[0] != signal.SIGTSTP:  # told to stop before the command started
             self.close_guardian()
             _release(lease, name)
@@ -395,7 +427,7 @@ class _Supervisor:
             step = stop_step(self.on_lost, self.stopping, trouble, now, self.valid_until, self.grace, frozen=True)
         self._step(step, trouble, now, frozen)
         if self.guardian is not None:
-            self.guardian.tell(f"valid {self.valid_until!r}")
+            self.guardian.tell(f"valid {self.valid_until!r} {KILL_MARGIN!r}")
 
     def _frozen(self) -> bool:
         """Whether a process of the command's group is stopped (SIGSTOP, or a Ctrl-Z it was left in)."""
