@@ -148,6 +148,21 @@ def test_a_nested_run_of_the_same_lock_is_refused_instead_of_waiting_for_itself(
     assert other.stdout == "inner ran\n"
 
 
+def test_a_nested_run_is_refused_however_the_same_server_is_spelled(standalone: RedisServer, name: str) -> None:
+    # the outer run names the server as 127.0.0.1 with database 0, the inner as localhost without either default
+    inner = [sys.executable, "-m", "fencelock", "run", f"--url=redis://localhost:{standalone.port}", "--wait", "3",
+             name, "--", "echo", "inner ran"]
+    done = fl("run", "--wait", "0", name, "--", *inner, url=f"redis://127.0.0.1:{standalone.port}/0", timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert "would wait for itself" in one_line(done.stderr)
+    assert "inner ran" not in done.stdout
+    other = fl("run", name, "--", sys.executable, "-m", "fencelock", "run",
+               f"--url=redis://localhost:{standalone.port}/1", name, "--", "echo", "inner ran",
+               url=f"redis://127.0.0.1:{standalone.port}/0")
+    assert other.returncode == 0, other.stderr     # another database of the same server is another lock
+    assert other.stdout == "inner ran\n"
+
+
 def test_a_script_whose_interpreter_is_missing_says_so(standalone: RedisServer, name: str, tmp_path: Path) -> None:
     script = tmp_path / "job"
     script.write_text("#!/nonexistent/interpreter\necho hi\n")

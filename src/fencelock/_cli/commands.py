@@ -24,7 +24,7 @@ import fencelock
 
 from .._errors import BackendError, LockError, LockLost, MissingExtra
 from .._logic.args import MAX_SECONDS
-from .._logic.urls import ALL_SCHEMES, redact
+from .._logic.urls import ALL_SCHEMES, redact, service_nodes
 from . import exits
 from .exits import DEFAULT_GRACE, MIN_RUN_TTL, OnLost
 from .show import OutputFailed, as_json, be_quiet, describe, error, out, say, status_line, table
@@ -74,6 +74,14 @@ def _shown(urls: tuple[str, ...]) -> str:
     except click.UsageError:
         return "(none)"
     return ", ".join(redact(url) for url in ([target] if isinstance(target, str) else target))
+
+
+def _same_service(outer: str, urls: tuple[str, ...]) -> bool:
+    """Whether `urls` name a server (and key space) of `outer`, the FENCELOCK_SERVICE of a run we are inside: the
+    same server however spelled (localhost or 127.0.0.1, a default port given or not, a socket path)."""
+    target = _target(urls)
+    ours = service_nodes([target] if isinstance(target, str) else target)
+    return bool(ours & service_nodes(outer.split(", ")))
 
 
 def _connect(urls: tuple[str, ...], repair_delay: float | None = None) -> fencelock.Locks:
@@ -263,7 +271,7 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, non
         raise click.UsageError("COMMAND is empty ('' is no program); nothing was run and no lock was taken")
     _target(urls)  # an empty URL is refused here, before anything else
     service = _shown(urls)
-    if os.environ.get("FENCELOCK_NAME") == name and os.environ.get("FENCELOCK_SERVICE") == service:
+    if os.environ.get("FENCELOCK_NAME") == name and _same_service(os.environ.get("FENCELOCK_SERVICE", ""), urls):
         raise click.UsageError(f"this runs inside a `fencelock run` that holds lock {name!r} on the same service "
                                "already: it would wait for itself. Run COMMAND directly (the lock is held; its "
                                "fence is $FENCELOCK_FENCE), or use another NAME")
