@@ -84,6 +84,17 @@ def test_a_missing_extra_is_a_configuration_error_with_the_pip_line(url: str, ex
     assert f"pip install 'fencelock[{extra}]'" in one_line(done.stderr)
 
 
+def test_without_the_cli_extra_the_command_says_what_to_install_and_exits_2() -> None:
+    """A missing extra is configuration (exit 2, as for a backend's extra), not a failure of the command (1)."""
+    code = ("import sys; sys.modules['click'] = None\n"
+            "from fencelock._cli import console\n"
+            "sys.argv = ['fencelock', 'status', 'x']\n"
+            "console()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'fencelock[cli]'" in one_line(done.stderr)
+
+
 def test_an_installed_copy_does_not_offer_bench(tmp_path: Path) -> None:
     """Outside a checkout (the package alone on the path, as pip installs it) --help has no `bench`."""
     package = Path(fencelock.__file__).resolve().parent
