@@ -348,3 +348,33 @@ def test_a_normal_run_is_not_slowed_by_zombies_it_inherits(standalone: RedisServ
     assert proc.returncode == 0, err
     assert "left processes running" not in err
     assert time.monotonic() - started_at < slack(4.0), err
+
+
+# -- how the command is started ----------------------------------------------------------------------------------
+
+def test_without_process_group_popen_the_command_is_spawned_in_a_group_of_its_own(
+        standalone: RedisServer, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.10 has no Popen(process_group=); fencelock then uses posix_spawn(setpgroup=0), never preexec_fn
+    (Python code in a child forked beside the renewal thread). Run here on that path: the command leads its own
+    group, SIGPIPE is back to its default (as Popen does), and PATH lookups and missing programs behave the same."""
+    import functools
+
+    import fencelock
+    from fencelock._cli import supervise
+    from fencelock._cli.exits import OnLost
+
+    seen = tmp_path / "seen"
+    monkeypatch.setattr(supervise, "_spawn", functools.partial(supervise._spawn, posix_spawn=True))
+    # (a shell, not Python: Python ignores SIGPIPE itself at start)
+    script = f"echo $$ $(ps -o pgid= -p $$) $(grep SigIgn /proc/self/status | cut -f2) > {seen}"
+    with fencelock.connect(standalone.url) as locks:
+        ending = supervise.run(locks, name, ["sh", "-c", script], ttl=30.0, wait=0, busy_status=75,
+                               on_lost=OnLost.TERM, grace=10.0)
+        assert ending.status == 0
+        pid, pgid, ignored = seen.read_text().split()
+        assert pid == pgid                                         # the leader of a group of its own
+        assert not int(ignored, 16) & (1 << (signal.SIGPIPE - 1))  # SIGPIPE not ignored
+        missing = supervise.run(locks, name, ["no-such-program-here"], ttl=30.0, wait=0, busy_status=75,
+                                on_lost=OnLost.TERM, grace=10.0)
+        assert missing.status == 127
+    assert not status_of(standalone.url, name).held

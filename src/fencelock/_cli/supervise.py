@@ -42,7 +42,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from .._errors import BackendError, LockLost, NotAcquired
 from .._logic.args import check_renew
@@ -249,7 +248,7 @@ class _Supervisor:
         self.guardian: _Guardian | None = None
         self.group = 0
         self.terminal: int | None = None  # our terminal's descriptor, while the command's group has it
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: _Child | None = None
         self.passed_stop = False   # we passed a SIGTSTP on: the command's stop it causes is already followed
         self.next_at: float | None = None  # when `stop_step` wants the next look at the latest
         self.run_id = secrets.token_hex(8)  # in the command's environment (`procs.MARKER`): how its guardian knows it
@@ -306,7 +305,7 @@ class _Supervisor:
             note(f"interrupted by {signal.Signals(self.received[0]).name}; the command did not run")
             return Ending(128 + self.received[0])
         try:
-            self.child = child = subprocess.Popen(list(command), env=env, **_own_group())
+            self.child = child = _spawn(list(command), env)
         except OSError as exc:
             self.close_guardian()
             status = _cannot_run(command[0], exc)
@@ -650,11 +649,59 @@ def _interpreter(program: str) -> str | None:
     return words[0] if words else None
 
 
-def _own_group() -> dict[str, Any]:
-    """Popen's arguments that start the command as the leader of a process group of its own."""
-    if sys.version_info >= (3, 11):
-        return {"process_group": 0}
-    return {"preexec_fn": os.setpgrp}  # pragma: no cover (Python 3.10)
+class _Child:
+    """The command's main process, as much of `subprocess.Popen` as the supervisor uses."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
+        self.pid = pid
+        self._returncode: int | None = None
+        self._popen = popen
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    @returncode.setter
+    def returncode(self, value: int | None) -> None:
+        """Reaped here: the Popen object learns it too (else it warns that its process still runs)."""
+        self._returncode = value
+        if self._popen is not None:
+            self._popen.returncode = value
+
+    def wait(self, timeout: float) -> int:
+        """Reap it within `timeout` seconds; `subprocess.TimeoutExpired` if it has not ended."""
+        deadline = time.monotonic() + timeout
+        while self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # pragma: no cover (reaped elsewhere)
+                self.returncode = 0
+                break
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(POLL / 5)
+        return self.returncode
+
+
+def _spawn(argv: list[str], env: dict[str, str], *, posix_spawn: bool = sys.version_info < (3, 11)) -> _Child:
+    """Start the command as the leader of a process group of its own. Python 3.11+: Popen's `process_group`.
+    Before (`posix_spawn`): `os.posix_spawnp(setpgroup=0)`, never Popen's `preexec_fn`, which runs Python in the
+    forked child and may deadlock on a lock the renewal thread held at the fork; SIGPIPE and SIGXFSZ are reset to
+    their defaults, as Popen does, and PATH is read from `env`. OSError if it cannot be started."""
+    if not posix_spawn:
+        popen = subprocess.Popen(argv, env=env, process_group=0)  # type: ignore[call-overload,unused-ignore]
+        return _Child(popen.pid, popen)
+    program = argv[0]
+    if os.sep not in program:
+        found = shutil.which(program, path=env.get("PATH", os.defpath))
+        if found is None:
+            raise FileNotFoundError(2, "No such file or directory", program)
+        program = found
+    resets = [s for s in (getattr(signal, "SIGPIPE", None), getattr(signal, "SIGXFSZ", None)) if s is not None]
+    return _Child(os.posix_spawn(program, argv, env, setpgroup=0, setsigdef=resets))
 
 
 def _terminal() -> int | None:
