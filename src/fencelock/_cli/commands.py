@@ -55,6 +55,13 @@ def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")(f)
 
 
+def repair_delay_option(f: F) -> F:
+    return click.option("--repair-delay", default=None, callback=_seconds(), metavar="SECONDS",
+                        help="Redlock only: seconds a node that lost its data stays out (default 60). Give the "
+                             "deployment's own value: every client that looks at the nodes keeps them out that "
+                             "long.")(f)
+
+
 def _target(urls: tuple[str, ...]) -> str | list[str]:
     """The URL (or Redlock's URLs) to connect to. An empty --url, or a FENCELOCK_URL that is set but blank, is a
     mistake (an unset variable in a crontab), never the default server: UsageError."""
@@ -289,7 +296,8 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, non
 @json_option
 @click.option("-q", "--quiet", is_flag=True,
               help="Print nothing; exit 0 if the lock is held and 1 if it is free (as grep -q).")
-def status(name: str, urls: tuple[str, ...], as_json: bool, quiet: bool) -> int:
+@repair_delay_option
+def status(name: str, urls: tuple[str, ...], as_json: bool, quiet: bool, repair_delay: float | None) -> int:
     """Show whether the lock NAME is held, its fence, how long until it expires, and (fair locks) its queue.
 
     \b
@@ -301,7 +309,7 @@ def status(name: str, urls: tuple[str, ...], as_json: bool, quiet: bool) -> int:
       fencelock status nightly-report --json     # {"name": ..., "held": true, "fence": 17, "remaining": 42.1, ...}
       if fencelock status -q nightly-report; then echo busy; fi
     """
-    with _connect(urls) as locks:
+    with _connect(urls, repair_delay) as locks:
         found = locks.status(name)
     if quiet:
         return 0 if found.held else exits.FREE
@@ -313,7 +321,8 @@ def status(name: str, urls: tuple[str, ...], as_json: bool, quiet: bool) -> int:
 @click.argument("pattern", default="*", required=False, callback=_lock_name)
 @url_option
 @json_option
-def list_(pattern: str, urls: tuple[str, ...], as_json: bool) -> int:
+@repair_delay_option
+def list_(pattern: str, urls: tuple[str, ...], as_json: bool, repair_delay: float | None) -> int:
     """List the held locks whose names match PATTERN (a glob: *, ?, [seq]; default: all).
 
     Redis is walked with SCAN (on every primary of a Cluster), never KEYS, so a large keyspace is not blocked.
@@ -324,7 +333,7 @@ def list_(pattern: str, urls: tuple[str, ...], as_json: bool) -> int:
       fencelock list 'report:*'
       fencelock list --json | jq -r '.[].name'
     """
-    with _connect(urls) as locks:
+    with _connect(urls, repair_delay) as locks:
         found = locks.list(pattern)
     if as_json:
         out(_json(found))
@@ -340,7 +349,8 @@ def list_(pattern: str, urls: tuple[str, ...], as_json: bool) -> int:
 @click.option("--force", is_flag=True, help="Required: this removes the lock whoever holds it.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @url_option
-def release(name: str, force: bool, yes: bool, urls: tuple[str, ...]) -> int:
+@repair_delay_option
+def release(name: str, force: bool, yes: bool, urls: tuple[str, ...], repair_delay: float | None) -> int:
     """Operators only: remove the lock NAME whoever holds it, and say what was removed.
 
     The holder is not told; its renewal finds the lock lost (`fencelock run` then stops its command). The fence
@@ -353,7 +363,7 @@ def release(name: str, force: bool, yes: bool, urls: tuple[str, ...]) -> int:
     """
     if not force:
         raise click.UsageError("release removes the lock whoever holds it; give --force to mean it")
-    with _connect(urls) as locks:
+    with _connect(urls, repair_delay) as locks:
         before = locks.status(name)
         if not before.held:
             out(f"lock {name!r} is not held ({describe(before)}); nothing to remove")
