@@ -20,7 +20,7 @@ from fencelock.testing.servers import RedisServer
 from fencelock.testing.timing import slack
 
 from . import test_run_tree as _tree
-from .test_cli import fl, py, start, status_of, wait_for
+from .test_cli import fl, py, start, started, status_of, wait_for
 from .test_run_tree import alive, children, grandchild, wait_exit
 
 reap = _tree.reap   # the same fixture: whatever a test found alive is SIGKILLed after it
@@ -190,3 +190,32 @@ def test_no_command_runs_without_a_guardian_that_answered(standalone: RedisServe
     assert "guardian" in err
     assert "did not run" in err
     assert not status_of(standalone.url, name).held
+
+
+def test_ps_shows_the_guardian_as_fencelock_run_guardian(standalone: RedisServer, name: str,
+                                                         reap: list[int]) -> None:
+    proc = start("run", name, "--", "sleep", "1", url=standalone.url)
+    guardian = guardian_of(proc.pid)
+    reap.append(guardian)
+    shown = subprocess.run(["ps", "-o", "args=", "-p", str(guardian)], capture_output=True, text=True,
+                           check=False).stdout
+    wait_exit(proc)
+    assert shown.startswith("fencelock run-guardian "), shown
+    assert proc.returncode == 0
+
+
+def test_the_guardian_never_signals_a_group_that_is_no_longer_its_commands() -> None:
+    """Process group numbers are reused: once the command's group is gone, the same number may be someone else's.
+    The guardian signals a group only if one of its processes carries the run's id in its environment."""
+    import fencelock._cli.exits as exits_module
+
+    guardian_py = Path(fencelock_cli.__file__).with_name("guardian.py")
+    stranger = started(subprocess.Popen(["setsid", "sleep", "30"]))   # a group of its own, not the run's: no mark
+    guardian = started(subprocess.Popen([sys.executable, "-E", "-s", str(guardian_py), "kill", "1", "a1b2c3"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    assert guardian.stdin is not None
+    valid_until = exits_module.lease_clock() + 30
+    guardian.stdin.write(f"valid {valid_until!r} 0.1\ngroup {stranger.pid}\n".encode())
+    guardian.stdin.close()                       # end of file: fencelock is gone, the guardian acts at once
+    guardian.wait(timeout=30)
+    assert stranger.poll() is None, "the guardian killed a process group that was not its command's"

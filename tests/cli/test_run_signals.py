@@ -248,8 +248,9 @@ def test_a_signal_between_the_grant_and_the_commands_start_means_the_command_nev
     marker = tmp_path / "ran"
     start_guardian = supervise._Guardian.__init__
 
-    def guardian_then_sigterm(self: supervise._Guardian, on_lost: OnLost, grace: float, run_id: str) -> None:
-        start_guardian(self, on_lost, grace, run_id)
+    def guardian_then_sigterm(self: supervise._Guardian, on_lost: OnLost, grace: float, run_id: str,
+                              titled: bool = True) -> None:
+        start_guardian(self, on_lost, grace, run_id, titled)
         os.kill(os.getpid(), signal.SIGTERM)      # caught by fencelock's handler: this process lives on
 
     monkeypatch.setattr(supervise._Guardian, "__init__", guardian_then_sigterm)

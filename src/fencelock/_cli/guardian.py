@@ -1,7 +1,8 @@
 """The guardian of `fencelock run`: stops the command's process group if fencelock itself dies or falls silent.
 
-fencelock starts it by path (`python -E -s guardian.py POLICY GRACE`, about 10 ms: it imports no package, only the
-sibling `exits`) in a session of its own, before the command starts, with the read end of a pipe as stdin. fencelock
+fencelock starts it by path (`python -E -s guardian.py POLICY GRACE RUN_ID` with argv[0] `fencelock run-guardian`, so
+`ps` shows what it is; about 10 ms: it imports no package, only the siblings `exits` and `procs`) in a session of
+its own, before the command starts, with the read end of a pipe as stdin. fencelock
 keeps the write end (the command never holds it) and writes lines:
 
     group PGID     the command's process group, once it started
@@ -82,11 +83,20 @@ def strays(run_id: str) -> list[procs.Proc]:
     return procs.with_marker(procs.snapshot(), run_id, skip=frozenset([os.getpid()])) if run_id else []
 
 
+def ours(found: list[procs.Proc], group: int, run_id: str) -> list[procs.Proc]:
+    """The live processes of `group`, if it is still the command's: one of them carries the run's id. A group
+    whose processes all ended can have its number reused by someone else's; then none (never signalled)."""
+    members = procs.in_group(found, group)
+    if not run_id or any(procs.marked(p.pid, run_id) for p in members):
+        return members
+    return []
+
+
 def group_alive(group: int, run_id: str = "") -> bool:
     """Whether anything of the command runs: its group (zombies left out where /proc tells), or a stray."""
     found = procs.snapshot()
     if found:
-        return bool(procs.in_group(found, group) or strays(run_id))
+        return bool(ours(found, group, run_id) or strays(run_id))
     try:
         os.killpg(group, 0)
     except ProcessLookupError:
@@ -97,11 +107,14 @@ def group_alive(group: int, run_id: str = "") -> bool:
 
 
 def send(group: int, signum: int, run_id: str = "") -> None:
-    """`signum` to the command's group and to its processes that left it."""
-    try:
-        os.killpg(group, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """`signum` to the command's group, if it is still the command's (`ours`), and to its processes that left
+    it."""
+    found = procs.snapshot()
+    if not found or ours(found, group, run_id):
+        try:
+            os.killpg(group, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
     for stray in strays(run_id):
         try:
             os.kill(stray.pid, signum)

@@ -58,6 +58,7 @@ POLL = 0.05  # seconds between looks at the child, the lease and the signals (an
 SETTLE = 0.1  # seconds the rest of the group may take to end with its main process before it counts as left over
 GUARDIAN = Path(__file__).with_name("guardian.py")
 GUARDIAN_START = 10.0  # seconds the guardian may take to answer its first line before the run is given up
+TITLE = "fencelock run-guardian"  # the guardian's argv[0]: what `ps` shows of it
 
 
 class Interrupted(BaseException):
@@ -132,19 +133,23 @@ class _Guardian:
     """fencelock's end of the guardian (see `guardian.py`): starts it, writes it lines, reads what it did to the
     group, reaps it. Never raises: without a guardian, `run` still works, only without the backstop."""
 
-    def __init__(self, on_lost: OnLost, grace: float, run_id: str) -> None:
+    def __init__(self, on_lost: OnLost, grace: float, run_id: str, titled: bool = True) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self._pipe: int | None = None
         self._back: int | None = None
         self._pending = b""
         self.failure = ""  # why there is no guardian although one is needed (then the command must not start)
+        self.exited = False  # it ended without answering
         if on_lost is OnLost.IGNORE or not sys.executable:
             return  # nothing to stop, whatever happens to fencelock
         read, write = os.pipe()  # every end non-inheritable: the command never holds one
         back_read, back_write = os.pipe()
         try:
-            argv = [sys.executable, "-E", "-s", str(GUARDIAN), on_lost.value, repr(grace), run_id]
-            self.proc = subprocess.Popen(argv, stdin=read, stdout=back_write, start_new_session=True)
+            # `ps` shows `fencelock run-guardian ...`: argv[0] is a title, the interpreter is `executable`
+            argv = [TITLE if titled else sys.executable, "-E", "-s", str(GUARDIAN), on_lost.value, repr(grace),
+                    run_id]
+            self.proc = subprocess.Popen(argv, executable=sys.executable, stdin=read, stdout=back_write,
+                                         start_new_session=True)
         except OSError as exc:
             self.failure = f"it could not be started ({exc})"
             os.close(write)
@@ -185,6 +190,7 @@ class _Guardian:
             left = deadline - time.monotonic()
             if self._back is None or self.proc.poll() is not None or left <= 0:
                 code = self.proc.poll()
+                self.exited = code is not None
                 self.failure = (f"it exited with status {code} without answering" if code is not None else
                                 f"it did not answer within {timeout:g} s")
                 return said
@@ -288,9 +294,15 @@ class _Supervisor:
         runs = " ".join([*os.environ.get(procs.MARKER, "").split(), self.run_id])
         env = dict(os.environ, FENCELOCK_NAME=name, FENCELOCK_FENCE=str(lease.fence), FENCELOCK_TOKEN=lease.token,
                    FENCELOCK_SERVICE=self.service, **{procs.MARKER: runs})
-        self.guardian = _Guardian(self.on_lost, self.grace, self.run_id)
-        self.guardian.tell(f"valid {self.valid_until!r} {KILL_MARGIN!r}")
-        self._heard_guardian(self.guardian.wait_ready(GUARDIAN_START), lease_clock())
+        for titled in (True, False):  # an interpreter that cannot find its library without its own path as
+            guardian = _Guardian(self.on_lost, self.grace, self.run_id, titled)  # argv[0] gets it back
+            guardian.tell(f"valid {self.valid_until!r} {KILL_MARGIN!r}")
+            said = guardian.wait_ready(GUARDIAN_START)
+            if not guardian.exited or not titled:
+                break
+            guardian.close(done=True)
+        self.guardian = guardian
+        self._heard_guardian(said, lease_clock())
         if self.guardian.failure:  # no command runs without its backstop
             why = self.guardian.failure
             self.close_guardian(done=True)
