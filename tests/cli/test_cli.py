@@ -17,7 +17,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -61,11 +61,34 @@ def fl(*args: str, url: str | list[str] | None = None, timeout: float = 60.0, st
                           env=env if env is not None else _env())
 
 
+STARTED: list[subprocess.Popen[Any]] = []
+"""Every process a test started in the background; `conftest.py` kills and waits for each at the test's end."""
+
+P = TypeVar("P", bound="subprocess.Popen[Any]")
+
+
+FORKED: list[int] = []
+"""The PIDs of children a test forked itself (`pty.fork`); `conftest.py` kills and reaps each one still unreaped."""
+
+
+def started(proc: P) -> P:
+    """`proc`, to be killed (if it still runs) and waited for when the test ends, whatever its outcome."""
+    STARTED.append(proc)
+    return proc
+
+
+def forked(pid: int) -> int:
+    """`pid`, our own child, to be killed and reaped when the test ends unless the test reaped it."""
+    if pid:
+        FORKED.append(pid)
+    return pid
+
+
 def start(*args: str, url: str) -> subprocess.Popen[str]:
-    """Start the command in the background (for signals and races)."""
+    """Start the command in the background (for signals and races); it ends with the test at the latest."""
     head, sep, tail = _split(list(args))
-    return subprocess.Popen([*FENCELOCK, *head, f"--url={url}", *sep, *tail], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=_env())
+    return started(subprocess.Popen([*FENCELOCK, *head, f"--url={url}", *sep, *tail], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=_env()))
 
 
 def _split(args: list[str]) -> tuple[list[str], list[str], list[str]]:
@@ -287,6 +310,7 @@ def test_ctrl_c_on_a_terminal_reaches_the_child_once(standalone: RedisServer, na
     """)
     argv = [*FENCELOCK, "run", f"--url={standalone.url}", name, "--", *child]
     pid, master = pty.fork()
+    forked(pid)
     if pid == 0:  # the child: a session leader whose controlling terminal is the pty
         os.execve(sys.executable, argv, _env())
     try:

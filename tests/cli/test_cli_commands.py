@@ -16,7 +16,7 @@ import pytest
 
 import fencelock
 from fencelock.testing import Deployment
-from fencelock.testing.servers import RedisServer
+from fencelock.testing.servers import RedisNodes, RedisServer
 from fencelock.testing.timing import slack
 
 from . import test_cli as _base
@@ -214,7 +214,7 @@ def test_without_click_the_command_says_what_to_install() -> None:
     done = subprocess.run([sys.executable, "-c", "import sys; sys.modules['click'] = None\n"
                            "from fencelock._cli import main; sys.exit(main(['--help']))"],
                           capture_output=True, text=True, timeout=30, check=False)
-    assert done.returncode == 1
+    assert done.returncode == 2          # configuration, as a backend's missing extra
     assert "pip install 'fencelock[cli]'" in one_line(done.stderr)
 
 
@@ -225,3 +225,17 @@ def test_the_console_script_is_the_same_tool() -> None:
     done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0
     assert done.stdout == fl("--help").stdout
+
+
+@pytest.mark.parametrize("args", [["status", "NAME"], ["list"], ["release", "NAME", "--force", "--yes"], ["nodes"]],
+                         ids=["status", "list", "release", "nodes"])
+def test_every_command_that_reaches_redlock_nodes_takes_repair_delay_as_run_does(
+        redlock_nodes: RedisNodes, standalone: RedisServer, name: str, args: list[str]) -> None:
+    """Every client that looks at the nodes repairs them with its own delay: an operator's status or release must
+    be able to give the deployment's value, as `run --repair-delay` does; a single Redis refuses it (exit 2)."""
+    args = [name if arg == "NAME" else arg for arg in args]
+    done = fl(*args, "--repair-delay", "130", url=list(redlock_nodes.urls))
+    assert done.returncode == 0, done.stderr
+    single = fl(*args, "--repair-delay", "130", url=standalone.url)
+    assert single.returncode == 2, single.stderr
+    assert "Redlock only" in one_line(single.stderr)

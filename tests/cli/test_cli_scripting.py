@@ -84,6 +84,17 @@ def test_a_missing_extra_is_a_configuration_error_with_the_pip_line(url: str, ex
     assert f"pip install 'fencelock[{extra}]'" in one_line(done.stderr)
 
 
+def test_without_the_cli_extra_the_command_says_what_to_install_and_exits_2() -> None:
+    """A missing extra is configuration (exit 2, as for a backend's extra), not a failure of the command (1)."""
+    code = ("import sys; sys.modules['click'] = None\n"
+            "from fencelock._cli import console\n"
+            "sys.argv = ['fencelock', 'status', 'x']\n"
+            "console()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'fencelock[cli]'" in one_line(done.stderr)
+
+
 def test_an_installed_copy_does_not_offer_bench(tmp_path: Path) -> None:
     """Outside a checkout (the package alone on the path, as pip installs it) --help has no `bench`."""
     package = Path(fencelock.__file__).resolve().parent
@@ -145,6 +156,21 @@ def test_a_nested_run_of_the_same_lock_is_refused_instead_of_waiting_for_itself(
     other = fl("run", name, "--", sys.executable, "-m", "fencelock", "run", f"--url={standalone.url}",
                f"{name}:other", "--", "echo", "inner ran", url=standalone.url)
     assert other.returncode == 0, other.stderr     # another name is fine
+    assert other.stdout == "inner ran\n"
+
+
+def test_a_nested_run_is_refused_however_the_same_server_is_spelled(standalone: RedisServer, name: str) -> None:
+    # the outer run names the server as 127.0.0.1 with database 0, the inner as localhost without either default
+    inner = [sys.executable, "-m", "fencelock", "run", f"--url=redis://localhost:{standalone.port}", "--wait", "3",
+             name, "--", "echo", "inner ran"]
+    done = fl("run", "--wait", "0", name, "--", *inner, url=f"redis://127.0.0.1:{standalone.port}/0", timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert "would wait for itself" in one_line(done.stderr)
+    assert "inner ran" not in done.stdout
+    other = fl("run", name, "--", sys.executable, "-m", "fencelock", "run",
+               f"--url=redis://localhost:{standalone.port}/1", name, "--", "echo", "inner ran",
+               url=f"redis://127.0.0.1:{standalone.port}/0")
+    assert other.returncode == 0, other.stderr     # another database of the same server is another lock
     assert other.stdout == "inner ran\n"
 
 

@@ -20,7 +20,7 @@ from fencelock.testing.servers import RedisServer
 from fencelock.testing.timing import slack
 
 from . import test_run_tree as _tree
-from .test_cli import fl, py, start, status_of
+from .test_cli import fl, py, start, started, status_of, wait_for
 from .test_run_tree import alive, children, grandchild, wait_exit
 
 reap = _tree.reap   # the same fixture: whatever a test found alive is SIGKILLed after it
@@ -149,3 +149,73 @@ def test_the_guardian_runs_by_path_without_importing_the_package() -> None:
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line]
     assert "exits" in imported
     assert not [module for module in imported if module.startswith("fencelock")], imported
+
+
+def test_when_fencelock_dies_the_guardian_stops_what_left_the_group_too(
+        standalone: RedisServer, name: str, reap: list[int], tmp_path: Path) -> None:
+    """A daemon of the command (a double fork into a session of its own) is found by the run's mark in its
+    environment: fencelock, its subreaper, is gone, and the daemon moved to another parent."""
+    left = tmp_path / "left"
+    proc = start("run", "--ttl", "2", "--on-lost", "kill", name, "--", "sh", "-c",
+                 f"(setsid sh -c 'sleep 1000 & echo $! > {left}' &) ; sleep 1000; :", url=standalone.url)
+    stray = int(wait_for(left).strip())
+    reap.append(stray)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert gone_within(stray, slack(3.0)), "a daemon of the command ran on after fencelock died"
+
+
+@pytest.mark.parametrize("guardian", ["missing", "silent"])
+def test_no_command_runs_without_a_guardian_that_answered(standalone: RedisServer, name: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capfd: pytest.CaptureFixture[str], guardian: str) -> None:
+    """A guardian that cannot be started (its file is gone), or that never answers its first line: fencelock
+    releases the lock and exits 70 without starting the command, saying why."""
+    import fencelock
+    from fencelock._cli import supervise
+    from fencelock._cli.exits import OnLost
+
+    ran = tmp_path / "ran"
+    script = tmp_path / "guardian.py"
+    if guardian == "silent":
+        script.write_text("import time\ntime.sleep(60)\n")
+        monkeypatch.setattr(supervise, "GUARDIAN_START", 1.0)
+    monkeypatch.setattr(supervise, "GUARDIAN", script)
+    with fencelock.connect(standalone.url) as locks:
+        ending = supervise.run(locks, name, ["touch", str(ran)], ttl=30.0, wait=0, busy_status=75,
+                               on_lost=OnLost.TERM, grace=10.0)
+    err = capfd.readouterr().err
+    assert ending.status == 70, err
+    assert not ran.exists(), "the command ran without its guardian"
+    assert "guardian" in err
+    assert "did not run" in err
+    assert not status_of(standalone.url, name).held
+
+
+def test_ps_shows_the_guardian_as_fencelock_run_guardian(standalone: RedisServer, name: str,
+                                                         reap: list[int]) -> None:
+    proc = start("run", name, "--", "sleep", "1", url=standalone.url)
+    guardian = guardian_of(proc.pid)
+    reap.append(guardian)
+    shown = subprocess.run(["ps", "-o", "args=", "-p", str(guardian)], capture_output=True, text=True,
+                           check=False).stdout
+    wait_exit(proc)
+    assert shown.startswith("fencelock run-guardian "), shown
+    assert proc.returncode == 0
+
+
+def test_the_guardian_never_signals_a_group_that_is_no_longer_its_commands() -> None:
+    """Process group numbers are reused: once the command's group is gone, the same number may be someone else's.
+    The guardian signals a group only if one of its processes carries the run's id in its environment."""
+    import fencelock._cli.exits as exits_module
+
+    guardian_py = Path(fencelock_cli.__file__).with_name("guardian.py")
+    stranger = started(subprocess.Popen(["setsid", "sleep", "30"]))   # a group of its own, not the run's: no mark
+    guardian = started(subprocess.Popen([sys.executable, "-E", "-s", str(guardian_py), "kill", "1", "a1b2c3"],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    assert guardian.stdin is not None
+    valid_until = exits_module.lease_clock() + 30
+    guardian.stdin.write(f"valid {valid_until!r} 0.1\ngroup {stranger.pid}\n".encode())
+    guardian.stdin.close()                       # end of file: fencelock is gone, the guardian acts at once
+    guardian.wait(timeout=30)
+    assert stranger.poll() is None, "the guardian killed a process group that was not its command's"

@@ -23,7 +23,7 @@ import pytest
 from fencelock.testing.servers import RedisServer
 
 from . import test_run_tree as _tree
-from .test_cli import FENCELOCK, _env, py, status_of, wait_for
+from .test_cli import FENCELOCK, _env, forked, py, started, status_of, wait_for
 from .test_run_tree import _wait_pty, alive, children
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
@@ -46,9 +46,10 @@ def test_signals_ignored_by_nohup_stay_ignored_by_fencelock_and_the_command(stan
         time.sleep(0.5)
     """)
     # `nohup fencelock run ... &` from a script: SIGHUP and SIGINT ignored from the start
-    proc = subprocess.Popen(["sh", "-c", "trap '' HUP INT; exec \"$@\"", "sh", *FENCELOCK, "run",
-                             f"--url={standalone.url}", name, "--", *child], env=_env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = started(subprocess.Popen(["sh", "-c", "trap '' HUP INT; exec \"$@\"", "sh", *FENCELOCK, "run",
+                                     f"--url={standalone.url}", name, "--", *child], env=_env(),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True))
     wait_for(ready)
     proc.send_signal(signal.SIGHUP)        # the terminal hangs up
     proc.send_signal(signal.SIGINT)
@@ -63,8 +64,9 @@ def test_ctrl_c_in_a_script_stops_the_script_too(standalone: RedisServer, name: 
     its command, which dies of it; fencelock then dies of SIGINT too, so bash stops the loop instead of going on."""
     script = (f"for i in 1 2 3; do {_command_line('run', f'--url={standalone.url}', name, '--', 'sleep', '1000')}; "
               "echo \"iteration $i ended with $?\"; done; echo 'the script went on'")
-    proc = subprocess.Popen(["bash", "-c", script], env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = started(subprocess.Popen(["bash", "-c", script], env=_env(), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True))
     try:
         sleeper = _wait_for_sleep(proc.pid, reap)
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the foreground group, bash included
@@ -102,6 +104,7 @@ def test_in_a_pipeline_on_a_terminal_the_terminal_stays_with_the_pipeline(standa
     # a non-interactive bash on the terminal: fencelock and cat share bash's process group, which has the terminal
     script = f"{_command_line('run', f'--url={standalone.url}', name, '--', *child)} | cat; exit ${{PIPESTATUS[0]}}"
     pid, master = pty.fork()
+    forked(pid)
     if pid == 0:
         os.execve("/bin/bash", ["bash", "-c", script], _env())
     try:
@@ -176,6 +179,7 @@ def test_ctrl_z_stops_fencelock_with_its_command_and_fg_resumes_both(standalone:
                                                                     reap: list[int]) -> None:
     """As for any job: Ctrl-Z gives the prompt back (fencelock stops with its command), fg resumes both."""
     pid, master = pty.fork()
+    forked(pid)
     if pid == 0:  # an interactive bash with job control, on its own terminal
         os.execve("/bin/bash", ["bash", "--norc", "--noprofile", "-i"], _env(PS1="$ "))
     try:
@@ -216,6 +220,7 @@ def test_in_a_script_on_a_terminal_an_interactive_command_still_reads_it(standal
     line = _command_line("run", f"--url={standalone.url}", name, "--", "sh", "-c",
                          f'read answer; echo "$answer" > {got}')
     pid, master = pty.fork()
+    forked(pid)
     if pid == 0:
         os.execve("/bin/bash", ["bash", "-c", f"{line}; echo status=$?"], _env())
     try:
@@ -243,8 +248,9 @@ def test_a_signal_between_the_grant_and_the_commands_start_means_the_command_nev
     marker = tmp_path / "ran"
     start_guardian = supervise._Guardian.__init__
 
-    def guardian_then_sigterm(self: supervise._Guardian, on_lost: OnLost, grace: float) -> None:
-        start_guardian(self, on_lost, grace)
+    def guardian_then_sigterm(self: supervise._Guardian, on_lost: OnLost, grace: float, run_id: str,
+                              titled: bool = True) -> None:
+        start_guardian(self, on_lost, grace, run_id, titled)
         os.kill(os.getpid(), signal.SIGTERM)      # caught by fencelock's handler: this process lives on
 
     monkeypatch.setattr(supervise._Guardian, "__init__", guardian_then_sigterm)

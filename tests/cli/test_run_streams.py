@@ -17,7 +17,7 @@ from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisServer, free_port
 
 from . import test_run_tree as _tree
-from .test_cli import FENCELOCK, _env, fl, one_line, status_of
+from .test_cli import FENCELOCK, _env, fl, one_line, started, status_of
 from .test_run_tree import alive, grandchild
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
@@ -29,14 +29,14 @@ def started_with_stderr(mode: str, *args: str, url: str) -> subprocess.Popen[byt
     """fencelock with its stderr closed (`2>&-`), on /dev/full, or on a pipe whose reader has gone."""
     argv = [*FENCELOCK, args[0], f"--url={url}", *args[1:]]
     if mode == "closed":
-        return subprocess.Popen(["sh", "-c", 'exec "$@" 2>&-', "sh", *argv], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, env=_env())
+        return started(subprocess.Popen(["sh", "-c", 'exec "$@" 2>&-', "sh", *argv], stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, env=_env()))
     if mode == "full":
         with open("/dev/full", "wb") as full:
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=full,
-                                    env=_env())
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=_env())
+            return started(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                            stderr=full, env=_env()))
+    proc = started(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, env=_env()))
     assert proc.stderr is not None
     proc.stderr.close()   # a log shipper that died: every write gets EPIPE
     return proc
@@ -116,8 +116,8 @@ def test_output_that_cannot_be_written_is_exit_74_and_a_reader_that_went_away_is
                               text=True, timeout=60, check=False)
     assert done.returncode == 74
     assert "No space left on device" in one_line(done.stderr)
-    proc = subprocess.Popen([*FENCELOCK, "status", name, url], env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = started(subprocess.Popen([*FENCELOCK, "status", name, url], env=_env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True))
     assert proc.stdout is not None
     proc.stdout.close()                               # `fencelock status x | head -c 0`
     _, err = proc.communicate(timeout=60)

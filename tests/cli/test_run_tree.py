@@ -25,7 +25,7 @@ from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import RedisServer
 from fencelock.testing.timing import slack
 
-from .test_cli import FENCELOCK, _env, py, start, status_of, wait_for
+from .test_cli import FENCELOCK, _env, forked, py, start, status_of, wait_for
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
 
@@ -84,7 +84,7 @@ def wait_exit(proc: subprocess.Popen[str]) -> str:
         _, err = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
+        proc.wait()     # (not communicate: a process that outlived it may hold its stderr open)
         raise
     return err
 
@@ -142,6 +142,7 @@ def test_what_the_command_leaves_behind_is_stopped_before_the_release(standalone
 
 def _on_a_terminal(argv: list[str]) -> tuple[int, int]:
     pid, master = pty.fork()
+    forked(pid)
     if pid == 0:  # the child: a session leader whose controlling terminal is the pty
         os.execve(argv[0], argv, _env())
     return pid, master
@@ -250,3 +251,130 @@ def test_a_lock_in_doubt_gets_sigterm_while_its_key_exists_and_sigkill_before_it
         err = wait_exit(proc)
     assert proc.returncode == 70, err
     assert "in doubt" in err
+
+
+# -- a frozen command --------------------------------------------------------------------------------------------
+
+def test_a_frozen_command_whose_lock_is_lost_is_killed_without_running_again(
+        standalone: RedisServer, name: str, tmp_path: Path, reap: list[int]) -> None:
+    """A command stopped by SIGSTOP cannot handle SIGTERM; a SIGCONT after it would let it run (its handler, its
+    work) without the lock. It gets SIGKILL at once: it never runs again."""
+    ready, ran = tmp_path / "ready", tmp_path / "ran"
+    child = py(f"""
+        import os, signal, time
+        def handler(signum, frame):
+            open({str(ran)!r}, "a").write("handler\\n")     # a slow shutdown, while the lock is gone
+            time.sleep(30)
+        signal.signal(signal.SIGTERM, handler)
+        open({str(ready)!r}, "w").write(str(os.getpid()))
+        while True:
+            time.sleep(0.01)
+            if os.path.exists({str(ready)!r} + ".stopped"):
+                open({str(ran)!r}, "a").write("work\\n")   # ran again after it was frozen
+    """)
+    proc = start("run", "--ttl", "2", name, "--", *child, url=standalone.url)
+    pid = int(wait_for(ready))
+    reap.append(pid)
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + slack(5.0)
+    while _stat(pid) is not None and _stat(pid)[0] != "T":   # type: ignore[index]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    (tmp_path / "ready.stopped").write_text("yes")
+    standalone.client().delete(redis_keys(name).lock)       # another holder may take it now
+    err = wait_exit(proc)
+    assert not alive(pid)
+    assert not ran.exists(), f"the frozen command ran again without the lock: {ran.read_text()!r}; {err}"
+    assert proc.returncode == 70, err
+    assert "stopped (frozen)" in err
+
+
+# -- processes that left the command's process group -------------------------------------------------------------
+
+STRAY = "setsid sh -c 'sleep 1000 & echo $! > {left}; wait' & sleep 1000; :"
+"""The command's shell starts a process in a session of its own (a daemon's setsid), whose child is the stray."""
+
+DAEMON = "(setsid sh -c 'sleep 1000 & echo $! > {left}' &) ; sleep 1000; :"
+"""A double fork: the stray's parent exits at once, so the stray is an orphan, no longer below the command's shell."""
+
+
+@pytest.mark.parametrize("shape", [STRAY, DAEMON], ids=["setsid", "daemon"])
+def test_a_lost_lock_stops_processes_that_left_the_group(standalone: RedisServer, name: str, tmp_path: Path,
+                                                         reap: list[int], shape: str) -> None:
+    left = tmp_path / "left"
+    proc = start("run", "--ttl", "2", "--grace", "0.5", name, "--", "sh", "-c", shape.format(left=left),
+                 url=standalone.url)
+    stray = int(wait_for(left).strip())
+    reap.append(stray)
+    assert _stat(stray) is not None
+    standalone.client().delete(redis_keys(name).lock)
+    err = wait_exit(proc)
+    assert not alive(stray), f"a process that left the command's group ran on after the loss: {err}"
+    assert proc.returncode == 70, err
+
+
+def test_what_left_the_group_is_stopped_before_the_release(standalone: RedisServer, name: str, tmp_path: Path,
+                                                           reap: list[int]) -> None:
+    left = tmp_path / "left"
+    proc = start("run", "--grace", "0.5", name, "--", "sh", "-c",
+                 f"(setsid sh -c 'sleep 1000 & echo $! > {left}' &); while [ ! -s {left} ]; do sleep 0.01; done",
+                 url=standalone.url)
+    stray = int(wait_for(left).strip())
+    reap.append(stray)
+    err = wait_exit(proc)
+    assert not alive(stray), f"a daemon the command left ran on after the release: {err}"
+    assert proc.returncode == 0, err
+    assert not status_of(standalone.url, name).held
+
+
+def test_sigterm_to_fencelock_stops_what_left_the_group(standalone: RedisServer, name: str, tmp_path: Path,
+                                                        reap: list[int]) -> None:
+    left = tmp_path / "left"
+    proc = start("run", name, "--", "sh", "-c", DAEMON.format(left=left), url=standalone.url)
+    stray = int(wait_for(left).strip())
+    reap.append(stray)
+    proc.send_signal(signal.SIGTERM)
+    err = wait_exit(proc)
+    assert not alive(stray), f"a daemon of the command ran on after fencelock was told to stop: {err}"
+    assert proc.returncode == 128 + signal.SIGTERM, err
+
+
+def test_a_normal_run_is_not_slowed_by_zombies_it_inherits(standalone: RedisServer, name: str) -> None:
+    # orphans of the command (in its group, and out of it) end at once: zombies reaped, not waited out as leftovers
+    started_at = time.monotonic()
+    proc = start("run", "--grace", "5", name, "--", "sh", "-c",
+                 "(sleep 0.1 &); (setsid sh -c 'sleep 0.1 &' &); sleep 0.5", url=standalone.url)
+    err = wait_exit(proc)
+    assert proc.returncode == 0, err
+    assert "left processes running" not in err
+    assert time.monotonic() - started_at < slack(4.0), err
+
+
+# -- how the command is started ----------------------------------------------------------------------------------
+
+def test_without_process_group_popen_the_command_is_spawned_in_a_group_of_its_own(
+        standalone: RedisServer, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.10 has no Popen(process_group=); fencelock then uses posix_spawn(setpgroup=0), never preexec_fn
+    (Python code in a child forked beside the renewal thread). Run here on that path: the command leads its own
+    group, SIGPIPE is back to its default (as Popen does), and PATH lookups and missing programs behave the same."""
+    import functools
+
+    import fencelock
+    from fencelock._cli import supervise
+    from fencelock._cli.exits import OnLost
+
+    seen = tmp_path / "seen"
+    monkeypatch.setattr(supervise, "_spawn", functools.partial(supervise._spawn, posix_spawn=True))
+    # (a shell, not Python: Python ignores SIGPIPE itself at start)
+    script = f"echo $$ $(ps -o pgid= -p $$) $(grep SigIgn /proc/self/status | cut -f2) > {seen}"
+    with fencelock.connect(standalone.url) as locks:
+        ending = supervise.run(locks, name, ["sh", "-c", script], ttl=30.0, wait=0, busy_status=75,
+                               on_lost=OnLost.TERM, grace=10.0)
+        assert ending.status == 0
+        pid, pgid, ignored = seen.read_text().split()
+        assert pid == pgid                                         # the leader of a group of its own
+        assert not int(ignored, 16) & (1 << (signal.SIGPIPE - 1))  # SIGPIPE not ignored
+        missing = supervise.run(locks, name, ["no-such-program-here"], ttl=30.0, wait=0, busy_status=75,
+                                on_lost=OnLost.TERM, grace=10.0)
+        assert missing.status == 127
+    assert not status_of(standalone.url, name).held

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         import click  # noqa: F401
     except ImportError:
         print(MISSING_CLICK, file=sys.stderr)
-        return 1
+        return 2  # configuration, as a backend's missing extra (exits.USAGE; not imported here: it needs nothing)
     from .commands import run_cli
 
     return run_cli(args)

@@ -24,7 +24,7 @@ import fencelock
 
 from .._errors import BackendError, LockError, LockLost, MissingExtra
 from .._logic.args import MAX_SECONDS
-from .._logic.urls import ALL_SCHEMES, redact
+from .._logic.urls import ALL_SCHEMES, redact, service_nodes
 from . import exits
 from .exits import DEFAULT_GRACE, MIN_RUN_TTL, OnLost
 from .show import OutputFailed, as_json, be_quiet, describe, error, out, say, status_line, table
@@ -55,6 +55,13 @@ def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts instead of text.")(f)
 
 
+def repair_delay_option(f: F) -> F:
+    return click.option("--repair-delay", default=None, callback=_seconds(), metavar="SECONDS",
+                        help="Redlock only: seconds a node that lost its data stays out (default 60). Give the "
+                             "deployment's own value: every client that looks at the nodes keeps them out that "
+                             "long.")(f)
+
+
 def _target(urls: tuple[str, ...]) -> str | list[str]:
     """The URL (or Redlock's URLs) to connect to. An empty --url, or a FENCELOCK_URL that is set but blank, is a
     mistake (an unset variable in a crontab), never the default server: UsageError."""
@@ -74,6 +81,14 @@ def _shown(urls: tuple[str, ...]) -> str:
     except click.UsageError:
         return "(none)"
     return ", ".join(redact(url) for url in ([target] if isinstance(target, str) else target))
+
+
+def _same_service(outer: str, urls: tuple[str, ...]) -> bool:
+    """Whether `urls` name a server (and key space) of `outer`, the FENCELOCK_SERVICE of a run we are inside: the
+    same server however spelled (localhost or 127.0.0.1, a default port given or not, a socket path)."""
+    target = _target(urls)
+    ours = service_nodes([target] if isinstance(target, str) else target)
+    return bool(ours & service_nodes(outer.split(", ")))
 
 
 def _connect(urls: tuple[str, ...], repair_delay: float | None = None) -> fencelock.Locks:
@@ -234,7 +249,8 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, non
     service, passwords masked) in its environment. COMMAND runs in a process group of its own: SIGINT, SIGTERM
     and SIGHUP are passed on to the whole group (unless they were ignored when fencelock started, as under
     nohup), a lost lock stops the whole group, and what COMMAND leaves running is stopped before the lock is
-    released after it exits. A guardian process stops the group if fencelock itself dies.
+    released after it exits; processes that left the group (setsid, daemons) go with it. A guardian process
+    stops them if fencelock itself dies.
 
     \b
     Exit status:
@@ -262,7 +278,7 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, non
         raise click.UsageError("COMMAND is empty ('' is no program); nothing was run and no lock was taken")
     _target(urls)  # an empty URL is refused here, before anything else
     service = _shown(urls)
-    if os.environ.get("FENCELOCK_NAME") == name and os.environ.get("FENCELOCK_SERVICE") == service:
+    if os.environ.get("FENCELOCK_NAME") == name and _same_service(os.environ.get("FENCELOCK_SERVICE", ""), urls):
         raise click.UsageError(f"this runs inside a `fencelock run` that holds lock {name!r} on the same service "
                                "already: it would wait for itself. Run COMMAND directly (the lock is held; its "
                                "fence is $FENCELOCK_FENCE), or use another NAME")
@@ -280,7 +296,8 @@ def run(name: str, command: tuple[str, ...], ttl: float, wait: float | None, non
 @json_option
 @click.option("-q", "--quiet", is_flag=True,
               help="Print nothing; exit 0 if the lock is held and 1 if it is free (as grep -q).")
-def status(name: str, urls: tuple[str, ...], as_json: bool, quiet: bool) -> int:
+@repair_delay_option
+def status(name: str, urls: tuple[str, ...], as_json: bool, quiet: bool, repair_delay: float | None) -> int:
     """Show whether the lock NAME is held, its fence, how long until it expires, and (fair locks) its queue.
 
     \b
@@ -292,7 +309,7 @@ def status(name: str, urls: tuple[str, ...], as_json: bool, quiet: bool) -> int:
       fencelock status nightly-report --json     # {"name": ..., "held": true, "fence": 17, "remaining": 42.1, ...}
       if fencelock status -q nightly-report; then echo busy; fi
     """
-    with _connect(urls) as locks:
+    with _connect(urls, repair_delay) as locks:
         found = locks.status(name)
     if quiet:
         return 0 if found.held else exits.FREE
@@ -304,7 +321,8 @@ def status(name: str, urls: tuple[str, ...], as_json: bool, quiet: bool) -> int:
 @click.argument("pattern", default="*", required=False, callback=_lock_name)
 @url_option
 @json_option
-def list_(pattern: str, urls: tuple[str, ...], as_json: bool) -> int:
+@repair_delay_option
+def list_(pattern: str, urls: tuple[str, ...], as_json: bool, repair_delay: float | None) -> int:
     """List the held locks whose names match PATTERN (a glob: *, ?, [seq]; default: all).
 
     Redis is walked with SCAN (on every primary of a Cluster), never KEYS, so a large keyspace is not blocked.
@@ -315,7 +333,7 @@ def list_(pattern: str, urls: tuple[str, ...], as_json: bool) -> int:
       fencelock list 'report:*'
       fencelock list --json | jq -r '.[].name'
     """
-    with _connect(urls) as locks:
+    with _connect(urls, repair_delay) as locks:
         found = locks.list(pattern)
     if as_json:
         out(_json(found))
@@ -331,7 +349,8 @@ def list_(pattern: str, urls: tuple[str, ...], as_json: bool) -> int:
 @click.option("--force", is_flag=True, help="Required: this removes the lock whoever holds it.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @url_option
-def release(name: str, force: bool, yes: bool, urls: tuple[str, ...]) -> int:
+@repair_delay_option
+def release(name: str, force: bool, yes: bool, urls: tuple[str, ...], repair_delay: float | None) -> int:
     """Operators only: remove the lock NAME whoever holds it, and say what was removed.
 
     The holder is not told; its renewal finds the lock lost (`fencelock run` then stops its command). The fence
@@ -344,7 +363,7 @@ def release(name: str, force: bool, yes: bool, urls: tuple[str, ...]) -> int:
     """
     if not force:
         raise click.UsageError("release removes the lock whoever holds it; give --force to mean it")
-    with _connect(urls) as locks:
+    with _connect(urls, repair_delay) as locks:
         before = locks.status(name)
         if not before.held:
             out(f"lock {name!r} is not held ({describe(before)}); nothing to remove")

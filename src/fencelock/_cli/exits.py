@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import signal
+import time
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -33,6 +34,15 @@ NOT_EXECUTABLE = 126
 NOT_FOUND = 127
 OUTPUT = 74  # EX_IOERR
 BROKEN_PIPE = 128 + 13  # as a shell reports a writer ended by SIGPIPE
+
+def _boot_time() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+lease_clock = _boot_time if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
+"""The clock of the lease's validity, `fencelock._logic.timing.lease_clock` (CLOCK_BOOTTIME, which counts a
+suspend as the server's TTL does), repeated here for the guardian, which imports no package. fencelock and its
+guardian measure every validity end and deadline of a run on it (tests check that it is the lease's clock)."""
 
 DEFAULT_GRACE = 10.0
 """Seconds between SIGTERM and SIGKILL for a command whose lock was lost. Long enough for a clean shutdown,
@@ -130,17 +140,31 @@ def lease_trouble(lost: bool, remaining: float, ttl: float, every: float) -> Tro
     return Trouble.DOUBT if in_doubt(remaining, ttl, every) else Trouble.NONE
 
 
+KILL_MARGIN = 0.1
+"""Seconds before a lease's validity ends by which SIGKILL has gone out when nobody confirmed its renewal. The
+validity already allows for the server's clock (it counts from before the request, less the drift); this covers the
+side of the one who kills: how late its look at the clock may come on a busy machine, and the kill's delivery."""
+
+
+def kill_by(valid_until: float, margin: float) -> float:
+    """When SIGKILL is due at the latest for a command whose lock's validity ends at `valid_until` unconfirmed."""
+    return valid_until - margin
+
+
 def stop_step(policy: OnLost, state: Stopping, trouble: Trouble, now: float, valid_until: float,
-              grace: float) -> Stop:
+              grace: float, margin: float = KILL_MARGIN, *, frozen: bool = False) -> Stop:
     """The one rule for stopping a command's group, for fencelock and its guardian alike.
 
     LOST stops at once: SIGKILL (`kill`), or SIGTERM and SIGKILL `grace` later (`term`). DOUBT stops once at most
-    `grace` of the lock's validity (ending at `valid_until`) remains: SIGTERM then, SIGKILL when the validity ends
-    (`kill`: SIGKILL when it ends). ORPHANED stops at once, SIGKILL no later than the validity's end. Once SIGTERM is
-    out, SIGKILL comes `grace` after it, never past the validity's end while in doubt; NONE (confirmed again) gives
-    back the whole grace. `ignore` never sends anything."""
+    `grace` of the lock's validity (ending at `valid_until`) remains: SIGTERM then, SIGKILL `margin` before the
+    validity ends (`kill_by`; `kill`: SIGKILL then). ORPHANED stops at once, SIGKILL no later than `kill_by`. Once
+    SIGTERM is out, SIGKILL comes `grace` after it, never past `kill_by` while in doubt; NONE (confirmed again)
+    gives back the whole grace. `ignore` never sends anything. `frozen`: a process of the group is stopped
+    (SIGSTOP): it cannot handle SIGTERM, and continuing it would let it run without the lock, so SIGKILL goes out
+    at once wherever SIGTERM would."""
     if policy is OnLost.IGNORE or state.killed:
         return Stop(None, state, None)
+    deadline = kill_by(valid_until, margin)
     termed_at = state.termed_at
     if trouble is Trouble.NONE:
         if termed_at is None:
@@ -148,28 +172,31 @@ def stop_step(policy: OnLost, state: Stopping, trouble: Trouble, now: float, val
         kill_at = termed_at + grace
     elif trouble is Trouble.DOUBT:
         if policy is OnLost.KILL:
-            if now >= valid_until:
+            if now >= deadline:
                 return Stop(signal.SIGKILL, replace(state, kill_at=now, killed=True), None)
-            return Stop(None, state, valid_until)
+            return Stop(None, state, deadline)
         if termed_at is None:
-            if valid_until - now > grace:
-                return Stop(None, state, valid_until - grace)
-            return _term(now, min(now + grace, valid_until))
-        kill_at = min(termed_at + grace, valid_until, math.inf if state.kill_at is None else state.kill_at)
+            term_at = min(valid_until - grace, deadline)
+            if now < term_at:
+                return Stop(None, state, term_at)
+            return _term(now, min(now + grace, deadline), frozen)
+        kill_at = min(termed_at + grace, deadline, math.inf if state.kill_at is None else state.kill_at)
     else:  # LOST, ORPHANED: at once
         if policy is OnLost.KILL:
             return Stop(signal.SIGKILL, replace(state, kill_at=now, killed=True), None)
+        cap = math.inf if trouble is Trouble.LOST else deadline  # orphaned: nobody renews it now
         if termed_at is None:
-            return _term(now, now + grace if trouble is Trouble.LOST else min(now + grace, valid_until))
-        kill_at = state.kill_at if state.kill_at is not None else termed_at + grace
+            return _term(now, min(now + grace, cap), frozen)
+        kill_at = min(state.kill_at if state.kill_at is not None else termed_at + grace, cap)
     if now >= kill_at:
         return Stop(signal.SIGKILL, Stopping(termed_at, kill_at, True), None)
     return Stop(None, Stopping(termed_at, kill_at), kill_at)
 
 
-def _term(now: float, kill_at: float) -> Stop:
-    """SIGTERM now and SIGKILL at `kill_at`; SIGKILL at once if that time has come already (no grace left)."""
-    if now >= kill_at:
+def _term(now: float, kill_at: float, frozen: bool) -> Stop:
+    """SIGTERM now and SIGKILL at `kill_at`; SIGKILL at once if that time has come already (no grace left) or the
+    group is `frozen`."""
+    if now >= kill_at or frozen:
         return Stop(signal.SIGKILL, Stopping(None, now, True), None)
     return Stop(signal.SIGTERM, Stopping(now, kill_at), kill_at)
 
@@ -184,13 +211,21 @@ guardian's `SILENT` must all fit well within one TTL."""
 
 
 def guard_step(policy: OnLost, state: Stopping, now: float, grace: float, *, heard_at: float, valid_until: float,
-               eof: bool) -> Stop:
+               eof: bool, margin: float = KILL_MARGIN, frozen: bool = False) -> Stop:
     """The guardian's next step. It acts only as a backstop: when fencelock is gone (`eof` without `done`:
-    ORPHANED) or has been silent for `SILENT` seconds (DOUBT on the last validity end it heard), by `stop_step`."""
+    ORPHANED) or has been silent for `SILENT` seconds (DOUBT on the last validity end it heard), by `stop_step`.
+    And whether fencelock is silent or not, SIGKILL goes out half the `margin` before the last validity end it
+    heard (after fencelock's own SIGKILL was due), unless fencelock has begun stopping the group itself: fencelock
+    may have fallen silent less than `SILENT` before that end. `frozen`: as for `stop_step`."""
     if eof:
-        return stop_step(policy, state, Trouble.ORPHANED, now, valid_until, grace)
-    if now - heard_at >= SILENT:
-        return stop_step(policy, state, Trouble.DOUBT, now, valid_until, grace)
+        return stop_step(policy, state, Trouble.ORPHANED, now, valid_until, grace, margin, frozen=frozen)
+    if now >= heard_at + SILENT:  # (the same sum as the next look: rounding never makes it a busy loop)
+        return stop_step(policy, state, Trouble.DOUBT, now, valid_until, grace, margin, frozen=frozen)
+    if state.termed_at is None and not state.killed:
+        backstop = kill_by(valid_until, margin / 2)
+        if now >= backstop:
+            return stop_step(policy, state, Trouble.DOUBT, now, valid_until, grace, margin / 2, frozen=frozen)
+        return Stop(None, state, min(heard_at + SILENT, backstop))
     return Stop(None, state, heard_at + SILENT)
 
 

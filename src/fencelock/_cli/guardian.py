@@ -1,21 +1,26 @@
 """The guardian of `fencelock run`: stops the command's process group if fencelock itself dies or falls silent.
 
-fencelock starts it by path (`python -E -s guardian.py POLICY GRACE`, about 10 ms: it imports no package, only the
-sibling `exits`) in a session of its own, before the command starts, with the read end of a pipe as stdin. fencelock
+fencelock starts it by path (`python -E -s guardian.py POLICY GRACE RUN_ID` with argv[0] `fencelock run-guardian`, so
+`ps` shows what it is; about 10 ms: it imports no package, only the siblings `exits` and `procs`) in a session of
+its own, before the command starts, with the read end of a pipe as stdin. fencelock
 keeps the write end (the command never holds it) and writes lines:
 
     group PGID     the command's process group, once it started
-    valid T        every 50 ms: the lock's validity end on time.monotonic() (one clock for every process on Linux)
+    valid T D      every 50 ms: the lock's validity end on the lease clock, CLOCK_BOOTTIME (`exits.lease_clock`),
+                   and the margin D before it by which SIGKILL is due (`exits.KILL_MARGIN`); the first one is answered
+                   `ready` on stdout: fencelock starts no command before its guardian answered
     stop K         fencelock sent SIGTERM to the group; SIGKILL is due at K
     kill           fencelock sent SIGKILL to the group
     done           nothing of the group runs; fencelock releases the lock next. The guardian exits.
 
 End of file without `done` means fencelock is gone (SIGKILL, OOM, a crash): the guardian stops the group at once as
 --on-lost says. Silence while the validity runs out means fencelock is stopped or hung: the guardian stops the group
-by the same rule as fencelock would in doubt. Every decision is `exits.guard_step`; this file only reads, signals
-and waits. It is in no process group that a terminal or a `kill -- -PGID` aims at; SIGINT, SIGHUP and SIGTERM are
-ignored all the same (a `pkill` of fencelock must not take its backstop with it), and it never lingers: it exits on
-`done`, once the group is gone after it acted, or `KILL_WAIT` after its SIGKILL. See
+by the same rule as fencelock would in doubt, and SIGKILL goes out before the last validity end it heard even if
+fencelock fell silent just before it. Whatever it sends, it says on stdout, a pipe fencelock reads (`stop K`,
+`kill`), so that a fencelock that comes back knows its command was stopped. Every decision is `exits.guard_step`;
+this file only reads, signals and waits. It is in no process group that a terminal or a `kill -- -PGID` aims at;
+SIGINT, SIGHUP and SIGTERM are ignored all the same (a `pkill` of fencelock must not take its backstop with it), and
+it never lingers: it exits on `done`, once the group is gone after it acted, or `KILL_WAIT` after its SIGKILL. See
 docs/decisions/2026-12-04-run-guardian.md.
 """
 
@@ -30,9 +35,10 @@ import threading
 import time
 
 if __package__:
-    from . import exits
+    from . import exits, procs
 else:  # run by path: sys.path[0] is this folder, and the package is not imported (it costs 0.2 s)
     import exits  # type: ignore[import-not-found,no-redef,unused-ignore]
+    import procs  # type: ignore[import-not-found,no-redef,unused-ignore]
 
 LOOK = 0.05  # seconds between looks at the group once fencelock is gone
 FLUSH = 0.5  # seconds the notes may take to be written when the guardian exits
@@ -71,7 +77,26 @@ def checked_group(group: int) -> int | None:
     return group if group > 1 and group != os.getpgrp() else None
 
 
-def group_alive(group: int) -> bool:
+def strays(run_id: str) -> list[procs.Proc]:
+    """The command's live processes that left its group, found by the run's id in their environment (fencelock,
+    their subreaper, may be gone, and they with it moved to another parent)."""
+    return procs.with_marker(procs.snapshot(), run_id, skip=frozenset([os.getpid()])) if run_id else []
+
+
+def ours(found: list[procs.Proc], group: int, run_id: str) -> list[procs.Proc]:
+    """The live processes of `group`, if it is still the command's: one of them carries the run's id. A group
+    whose processes all ended can have its number reused by someone else's; then none (never signalled)."""
+    members = procs.in_group(found, group)
+    if not run_id or any(procs.marked(p.pid, run_id) for p in members):
+        return members
+    return []
+
+
+def group_alive(group: int, run_id: str = "") -> bool:
+    """Whether anything of the command runs: its group (zombies left out where /proc tells), or a stray."""
+    found = procs.snapshot()
+    if found:
+        return bool(ours(found, group, run_id) or strays(run_id))
     try:
         os.killpg(group, 0)
     except ProcessLookupError:
@@ -81,28 +106,52 @@ def group_alive(group: int) -> bool:
     return True
 
 
-def send(group: int, signum: int) -> None:
+def send(group: int, signum: int, run_id: str = "") -> None:
+    """`signum` to the command's group, if it is still the command's (`ours`), and to its processes that left
+    it."""
+    found = procs.snapshot()
+    if not found or ours(found, group, run_id):
+        try:
+            os.killpg(group, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for stray in strays(run_id):
+        try:
+            os.kill(stray.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def answer(line: str) -> None:
+    """Tell fencelock (on stdout, a pipe it reads) what was sent to the group; best effort, never blocks."""
     try:
-        os.killpg(group, signum)
-    except (ProcessLookupError, PermissionError):
+        os.write(1, f"{line}\n".encode())
+    except OSError:
         pass
 
 
 def main(argv: list[str]) -> int:
     policy, grace = exits.OnLost(argv[1]), float(argv[2])
+    run_id = argv[3] if len(argv) > 3 else ""
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+    try:
+        os.set_blocking(1, False)  # a fencelock that does not read its answers never holds a signal back
+    except OSError:
+        pass
     parent = os.getppid()
     group: int | None = None
     valid_until = math.inf
-    heard_at = time.monotonic()
+    margin = exits.KILL_MARGIN
+    answered = False  # `ready` was said
+    heard_at = exits.lease_clock()
     eof = False
     state = exits.Stopping()
     killed_at: float | None = None
     pending = b""
     next_at: float | None = None
     while True:
-        now = time.monotonic()
+        now = exits.lease_clock()
         if not eof:
             wait = 1.0 if next_at is None else min(1.0, max(0.0, next_at - now))
             try:
@@ -114,7 +163,7 @@ def main(argv: list[str]) -> int:
                     data = os.read(0, 65536)
                 except OSError:
                     data = b""
-                now = time.monotonic()
+                now = exits.lease_clock()
                 if not data:
                     eof = True
                 else:
@@ -131,28 +180,40 @@ def main(argv: list[str]) -> int:
                                 group = checked_group(int(words[1]))
                             elif words[:1] == ["valid"]:
                                 valid_until = float(words[1])
+                                margin = float(words[2]) if len(words) > 2 else margin
+                                if not answered:
+                                    answer("ready")
+                                    answered = True
                             else:
                                 state = exits.heard(state, line, now)
                         except (IndexError, ValueError):
                             continue
         else:
             time.sleep(LOOK if next_at is None else min(LOOK, max(0.0, next_at - now)))
-            now = time.monotonic()
+            now = exits.lease_clock()
         if group is None:
             if eof:
                 return 0  # fencelock went before the command started (or between its start and `group`)
             next_at = None
             continue
-        step = exits.guard_step(policy, state, now, grace, heard_at=heard_at, valid_until=valid_until, eof=eof)
+        step = exits.guard_step(policy, state, now, grace, heard_at=heard_at, valid_until=valid_until, eof=eof,
+                                margin=margin)
+        if step.signal == signal.SIGTERM and procs.any_stopped(procs.in_group(procs.snapshot(), group)):
+            step = exits.guard_step(policy, state, now, grace, heard_at=heard_at, valid_until=valid_until, eof=eof,
+                                    margin=margin, frozen=True)  # a stopped process cannot handle SIGTERM
         next_at = step.next_at
-        acting = eof or now - heard_at >= exits.SILENT
-        if acting and not group_alive(group):
+        silent = now >= heard_at + exits.SILENT
+        acting = eof or silent  # fencelock is not there to say `done`
+        if acting and not group_alive(group, run_id):
             return 0
         if step.signal is not None:
-            send(group, step.signal)
+            send(group, step.signal, run_id)
+            answer("kill" if step.signal == signal.SIGKILL else f"stop {step.state.kill_at!r}")
             why = (f"fencelock (pid {parent}) ended without stopping its command" if eof else
                    f"fencelock (pid {parent}) has been silent for {now - heard_at:.1f} s while its lock's validity "
-                   f"ends in {max(0.0, valid_until - now):.1f} s")
+                   f"ends in {max(0.0, valid_until - now):.1f} s" if silent else
+                   f"the validity of fencelock's (pid {parent}) lock ends in {max(0.0, valid_until - now):.2f} s "
+                   "unconfirmed")
             if step.signal == signal.SIGTERM:
                 note(f"{why}; sent SIGTERM to process group {group}, SIGKILL in {step.state.kill_at - now:.1f} s "
                      "if it has not exited" if step.state.kill_at is not None else

@@ -7,7 +7,7 @@ import sys
 
 from .._redis.redlock import NodesReport
 from . import exits
-from .commands import _connect, cli, json_option, url_option
+from .commands import _connect, cli, json_option, repair_delay_option, url_option
 from .show import out, paint, seconds
 
 
@@ -29,7 +29,8 @@ def nodes_table(report: NodesReport) -> str:
 @cli.command()
 @url_option
 @json_option
-def nodes(urls: tuple[str, ...], as_json: bool) -> int:
+@repair_delay_option
+def nodes(urls: tuple[str, ...], as_json: bool, repair_delay: float | None) -> int:
     """Redlock: show each node (reachable, ready, quarantined until when, repairable) and whether a lock can
     be granted. Reads only: looking does not start a new node's quarantine.
 
@@ -41,7 +42,7 @@ def nodes(urls: tuple[str, ...], as_json: bool) -> int:
       fencelock nodes --url redis://a:6379 --url redis://b:6379 --url redis://c:6379
       fencelock nodes --json | jq '.nodes[] | select(.ready | not)'
     """
-    with _connect(urls) as locks:
+    with _connect(urls, repair_delay) as locks:
         report = locks.nodes()
     out(json.dumps(report.as_dict()) if as_json else nodes_table(report))
     return 0 if report.verdict.available else exits.BACKEND

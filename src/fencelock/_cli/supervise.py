@@ -5,11 +5,13 @@ the child, the lease, the watchdog's loss signal and the signals sent to us; wha
 `fencelock._cli.exits`.
 
 The command runs as the leader of a process group of its own, and every signal fencelock sends goes to that
-whole group: a `sh -c '...'` that does not exec, and whatever else the command starts, is stopped with it
-(a process that leaves the group on purpose, by setsid or setpgid, is not). SIGINT, SIGTERM and SIGHUP sent to
+whole group: a `sh -c '...'` that does not exec, and whatever else the command starts, is stopped with it. A process
+that leaves the group (setsid, setpgid, a daemon) is stopped with it too: fencelock is a child subreaper, so it stays
+below fencelock, found in /proc (`procs.py`; zombies are reaped, not counted). SIGINT, SIGTERM and SIGHUP sent to
 fencelock are passed on to the group, unless they were ignored when fencelock started (nohup, a `&` job of a
 script): those stay ignored, by fencelock and the command. The group is stopped on a loss, and also when the
-lease's renewal goes unconfirmed with no more than --grace of its validity left (`exits.stop_step`). A guardian
+lease's renewal goes unconfirmed with no more than --grace of its validity left (`exits.stop_step`); a group with
+a stopped (frozen) process gets SIGKILL instead of SIGTERM, since SIGCONT would let it run without the lock. A guardian
 process (`guardian.py`) stops the group if fencelock itself dies or hangs. When the main process ends, anything
 it left in its group is stopped (SIGTERM, then SIGKILL after --grace) before the lock is released: nothing of the
 command runs on without the lock. Signals always go out before anything is printed, and if anything here fails,
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -38,14 +42,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from .._errors import BackendError, LockLost, NotAcquired
 from .._logic.args import check_renew
+from .._logic.timing import lease_clock
 from .._sync.client import Locks
 from .._sync.lease import Lease
-from . import exits
-from .exits import KILL_WAIT, OnLost, Stopping, Trouble, after_exit, lease_trouble, shell_status, stop_step
+from . import exits, procs
+from .exits import KILL_MARGIN, KILL_WAIT, OnLost, Stopping, Trouble, after_exit, lease_trouble, shell_status, stop_step
 from .show import describe, error, note
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -53,6 +57,8 @@ TERMINAL_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 POLL = 0.05  # seconds between looks at the child, the lease and the signals (and the guardian's heartbeat)
 SETTLE = 0.1  # seconds the rest of the group may take to end with its main process before it counts as left over
 GUARDIAN = Path(__file__).with_name("guardian.py")
+GUARDIAN_START = 10.0  # seconds the guardian may take to answer its first line before the run is given up
+TITLE = "fencelock run-guardian"  # the guardian's argv[0]: what `ps` shows of it
 
 
 class Interrupted(BaseException):
@@ -124,26 +130,37 @@ def _holder(locks: Locks, name: str) -> str:
 
 
 class _Guardian:
-    """fencelock's end of the guardian (see `guardian.py`): starts it, writes it lines, reaps it. Never raises:
-    without a guardian, `run` still works, only without the backstop."""
+    """fencelock's end of the guardian (see `guardian.py`): starts it, writes it lines, reads what it did to the
+    group, reaps it. Never raises: without a guardian, `run` still works, only without the backstop."""
 
-    def __init__(self, on_lost: OnLost, grace: float) -> None:
+    def __init__(self, on_lost: OnLost, grace: float, run_id: str, titled: bool = True) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self._pipe: int | None = None
+        self._back: int | None = None
+        self._pending = b""
+        self.failure = ""  # why there is no guardian although one is needed (then the command must not start)
+        self.exited = False  # it ended without answering
         if on_lost is OnLost.IGNORE or not sys.executable:
             return  # nothing to stop, whatever happens to fencelock
-        read, write = os.pipe()  # both ends non-inheritable: the command never holds the write end
+        read, write = os.pipe()  # every end non-inheritable: the command never holds one
+        back_read, back_write = os.pipe()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-E", "-s", str(GUARDIAN), on_lost.value, repr(grace)],
-                                         stdin=read, stdout=subprocess.DEVNULL, start_new_session=True)
+            # `ps` shows `fencelock run-guardian ...`: argv[0] is a title, the interpreter is `executable`
+            argv = [TITLE if titled else sys.executable, "-E", "-s", str(GUARDIAN), on_lost.value, repr(grace),
+                    run_id]
+            self.proc = subprocess.Popen(argv, executable=sys.executable, stdin=read, stdout=back_write,
+                                         start_new_session=True)
         except OSError as exc:
-            note(f"could not start the guardian ({exc}); if fencelock dies, the command runs on")
+            self.failure = f"it could not be started ({exc})"
             os.close(write)
+            os.close(back_read)
             return
         finally:
             os.close(read)
+            os.close(back_write)
         os.set_blocking(write, False)  # a guardian that stopped reading never holds fencelock up
-        self._pipe = write
+        os.set_blocking(back_read, False)
+        self._pipe, self._back = write, back_read
 
     def tell(self, line: str) -> None:
         if self._pipe is None:
@@ -158,8 +175,49 @@ class _Guardian:
             pid = self.proc.pid if self.proc is not None else "?"
             note(f"the guardian (pid {pid}) is gone; if fencelock dies now, the command runs on")
 
-    def close(self, done: bool) -> None:
-        """Tell it `done` (nothing of the group runs) if so, close the pipe (end of file), and reap it."""
+    def wait_ready(self, timeout: float) -> list[str]:
+        """Wait up to `timeout` seconds for the guardian's `ready` (its answer to the first `valid` line); sets
+        `failure` if none came. Returns the other lines read meanwhile."""
+        if self.proc is None or self._back is None:
+            return []
+        deadline = time.monotonic() + timeout
+        said: list[str] = []
+        while True:
+            lines = self.answers()
+            if "ready" in lines:
+                return said + [line for line in lines if line != "ready"]
+            said += lines
+            left = deadline - time.monotonic()
+            if self._back is None or self.proc.poll() is not None or left <= 0:
+                code = self.proc.poll()
+                self.exited = code is not None
+                self.failure = (f"it exited with status {code} without answering" if code is not None else
+                                f"it did not answer within {timeout:g} s")
+                return said
+            select.select([self._back], [], [], min(left, POLL))
+
+    def answers(self) -> list[str]:
+        """The lines the guardian wrote since the last look: `stop K` (it sent SIGTERM; SIGKILL due at K), `kill`."""
+        if self._back is None:
+            return []
+        while True:
+            try:
+                data = os.read(self._back, 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                data = b""
+            if not data:
+                os.close(self._back)
+                self._back = None
+                break
+            self._pending += data
+        *lines, self._pending = self._pending.split(b"\n")
+        return [line.decode(errors="replace").strip() for line in lines]
+
+    def close(self, done: bool) -> list[str]:
+        """Tell it `done` (nothing of the group runs) if so, close the pipe (end of file), and reap it. Returns
+        what it said it did that was not read yet."""
         if done:
             self.tell("done")
         if self._pipe is not None:
@@ -172,6 +230,11 @@ class _Guardian:
                 self.proc.kill()
                 self.proc.wait()
             self.proc = None
+        said = self.answers()  # all of it: the guardian has exited
+        if self._back is not None:
+            os.close(self._back)
+            self._back = None
+        return said
 
 
 class _Supervisor:
@@ -184,19 +247,29 @@ class _Supervisor:
         self.every = check_renew(True, lease.ttl) or lease.ttl / 3
         self.received: list[int] = []
         self.stopping = Stopping()
-        self.valid_until = time.monotonic() + lease.remaining()
+        self.valid_until = lease_clock() + lease.remaining()
         self.doubted = False       # SIGTERM went out while the lease was in doubt, not lost
+        self.guarded = False       # the guardian signalled the group (fencelock was stopped or silent)
         self.told_ignore = False
         self.guardian: _Guardian | None = None
         self.group = 0
         self.terminal: int | None = None  # our terminal's descriptor, while the command's group has it
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: _Child | None = None
         self.passed_stop = False   # we passed a SIGTSTP on: the command's stop it causes is already followed
+        self.next_at: float | None = None  # when `stop_step` wants the next look at the latest
+        self.run_id = secrets.token_hex(8)  # in the command's environment (`procs.MARKER`): how its guardian knows it
+        self.children: set[int] = set()  # this process's children before the command started: never reaped here
 
     def close_guardian(self, done: bool = True) -> None:
         if self.guardian is not None:
-            self.guardian.close(done)
+            self._heard_guardian(self.guardian.close(done), lease_clock())
             self.guardian = None
+
+    def _heard_guardian(self, lines: list[str], now: float) -> None:
+        """Follow what the guardian did to the group (it acted while fencelock was stopped or silent)."""
+        for line in lines:
+            before, self.stopping = self.stopping, exits.heard(self.stopping, line, now)
+            self.guarded = self.guarded or self.stopping != before
 
     # -- the run ---------------------------------------------------------------------------------------------
 
@@ -206,25 +279,45 @@ class _Supervisor:
 
         previous = {signum: signal.signal(signum, record)
                     for signum in (*self.forwarded, *_not_ignored((signal.SIGTSTP,)))}
+        reaper = procs.subreaper(True)  # what the command daemonizes stays below us, to be found and stopped
         try:
             return self._run()
         finally:
+            if not reaper:
+                procs.subreaper(False)
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
     def _run(self) -> Ending:
         lease, name, command = self.lease, self.name, self.command
+        self.children = {p.pid for p in procs.snapshot() if p.ppid == os.getpid()}
+        runs = " ".join([*os.environ.get(procs.MARKER, "").split(), self.run_id])
         env = dict(os.environ, FENCELOCK_NAME=name, FENCELOCK_FENCE=str(lease.fence), FENCELOCK_TOKEN=lease.token,
-                   FENCELOCK_SERVICE=self.service)
-        self.guardian = _Guardian(self.on_lost, self.grace)
-        self.guardian.tell(f"valid {self.valid_until!r}")
+                   FENCELOCK_SERVICE=self.service, **{procs.MARKER: runs})
+        for titled in (True, False):  # an interpreter that cannot find its library without its own path as
+            guardian = _Guardian(self.on_lost, self.grace, self.run_id, titled)  # argv[0] gets it back
+            guardian.tell(f"valid {self.valid_until!r} {KILL_MARGIN!r}")
+            said = guardian.wait_ready(GUARDIAN_START)
+            if not guardian.exited or not titled:
+                break
+            guardian.close(done=True)
+        self.guardian = guardian
+        self._heard_guardian(said, lease_clock())
+        if self.guardian.failure:  # no command runs without its backstop
+            why = self.guardian.failure
+            self.close_guardian(done=True)
+            _release(lease, name)
+            error(f"the guardian of `fencelock run` (which stops the command if fencelock dies) is not running: "
+                  f"{why}; lock {name!r} was released and the command did not run (exit {exits.LOST})",
+                  "is the Python interpreter runnable, with processes and pipes to spare?")
+            return Ending(exits.LOST)
         if self.received and self.received[0] != signal.SIGTSTP:  # told to stop before the command started
             self.close_guardian()
             _release(lease, name)
             note(f"interrupted by {signal.Signals(self.received[0]).name}; the command did not run")
             return Ending(128 + self.received[0])
         try:
-            self.child = child = subprocess.Popen(list(command), env=env, **_own_group())
+            self.child = child = _spawn(list(command), env)
         except OSError as exc:
             self.close_guardian()
             status = _cannot_run(command[0], exc)
@@ -264,18 +357,23 @@ class _Supervisor:
                   f"left, so the command was stopped (its own status was {status}); exit {exits.LOST}",
                   "is the server reachable? a longer --ttl rides out longer outages")
             return Ending(exits.LOST)
+        if self.guarded:
+            error(f"fencelock was stopped or unresponsive while lock {name!r}'s validity ran out, so its guardian "
+                  f"stopped the command (its own status was {status}); exit {exits.LOST}",
+                  "do not stop fencelock (SIGSTOP, a debugger) for longer than a fraction of --ttl")
+            return Ending(exits.LOST)
         return Ending(status, die_by)
 
     def _going_down(self) -> None:
         """Something failed here: before anything else, kill what still runs of the command (unless --on-lost
         ignore), since no one will stop it later. Then release the lock if nothing of it runs."""
         if self.group and self.on_lost is not OnLost.IGNORE and not self.stopping.killed:
-            _send(self.group, signal.SIGKILL)
-            self.stopping = Stopping(self.stopping.termed_at, time.monotonic(), True)
+            self._send_all(signal.SIGKILL)
+            self.stopping = Stopping(self.stopping.termed_at, lease_clock(), True)
         if self.child is not None and self.child.returncode is None and self.stopping.killed:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.child.wait(KILL_WAIT)  # reaped: a zombie leader would keep its group alive
-        gone = not self.group or _wait_gone(self.group, KILL_WAIT)
+        gone = not self.group or self._wait_gone(KILL_WAIT)
         self.close_guardian(done=gone)
         if gone:
             with contextlib.suppress(Exception):
@@ -302,7 +400,14 @@ class _Supervisor:
                 return child.returncode
             self._forward()
             self._tick()
-            time.sleep(POLL)
+            time.sleep(self._pause())
+
+    def _pause(self) -> float:
+        """How long to sleep before the next look: `POLL`, or less when `stop_step` has a deadline sooner (SIGKILL
+        is due before the validity ends, not up to `POLL` after it)."""
+        if self.next_at is None:
+            return POLL
+        return min(POLL, max(0.0, self.next_at - lease_clock()))
 
     def _forward(self) -> None:
         while self.received:
@@ -312,12 +417,14 @@ class _Supervisor:
                 self.passed_stop = True
                 self._suspend(signum)
             else:
-                _send(self.group, signum)
-                _send(self.group, signal.SIGCONT)  # a stopped command must see it now, not when it is resumed
+                self._send_all(signum)
+                self._send_all(signal.SIGCONT)  # a stopped command must see it now, not when it is resumed
 
     def _tick(self) -> None:
         """Look at the lease; signal the group if `stop_step` says so, then tell the guardian, then say it."""
-        lease, now = self.lease, time.monotonic()
+        lease, now = self.lease, lease_clock()
+        if self.guardian is not None:
+            self._heard_guardian(self.guardian.answers(), now)
         remaining = lease.remaining()
         if remaining > 0.0:
             self.valid_until = now + remaining
@@ -325,26 +432,81 @@ class _Supervisor:
         if trouble is Trouble.LOST and self.on_lost is OnLost.IGNORE and not self.told_ignore:
             self.told_ignore = True
             note(f"lost lock {self.name!r} while the command ran (pid {self.group}); it runs on (--on-lost ignore)")
-        self._step(stop_step(self.on_lost, self.stopping, trouble, now, self.valid_until, self.grace), trouble, now)
+        step = stop_step(self.on_lost, self.stopping, trouble, now, self.valid_until, self.grace)
+        frozen = step.signal == signal.SIGTERM and self._frozen()
+        if frozen:  # SIGTERM cannot be handled by a stopped process, and SIGCONT would let it run without the lock
+            step = stop_step(self.on_lost, self.stopping, trouble, now, self.valid_until, self.grace, frozen=True)
+        self._step(step, trouble, now, frozen)
         if self.guardian is not None:
-            self.guardian.tell(f"valid {self.valid_until!r}")
+            self.guardian.tell(f"valid {self.valid_until!r} {KILL_MARGIN!r}")
 
-    def _step(self, step: exits.Stop, trouble: Trouble, now: float) -> None:
-        before, self.stopping = self.stopping, step.state
+    def _frozen(self) -> bool:
+        """Whether a process of the command's group is stopped (SIGSTOP, or a Ctrl-Z it was left in)."""
+        found = procs.snapshot()
+        return procs.any_stopped(procs.in_group(found, self.group) + self._strays(found))
+
+    # -- the command's processes: its group, and what left it ---------------------------------------------------
+
+    def _strays(self, found: list[procs.Proc]) -> list[procs.Proc]:
+        """The live processes of the command that left its group (setsid, setpgid, a daemon's double fork): below
+        fencelock (a subreaper stays above them) and marked with this run's id (not another child of this process:
+        the guardian, or whatever else a program that calls `run` started)."""
+        skip = frozenset([self.guardian.proc.pid] if self.guardian is not None and self.guardian.proc else [])
+        return [p for p in procs.descendants(found, os.getpid(), skip)
+                if p.live and p.pgid != self.group and procs.marked(p.pid, self.run_id)]
+
+    def _send_all(self, signum: int) -> None:
+        """Send `signum` to the command's group and to every process of the command that left it."""
+        _send(self.group, signum)
+        for stray in self._strays(procs.snapshot()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(stray.pid, signum)
+
+    def _alive(self) -> bool:
+        """Whether anything of the command runs: a live process in its group or below fencelock (zombies are
+        not: those fencelock inherited are reaped here). Without /proc, whether the group has a process."""
+        found = procs.snapshot()
+        if not found:
+            return _group_alive(self.group)
+        keep = {self.child.pid if self.child is not None else 0,
+                self.guardian.proc.pid if self.guardian is not None and self.guardian.proc else 0, *self.children}
+        for orphan in found:  # zombies fencelock inherited as a subreaper: reaped, or they would count as live
+            if orphan.ppid == os.getpid() and not orphan.live and orphan.pid not in keep:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(orphan.pid, os.WNOHANG)
+        return bool(procs.in_group(found, self.group) or self._strays(found))
+
+    def _wait_gone(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for nothing of the command to run; whether nothing does."""
+        deadline = time.monotonic() + timeout
+        while self._alive():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL / 5)
+        return True
+
+    def _step(self, step: exits.Stop, trouble: Trouble, now: float, frozen: bool = False) -> None:
+        before, self.stopping, self.next_at = self.stopping, step.state, step.next_at
         if step.signal is None:
             if step.state.kill_at != before.kill_at and step.state.kill_at is not None and self.guardian:
                 self.guardian.tell(f"stop {step.state.kill_at!r}")
             return
-        _send(self.group, step.signal)
+        self._send_all(step.signal)
         if step.signal == signal.SIGTERM:
-            _send(self.group, signal.SIGCONT)
+            self._send_all(signal.SIGCONT)
             if self.guardian is not None:
                 self.guardian.tell(f"stop {step.state.kill_at!r}")
         elif self.guardian is not None:
             self.guardian.tell("kill")
         name, pid, grace = self.name, self.group, self.grace
         left = max(0.0, self.valid_until - now)
-        if step.signal == signal.SIGKILL and before.termed_at is not None:
+        if frozen:
+            self.doubted = self.doubted or trouble is Trouble.DOUBT
+            why = ("is in doubt (its renewal is unconfirmed)" if trouble is Trouble.DOUBT else
+                   "was lost while the command ran")
+            note(f"lock {name!r} {why}, and pid {pid} or its group is stopped (frozen): it cannot handle SIGTERM, "
+                 "and continuing it would let it run without the lock; sent SIGKILL to its group")
+        elif step.signal == signal.SIGKILL and before.termed_at is not None:
             note(f"pid {pid} and its group did not exit within {now - before.termed_at:.1f} s of SIGTERM; "
                  "sent SIGKILL to its group")
         elif trouble is Trouble.DOUBT:
@@ -354,8 +516,8 @@ class _Supervisor:
                      f"no more than --grace: sent SIGTERM to pid {pid} and its process group, SIGKILL when the "
                      "validity ends if they have not exited")
             else:
-                note(f"lock {name!r}'s validity ended with its renewal unconfirmed; sent SIGKILL to pid {pid} and "
-                     "its process group")
+                note(f"lock {name!r}'s validity ends in {left:.2f} s with its renewal unconfirmed; sent SIGKILL to "
+                     f"pid {pid} and its process group")
         elif step.signal == signal.SIGTERM:
             note(f"lost lock {name!r} while the command ran; sent SIGTERM to pid {pid} and its process group, "
                  f"SIGKILL in {grace:g} s if they have not exited")
@@ -370,23 +532,25 @@ class _Supervisor:
         trouble meanwhile)."""
         group = self.group
         killed_at: float | None = None
-        _wait_gone(group, SETTLE)  # what a signal to the whole group just ended is no leftover
-        while _group_alive(group):
+        settle = SETTLE if self.next_at is None else min(SETTLE, max(0.0, self.next_at - lease_clock()))
+        self._wait_gone(settle)  # what a signal to the whole group just ended is no leftover
+        while self._alive():
             self._forward()
-            now = time.monotonic()
+            now = lease_clock()
             self._tick()
             if not self.stopping.killed:
                 step = after_exit(self.stopping.termed_at, None, now, self.grace)
                 if step.signal == signal.SIGTERM:
-                    _send(group, signal.SIGTERM)
-                    _send(group, signal.SIGCONT)
+                    self._send_all(signal.SIGTERM)
+                    self._send_all(signal.SIGCONT)
                     self.stopping = Stopping(now, now + self.grace)
                     if self.guardian is not None:
                         self.guardian.tell(f"stop {now + self.grace!r}")
                     note(f"the command left processes running in its process group {group}; sent them SIGTERM, "
                          f"SIGKILL in {self.grace:g} s if they have not exited")
+                    self._tick()  # a lease in doubt brings SIGKILL sooner, before its validity ends
                 elif self.stopping.kill_at is not None and now >= self.stopping.kill_at:
-                    _send(group, signal.SIGKILL)
+                    self._send_all(signal.SIGKILL)
                     self.stopping = Stopping(self.stopping.termed_at, now, True)
                     if self.guardian is not None:
                         self.guardian.tell("kill")
@@ -398,7 +562,7 @@ class _Supervisor:
                     error(f"processes of group {group} outlived SIGKILL for {KILL_WAIT:g} s; releasing lock "
                           f"{self.name!r} anyway")
                     return
-            time.sleep(POLL)
+            time.sleep(self._pause())
 
     # -- the terminal, and stops ------------------------------------------------------------------------------
 
@@ -448,7 +612,7 @@ class _Supervisor:
         self._take_terminal_back()
         note(f"the command was stopped ({signal.Signals(signum).name}); fencelock stops too. Lock {self.name!r} is "
              "not renewed while fencelock is stopped: resume it (fg) within "
-             f"{max(0.0, self.valid_until - time.monotonic()):.0f} s, or the command is killed when the lock runs "
+             f"{max(0.0, self.valid_until - lease_clock()):.0f} s, or the command is killed when the lock runs "
              "out")
         previous = signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         try:
@@ -497,11 +661,59 @@ def _interpreter(program: str) -> str | None:
     return words[0] if words else None
 
 
-def _own_group() -> dict[str, Any]:
-    """Popen's arguments that start the command as the leader of a process group of its own."""
-    if sys.version_info >= (3, 11):
-        return {"process_group": 0}
-    return {"preexec_fn": os.setpgrp}  # pragma: no cover (Python 3.10)
+class _Child:
+    """The command's main process, as much of `subprocess.Popen` as the supervisor uses."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
+        self.pid = pid
+        self._returncode: int | None = None
+        self._popen = popen
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    @returncode.setter
+    def returncode(self, value: int | None) -> None:
+        """Reaped here: the Popen object learns it too (else it warns that its process still runs)."""
+        self._returncode = value
+        if self._popen is not None:
+            self._popen.returncode = value
+
+    def wait(self, timeout: float) -> int:
+        """Reap it within `timeout` seconds; `subprocess.TimeoutExpired` if it has not ended."""
+        deadline = time.monotonic() + timeout
+        while self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # pragma: no cover (reaped elsewhere)
+                self.returncode = 0
+                break
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(POLL / 5)
+        return self.returncode
+
+
+def _spawn(argv: list[str], env: dict[str, str], *, posix_spawn: bool = sys.version_info < (3, 11)) -> _Child:
+    """Start the command as the leader of a process group of its own. Python 3.11+: Popen's `process_group`.
+    Before (`posix_spawn`): `os.posix_spawnp(setpgroup=0)`, never Popen's `preexec_fn`, which runs Python in the
+    forked child and may deadlock on a lock the renewal thread held at the fork; SIGPIPE and SIGXFSZ are reset to
+    their defaults, as Popen does, and PATH is read from `env`. OSError if it cannot be started."""
+    if not posix_spawn:
+        popen = subprocess.Popen(argv, env=env, process_group=0)  # type: ignore[call-overload,unused-ignore]
+        return _Child(popen.pid, popen)
+    program = argv[0]
+    if os.sep not in program:
+        found = shutil.which(program, path=env.get("PATH", os.defpath))
+        if found is None:
+            raise FileNotFoundError(2, "No such file or directory", program)
+        program = found
+    resets = [s for s in (getattr(signal, "SIGPIPE", None), getattr(signal, "SIGXFSZ", None)) if s is not None]
+    return _Child(os.posix_spawn(program, argv, env, setpgroup=0, setsigdef=resets))
 
 
 def _terminal() -> int | None:
@@ -543,16 +755,6 @@ def _group_alive(group: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
-
-
-def _wait_gone(group: int, timeout: float) -> bool:
-    """Wait up to `timeout` seconds for `group` to have no process left; whether it has none."""
-    deadline = time.monotonic() + timeout
-    while _group_alive(group):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(POLL / 5)
     return True
 
 

@@ -12,8 +12,9 @@ A malformed URL raises `ValueError` naming the `url` argument; the password is n
 from __future__ import annotations
 
 import math
+import posixpath
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -157,3 +158,73 @@ def seconds_option(key: str, value: str, bad: Callable[[str], ValueError]) -> fl
     if not math.isfinite(number) or not 0 < number <= MAX_SECONDS:
         raise bad(f"{key} must be a positive number of seconds up to {MAX_SECONDS:.0f} (ten years), got {value!r}")
     return number
+
+
+DEFAULT_PORTS = {"redis": 6379, "rediss": 6379, "redis+cluster": 6379, "rediss+cluster": 6379, "etcd": 2379,
+                 "etcds": 2379, "zookeeper": 2181}
+"""The port a URL of each scheme means when it gives none."""
+
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback", "::1"}
+
+
+def _host(host: str) -> str:
+    """A host as `service_nodes` compares it: lower case, without IPv6 brackets, every loopback spelling as
+    127.0.0.1 (no name is resolved: this is pure)."""
+    host = host.strip().lower().removeprefix("[").removesuffix("]")
+    if host in _LOOPBACK_NAMES or host == "0:0:0:0:0:0:0:1":
+        return "127.0.0.1"
+    return host
+
+
+def service_nodes(urls: Iterable[str]) -> frozenset[str]:
+    """The servers, and the key space on each, that lock-service `urls` name, one canonical string per node:
+    `redis 127.0.0.1:6379/0`, `unix /run/redis.sock/0`, `etcd h:2379`, `zookeeper h:2181/chroot`. The same
+    server spelled differently (localhost or 127.0.0.1, a default port left out or given, `db` in the path or the
+    query, a socket path with `//` or `/./`) is one node. Lenient: works on redacted URLs, and skips what it cannot
+    read. Two runs whose nodes overlap lock in one place."""
+    nodes: set[str] = set()
+    for url in urls:
+        scheme, sep, rest = url.strip().partition("://")
+        scheme = scheme.lower()
+        if not sep:
+            continue
+        at = userinfo_end(rest)
+        rest = rest[at + 1:] if at >= 0 else rest
+        rest = rest.partition("#")[0]
+        base, _, query = rest.partition("?")
+        params = dict(parse_qsl(query, keep_blank_values=True))
+        if scheme == "unix":
+            db = params.get("db", "0") or "0"
+            nodes.add(f"unix {posixpath.normpath(base or '/')}/{db}")
+            continue
+        netloc, _, path = base.partition("/")
+        family = "redis" if scheme.startswith("redis") else scheme.removesuffix("s")
+        if family == "redis":
+            db = path.strip("/") or params.get("db", "0") or "0"
+            suffix = f"/{db}"
+        elif family == "zookeeper":
+            suffix = posixpath.normpath("/" + path).rstrip("/") if path.strip("/") else ""
+        else:
+            suffix = ""
+        for member in netloc.split(","):
+            host, port = _host_port(member, DEFAULT_PORTS.get(scheme, 0))
+            if host:
+                nodes.add(f"{family} {host}:{port}{suffix}")
+    return frozenset(nodes)
+
+
+def _host_port(member: str, default: int) -> tuple[str, int]:
+    """`host[:port]` or `[v6]:port` as (host, port), the port `default` when left out; ("", 0) if unreadable."""
+    member = member.strip()
+    if member.startswith("["):
+        host, _, tail = member[1:].partition("]")
+        port_text = tail.removeprefix(":")
+    elif member.count(":") == 1:
+        host, _, port_text = member.partition(":")
+    else:
+        host, port_text = member, ""
+    try:
+        port = int(port_text) if port_text else default
+    except ValueError:
+        return "", 0
+    return _host(host), port
