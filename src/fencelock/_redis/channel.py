@@ -32,8 +32,9 @@ import ssl
 import threading
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+import redis.exceptions
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisClusterUnreachableError, ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._logic.outcomes import Released
@@ -162,12 +163,17 @@ def set_up_failed(exc: BaseException) -> bool:
     return False
 
 
+_UNREACHABLE: tuple[type[BaseException], ...] = tuple(
+    kind for kind in (getattr(redis.exceptions, "RedisClusterUnreachableError", None),) if kind is not None)
+"""redis-py's error for a Cluster it could not reach (not in every version fencelock supports)."""
+
+
 def closed_under(exc: BaseException) -> bool:
     """A redis-py Cluster client's error that means a connection was closed under the command (not a timeout):
     a `ConnectionError`, or the layout refresh after one that found every node's new connection closed too."""
     if isinstance(exc, RedisConnectionError):
         return not isinstance(exc, RedisTimeoutError)
-    if isinstance(exc, RedisClusterUnreachableError):
+    if isinstance(exc, _UNREACHABLE):
         cause = exc.__cause__ or exc.__context__
         return cause is not None and closed_under(cause)
     return False
