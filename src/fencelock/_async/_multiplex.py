@@ -26,22 +26,25 @@ async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
     packed: Packed = {}  # requests sharing their key and argument lists (and wait): packed once
     tasks: list[asyncio.Future[Any]] = []
     abandoned = asyncio.get_running_loop().create_future()  # set if the caller is cancelled
+    late = asyncio.get_running_loop().create_future()  # set when the round is over (or the caller cancelled)
     for request in requests:
         channel = request.channel
         before = channel.in_flight(caller)  # our previous request there: this one must not overtake it
-        tasks.append(asyncio.ensure_future(_call_script(request, packed, channel.generation, before, abandoned)))
+        tasks.append(asyncio.ensure_future(_call_script(request, packed, channel.generation, before, abandoned,
+                                                        late=late)))
         _keep(tasks[-1])
     try:
         found = await _gather(tasks, timeout, enough)
     except asyncio.CancelledError:
         abandoned.set_result(None)  # a request still waiting for its predecessor is not sent after all
+        late.set_result(None)
         raise
     finally:
         for request, task in zip(requests, tasks, strict=True):
             if not task.done():  # in flight: the caller's next request to that server waits for it
                 request.channel.track(caller, task, timeout)
     if not all(maintains(request.lua) for request in requests):
-        # The round is over: an acquire still waiting for a connection or its predecessor is not sent late (it
-        # would only be given back). Renewals and releases still go.
-        abandoned.set_result(None)
+        # The round is over: an acquire still waiting for a connection is not sent late (it would only be given
+        # back). One behind its predecessor there still goes; renewals and releases still go.
+        late.set_result(None)
     return found

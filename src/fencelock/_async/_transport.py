@@ -250,20 +250,21 @@ class Channel(Connections):
 
 async def _call_script(request: ScriptRequest, cache: Packed, generation: int,
                        before: tuple[Handle[Any], float] | None,
-                       abandoned: Handle[None] | None = None, fresh: bool = False) -> Any:
+                       abandoned: Handle[None] | None = None, fresh: bool = False,
+                       late: Handle[None] | None = None) -> Any:
     """`_send_script`, for a wait (BLPOP first) only while fewer than `MAX_BLOCKING` block on its server: beyond
     that, it waits here instead (`CROWDED_PAUSE`), then asks without blocking."""
     channel = request.channel
     if request.wake is None:
-        return await _send_script(request, cache, generation, before, abandoned, fresh)
+        return await _send_script(request, cache, generation, before, abandoned, fresh, late)
     with channel._queue_lock:
         crowded = channel.waits >= MAX_BLOCKING
         channel.waits += 0 if crowded else 1
     if crowded:
         await sleep(min(request.wake[1], random.uniform(*CROWDED_PAUSE)))
-        return await _send_script(request._replace(wake=None), cache, generation, before, abandoned, fresh)
+        return await _send_script(request._replace(wake=None), cache, generation, before, abandoned, fresh, late)
     try:
-        return await _send_script(request, cache, generation, before, abandoned, fresh)
+        return await _send_script(request, cache, generation, before, abandoned, fresh, late)
     finally:
         with channel._queue_lock:
             channel.waits -= 1
@@ -271,10 +272,12 @@ async def _call_script(request: ScriptRequest, cache: Packed, generation: int,
 
 async def _send_script(request: ScriptRequest, cache: Packed, generation: int,
                        before: tuple[Handle[Any], float] | None,
-                       abandoned: Handle[None] | None = None, fresh: bool = False) -> Any:
+                       abandoned: Handle[None] | None = None, fresh: bool = False,
+                       late: Handle[None] | None = None) -> Any:
     """One request on its server's channel (after `before`, the caller's previous one there); a request that
     `may_resend` goes again once, on a new connection (`fresh`: it is that second sending). One still waiting
-    for `before` when `abandoned` is set (its caller was cancelled) is never sent."""
+    for `before` when `abandoned` is set (its caller was cancelled) is never sent, nor one still waiting for a
+    connection when `late` is set (its round is over: `run_scripts`)."""
     channel = request.channel
     step = turn(before)
     if step.action is WAIT:  # the caller's previous request here goes first
@@ -293,7 +296,7 @@ async def _send_script(request: ScriptRequest, cache: Packed, generation: int,
         fresh = True  # (once the old connection is ended, no resend follows: `fresh` sends once)
     if request.wake is not None and channel.interrupted:
         return Unwritten(f"not sent to {channel.where}: its client is closing")
-    conn = await channel.place(generation, fresh, maintains(request.lua), abandoned)
+    conn = await channel.place(generation, fresh, maintains(request.lua), late)
     if conn is GAVE_UP:
         return Unwritten(f"not sent to {channel.where}: its round ended before a connection was free")
     if conn is None:
