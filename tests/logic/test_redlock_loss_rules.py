@@ -40,9 +40,9 @@ from fencelock._redis.redlock import (
 DAY = 86_400.0
 
 
-def _marked() -> NodeModel:
+def _marked(durable: bool = False) -> NodeModel:
     node = NodeModel(ready=False, inc_run=None)
-    node.gate(0.0, 10.0, 2.0, "n0", us=5_000_000)
+    node.gate(0.0, 10.0, 2.0, "n0", durable=durable, us=5_000_000)
     node.ready = True  # (as a fresh mark leaves it)
     return node
 
@@ -70,11 +70,43 @@ def test_a_marked_data_set_of_an_earlier_server_process_does_not_count_until_the
 
 
 def test_a_durable_server_keeps_its_data_set_across_a_restart() -> None:
-    node = _marked()
+    node = _marked(durable=True)
     node.restart()
     assert node.gate(1.0, 10.0, 2.0, "n1", durable=True).gate is Gate.READY
     assert node.counts
     assert node.nonce == "n0"
+
+
+def test_a_restart_is_taken_over_only_if_the_writer_was_durable_too() -> None:
+    """A writer without fsync always may have lost its last grants, however durable the process after it is."""
+    node = _marked(durable=False)
+    node.restart()
+    view = node.gate(1.0, 10.0, 2.0, "n1", durable=True)
+    assert (view.gate, view.nonce) == (Gate.QUARANTINED, "n1")
+    assert node.inc_durable is True  # (the new incarnation's writer is durable: its own restart is taken over)
+
+
+def test_a_replica_promoted_in_place_of_a_durable_writer_is_quarantined() -> None:
+    """Its copy came by asynchronous replication: it may lack the writer's last grants."""
+    node = _marked(durable=True)
+    copy = node.snapshot()
+    node.acquire("n", "a", 1, 5.0, 0.0)        # acknowledged by the master, not replicated yet
+    node.restore(copy)
+    node.promote()
+    assert node.gate(1.0, 10.0, 2.0, "n1", durable=None).gate is Gate.RESTARTED
+    view = node.gate(1.0, 10.0, 2.0, "n1", durable=True)
+    assert (view.gate, view.nonce) == (Gate.QUARANTINED, "n1")
+    node.restart()                             # the promoted replica's own durable restart is taken over
+    assert node.gate(2.0, 10.0, 2.0, "n2", durable=True).nonce == "n1"
+
+
+def test_a_look_that_writes_asks_the_durability_of_a_writer_not_recorded_yet() -> None:
+    node = NodeModel(ready=True, nonce="n0", inc_run=0)   # (an older version's incarnation: none recorded)
+    assert node.gate(0.0, 10.0, 2.0, "n1", durable=None).gate is Gate.RESTARTED
+    assert node.gate(0.0, 10.0, 2.0, "n1", peek=True, durable=None).gate is Gate.READY  # a peek does not ask
+    assert node.gate(0.0, 10.0, 2.0, "n1", durable=True).gate is Gate.READY
+    assert node.inc_durable is True
+    assert node.gate(0.0, 10.0, 2.0, "n1", durable=None).gate is Gate.READY            # asked once
 
 
 def test_durable_only_with_aof_and_fsync_always_read_from_that_very_process() -> None:

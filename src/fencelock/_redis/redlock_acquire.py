@@ -56,6 +56,9 @@ def quorum(n: int) -> int:
 
 NO_ANSWER = -2
 """A node's release or extend that got no answer (its scripts answer 1, 0 or -1)."""
+UNCOUNTED = -3
+"""An extend's answer from a node that does not count (not marked, or its data set is an earlier server process's
+and the gate has not judged it): neither yes nor no, as no answer."""
 UNSURE = 2
 """A node's release whose second sending found the key gone: its first sending may have deleted it."""
 
@@ -65,6 +68,8 @@ def node_code(reply: Any) -> int:
     if reply is None or isinstance(reply, Exception):
         return NO_ANSWER
     code = int(reply)
+    if code == UNCOUNTED:
+        return NO_ANSWER
     return UNSURE if code == 0 and isinstance(reply, Resent) else code
 
 

@@ -284,7 +284,7 @@ class RedlockBackend:
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         check_ttl_within(ttl_ms, self._repair_delay_ms, name)
         keys = redis_keys(name, self._prefix)
-        script_keys, args = [keys.lock, keys.fence, self._ttls], [token, ttl_ms, fence]
+        script_keys, args = [keys.lock, keys.fence, self._ttls, self._marker, self._incarnation], [token, ttl_ms, fence]
         requests = [ScriptRequest(channel, REDLOCK_EXTEND, script_keys, args) for channel in self._channels]
         self._ask_unknown(self._timeout(ttl_ms / 1000.0))
         done, handles = run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
@@ -333,12 +333,12 @@ class RedlockBackend:
                 args += [token, ttl, fence]
             self.renewal_requests += 1
             try:
-                reply = run_script(self._nodes[j], REDLOCK_EXTEND_MANY, [*keys, self._ttls], args,
-                                         name=leases[start][0],
-                                         where=self._shown[j])
+                reply = run_script(self._nodes[j], REDLOCK_EXTEND_MANY,
+                                         [*keys, self._ttls, self._marker, self._incarnation], args,
+                                         name=leases[start][0], where=self._shown[j])
             except BackendError:
                 return None
-            codes += [int(code) for code in reply]
+            codes += [node_code(code) for code in reply]  # (a node that does not count: no answer)
         return codes
 
     # -- operators (fencelock status / list / release --force) -----------------------------------------------
