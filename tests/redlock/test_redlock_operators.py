@@ -115,3 +115,28 @@ def test_fencelock_nodes_says_a_new_deployment_can_be_granted_and_shows_the_quar
     assert not raw.exists(redis_keys(name).lock)
     locks.close()
     longer.close()
+
+
+def test_a_node_that_lost_its_data_is_silent_in_status_list_and_a_forced_release_never_free(
+        three: _Three, name: str) -> None:
+    """X holds {A, B}; B restarts empty (not ready: quarantined until repaired). B's "free" says nothing: it lost
+    X's key. status(), list() and force_release() used to count it and call the lock free (B and C agree); now B
+    is silent, as a node that does not answer, and each says it cannot tell (CLI: exit 69)."""
+    a, b = three.servers[0], three.servers[1]
+    urls = three.urls()
+    locks = fencelock.connect(urls)
+    locks.acquire(name + ":warm", ttl=1.0, wait=2.0).release()
+    with three.cut(2):
+        held = locks.acquire(name, ttl=30.0, wait=0)
+    _restart_empty(b)
+    with pytest.raises(fencelock.QuorumUnavailable, match="could complete a holder's quorum") as caught:
+        locks.status(name)
+    assert f"{urls[1]}: not ready" in str(caught.value)
+    with pytest.raises(fencelock.QuorumUnavailable, match="not ready"):
+        locks.list()
+    quiet = _cli("status", "-q", name, *[arg for url in urls for arg in ("--url", url)])
+    assert quiet.returncode == 69, (quiet.returncode, quiet.stderr)
+    with pytest.raises(fencelock.QuorumUnavailable):
+        locks.force_release(name)
+    assert not _holds(a, name, held.token)  # A's key went: the error says run it again once B counts
+    locks.close()

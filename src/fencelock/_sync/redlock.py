@@ -348,9 +348,11 @@ class RedlockBackend:
         self._contact(self._timeout(DEFAULT_TTL), name)
         keys = redis_keys(name, self._prefix)
         deadlines, _ = fair_keys(name, self._prefix)
+        # With the marker and the incarnation: a node that does not count answers "not ready" (`NodeView.unready`).
         script_keys = ([keys.lock, keys.fence, keys.waiters, keys.wake, keys.queue, deadlines] if removing
-                       else [keys.lock, keys.fence, deadlines])
-        requests = [ScriptRequest(channel, lua, script_keys, []) for channel in self._channels]
+                       else [keys.lock, keys.fence, deadlines]) + [self._marker, self._incarnation]
+        args: list[Any] = [0, "redlock"] if removing else []
+        requests = [ScriptRequest(channel, lua, script_keys, args) for channel in self._channels]
         done, _ = run_scripts(requests, look_timeout(self._timeout(DEFAULT_TTL)),
                                     lambda so_far: len(so_far) == self._n)
         views: list[NodeView | None] = []
@@ -381,10 +383,12 @@ class RedlockBackend:
         self._contact(self._timeout(DEFAULT_TTL), None)
         calls = [partial(self._scan_node, i, pattern) for i in range(self._n)]
         done, _ = fan_out(calls, SCAN_TIMEOUT, lambda so_far: len(so_far) == self._n, lanes=self._channels)
-        found = [names for i, names in done.items() if names is not None and self._ids[i] is not None]
+        found = [names for i, names in done.items() if isinstance(names, set) and self._ids[i] is not None]
         if len(found) < self._q:
+            unready = [self._shown[i] for i, names in done.items() if names is False]
+            out = f" ({', '.join(unready)} not ready: lost its data or restarted)" if unready else ""
             raise QuorumUnavailable(f"listing the locks matching {pattern!r} reached {len(found)} of {self._n} "
-                                    f"nodes; {self._q} are needed")
+                                    f"nodes that count{out}; {self._q} are needed")
         held = []
         for name in sorted(set[str]().union(*found)):
             status = self.status(name)
@@ -392,7 +396,12 @@ class RedlockBackend:
                 held.append(status)
         return held
 
-    def _scan_node(self, i: int, pattern: str) -> set[str] | None:
+    def _scan_node(self, i: int, pattern: str) -> set[str] | bool | None:
+        """Node i's names matching `pattern`; False if it does not count (not ready: its names may lack a holder's,
+        as its gate says), None if it failed."""
+        view = self._gate(i, True)
+        if view is not None and view.gate is not Gate.READY:
+            return None if view.gate is Gate.UNKNOWN else False
         try:
             return scan_names(self._nodes[i], pattern, self._prefix, where=self._shown[i], cluster=False)
         except BackendError:
