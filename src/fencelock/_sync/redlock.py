@@ -91,7 +91,7 @@ from .._scripts import (
     REDLOCK_RELEASE,
     STATUS,
 )
-from ._concurrency import in_background, sleep, then
+from ._concurrency import given_up, in_background, sleep, then
 from ._connection import close_client
 from ._fanout import fan_out
 from ._multiplex import run_scripts
@@ -419,9 +419,10 @@ class RedlockBackend:
                      views: list[GateView | None] | None) -> QuorumUnavailable:
         """QuorumUnavailable naming every node, its state and when its quarantine ends (`unavailable`)."""
         text, states, found = unavailable(why, self._shown, answers, views, time.time())
-        changed, self._reported = newly_out(self._reported, states)
-        for i in changed:  # once per change of a node's state, not at every retry of a waiter
-            emit("node_out", name, "redlock", "acquire", error=states[i].describe())
+        if not given_up():  # (a cancelled caller's requests were not sent: that says nothing about the nodes)
+            changed, self._reported = newly_out(self._reported, states)
+            for i in changed:  # once per change of a node's state, not at every retry of a waiter
+                emit("node_out", name, "redlock", "acquire", error=states[i].describe())
         return QuorumUnavailable(text, name=name, nodes=tuple(states), retry_in=found.eta)
 
     def nodes(self) -> NodesReport:
