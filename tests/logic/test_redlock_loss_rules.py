@@ -100,6 +100,19 @@ def test_a_replica_promoted_in_place_of_a_durable_writer_is_quarantined() -> Non
     assert node.gate(2.0, 10.0, 2.0, "n2", durable=True).nonce == "n1"
 
 
+def test_a_nodes_clock_set_back_neither_stretches_nor_shortens_its_quarantine() -> None:
+    """Set back behind the first look, the node cannot tell how long was waited: the whole quarantine again from
+    then, which is never less than what was left, and never more than the quarantine (not a day)."""
+    node = _marked()
+    node.restart()
+    node.gate(1000.0, 10.0, 2.0, "n1", durable=False)           # quarantined from t=1000 until 1010
+    assert node.gate(1004.0, 10.0, 2.0, "n1").left == 6.0
+    view = node.gate(1004.0 - 86_400.0, 10.0, 2.0, "n1")      # the clock jumps back a day
+    assert (view.gate, view.left) == (Gate.QUARANTINED, 10.0)
+    assert node.gate(1004.0 - 86_400.0 + 9.0, 10.0, 2.0, "n1").left == 1.0
+    assert node.gate(1004.0 - 86_400.0 + 10.0, 10.0, 2.0, "n1").gate is Gate.REPAIRABLE
+
+
 def test_a_look_that_writes_asks_the_durability_of_a_writer_not_recorded_yet() -> None:
     node = NodeModel(ready=True, nonce="n0", inc_run=0)   # (an older version's incarnation: none recorded)
     assert node.gate(0.0, 10.0, 2.0, "n1", durable=None).gate is Gate.RESTARTED

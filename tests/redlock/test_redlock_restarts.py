@@ -167,6 +167,42 @@ def test_a_clock_jump_on_one_node_lets_leases_overlap_but_fences_still_order_the
     links.close()
 
 
+def test_a_restarted_nodes_clock_set_back_by_an_hour_keeps_it_out_for_its_quarantine_not_an_hour(
+        one_node_with_a_clock_to_jump: tuple[RedisNodes, Path], name: str) -> None:
+    """Node 2 restarts empty and is quarantined for 1.5 s; then its clock is set back an hour. The quarantine's end
+    is on its clock: it used to be an hour away. Now the whole quarantine runs again from the jump (never less
+    than what was left), and the node is repaired and counts after it."""
+    nodes, stamp = one_node_with_a_clock_to_jump
+    node = nodes.nodes[2]
+    node.kill()
+    node.restart()
+    with fencelock.connect(nodes.urls, repair_delay=1.5) as locks:
+        locks.acquire(name, ttl=1.0, wait=0).release()  # granted by the others; the look starts the quarantine
+        deadline = time.monotonic() + 3.0
+        while not node.client().exists("fencelock:redlock:incarnation") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stamp.write_text("-3600s")
+        time.sleep(0.1)
+        left = locks.nodes().nodes[2].quarantine_left
+        assert left is not None
+        assert 1.0 < left <= 1.5, left  # (a look that writes nothing: the same bound)
+        locks.acquire(name, ttl=1.0, wait=0).release()  # a look that writes: the quarantine from now
+        jumped = time.monotonic()
+        left = locks.nodes().nodes[2].quarantine_left
+        assert left is not None
+        assert 1.0 < left <= 1.5, left
+        deadline = jumped + 1.5 + 5.0
+        while time.monotonic() < deadline:
+            lease = locks.acquire(name, ttl=1.0, wait=1.0)
+            counted = _holds(node, name, lease.token)
+            lease.release()
+            if counted:
+                break
+            time.sleep(0.1)
+        assert counted, locks.nodes()
+        assert time.monotonic() - jumped >= 1.4  # (not at once: the whole quarantine was waited)
+
+
 # -- a restart without its data ---------------------------------------------------------------------------------
 
 def _restart_empty(node: RedisServer) -> None:

@@ -162,6 +162,10 @@ class NodeModel:
             seen, born, until, fresh = self.nonce, self.born, self.until, self.fresh
             if born + delay > until and not peek:
                 until = self.until = born + delay
+            if now < born:  # the node's clock was set back: the whole quarantine again from now, no longer
+                until, born = now + (until - born), now
+                if not peek:
+                    self.born, self.until = born, until
         else:
             fresh = not self.legacy
             if peek:

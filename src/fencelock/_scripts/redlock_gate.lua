@@ -81,6 +81,15 @@ if nonce then
     till = born + delay
     redis.call('HSET', KEYS[2], 'until', string.format('%.0f', till))
   end
+  if now < born then
+    -- The node's clock was set back behind the first look: how long was waited since is unknown. The whole
+    -- quarantine again from now: never shorter than what was left, never longer (a clock set back by a day must
+    -- not keep the node out for a day).
+    till, born = now + (till - born), now
+    if not peek then
+      redis.call('HSET', KEYS[2], 'born', string.format('%.0f', born), 'until', string.format('%.0f', till))
+    end
+  end
 else
   fresh = redis.call('EXISTS', KEYS[3]) == 0
   if peek then
