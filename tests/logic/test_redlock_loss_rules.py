@@ -7,6 +7,15 @@ from __future__ import annotations
 import random
 
 import pytest
+from redis.exceptions import (
+    BusyLoadingError,
+    MasterDownError,
+    NoPermissionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from fencelock._logic.status import LockStatus, NodeView, majority_status, split_views
 from fencelock._redis.keys import fence_match, glob_escape, scan_match
@@ -300,3 +309,16 @@ def test_a_rolling_restart_is_indistinguishable_from_a_new_deployment_and_still_
     views = [node.gate(DAY, 10.0, 2.0, f"{i}.1", us=2_000_000) for i, node in enumerate(nodes)]
     assert all(view.gate is Gate.FRESH for view in views)
     assert deployment_floor(views) > fence
+
+
+def test_a_server_error_is_told_apart_from_a_node_that_is_down_or_not_ready() -> None:
+    """A server that refuses the request (OOM, WRONGTYPE, NOPERM) answered: its error is kept for the message;
+    no answer, a network fault, a replica or a server not ready yet say nothing of the kind."""
+    assert node_answer(OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")).error.startswith(
+        "OOM command not allowed")
+    assert node_answer(ResponseError("WRONGTYPE Operation against a key")).error.startswith("WRONGTYPE")
+    assert node_answer(NoPermissionError("this user has no permissions")).error.startswith("NOPERM")
+    for quiet in (BusyLoadingError("Redis is loading"), RedisConnectionError("refused"), ReadOnlyError("replica"),
+                  MasterDownError("link down"), ResponseError("NOREADY not ready"), ResponseError("BUSY script")):
+        assert node_answer(quiet).error == "", quiet
+    assert node_answer(None).slow

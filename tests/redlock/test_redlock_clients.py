@@ -324,3 +324,28 @@ def test_an_acquire_cancelled_while_nodes_are_stopped_tells_no_node_out(name: st
         for node in five.nodes[2:]:
             node.resume()
         five.close()
+
+
+def test_a_server_error_is_reported_as_such_and_not_waited_out(name: str) -> None:
+    """Three of five nodes refuse every write (OOM: maxmemory reached). They answer: they are not "unreachable",
+    and waiting will not make them grant. The error names the server's answer and comes at once, not after the
+    whole wait (it used to say "unreachable" and retry for the wait's 3 s)."""
+    five = RedisNodes(5).start()
+    try:
+        initialise_redlock(five.urls)
+        for node in five.nodes[2:]:
+            node.client().config_set("maxmemory", "1")
+        with fencelock.connect(five.urls) as locks:
+            started = time.monotonic()
+            with pytest.raises(fencelock.QuorumUnavailable) as caught:
+                locks.acquire(name, ttl=5.0, wait=3.0)
+            assert time.monotonic() - started < slack(1.0)
+            text = str(caught.value)
+            assert f"{five.urls[2]}: server error: OOM" in text, text
+            assert "unreachable" not in text, text
+            assert [state.state for state in caught.value.nodes] == ["ready", "ready", "error", "error", "error"]
+            assert caught.value.retry_in is None
+    finally:
+        for node in five.nodes[2:]:
+            node.client().config_set("maxmemory", "0")
+        five.close()

@@ -162,6 +162,8 @@ class AsyncRedlockBackend:
         when the quarantine ends (at most `QUARANTINE_POLL` apart): `unavailable_pause`."""
         if not isinstance(exc, QuorumUnavailable):
             return None
+        if any(getattr(state, "state", None) == "error" for state in exc.nodes):
+            return None  # a server refused (OOM, WRONGTYPE, NOPERM...): not waited out as if a node were down
         return unavailable_pause(failures, exc.retry_in, self._rng)
 
     def _timeout(self, ttl: float) -> float:
