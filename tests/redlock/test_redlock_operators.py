@@ -140,3 +140,23 @@ def test_a_node_that_lost_its_data_is_silent_in_status_list_and_a_forced_release
         locks.force_release(name)
     assert not _holds(a, name, held.token)  # A's key went: the error says run it again once B counts
     locks.close()
+
+
+def test_a_node_url_that_points_at_another_listed_server_after_a_reconnect_is_refused(three: _Three, name: str) -> None:
+    """C's URL is a proxy; while C is cut off, C goes away and the proxy is pointed at A (a DNS name or a virtual
+    IP moved). The client's next connection there reaches A: identities are asked again after a node failed, so
+    status() and acquire() raise NotIndependent instead of counting A twice (before, only the first contact
+    asked)."""
+    a = three.servers[0]
+    locks = fencelock.connect(three.urls())
+    locks.acquire(name + ":warm", ttl=1.0, wait=2.0).release()
+    assert locks.status(name).held is False       # every node said who it is
+    with three.cut(2):
+        assert locks.status(name).held is False   # (A and B answer; C does not, and is asked again later)
+        three.servers[2].kill()                   # C is gone, its connections with it ...
+        three.proxies[2].target_port = a.port     # ... and C's URL reaches A from now on
+    with pytest.raises(fencelock.NotIndependent, match="reach one server"):
+        locks.status(name)
+    with pytest.raises(fencelock.NotIndependent):
+        locks.acquire(name, ttl=1.0, wait=0)
+    locks.close()

@@ -11,6 +11,7 @@ import random
 import secrets
 import time
 import zlib
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
@@ -73,6 +74,7 @@ from .._redis.redlock import (
     repair_progress,
     repaired,
     required_delay,
+    server_error,
     settled,
     tally,
     unavailable,
@@ -221,6 +223,7 @@ class AsyncRedlockBackend:
             requests = [ScriptRequest(channel, REDLOCK_ACQUIRE, script_keys, args) for channel in self._channels]
             done, handles = await run_scripts(requests, timeout, self._decided)
             answers = [node_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
+            self._reconnecting(i for i, a in enumerate(answers) if a.reply is Reply.FAILED and not a.error)
             problem = await self._who_answered(answers, done)
             if problem is not None:  # two names of one server, or a replica: nothing of this round counts
                 for i, answer in enumerate(answers):
@@ -274,6 +277,7 @@ class AsyncRedlockBackend:
         requests = [ScriptRequest(channel, REDLOCK_RELEASE, script_keys, args) for channel in self._channels]
         self._ask_unknown(self._timeout(DEFAULT_TTL))
         done, _ = await run_scripts(requests, self._timeout(DEFAULT_TTL), self._settled)
+        self._reconnecting(i for i in range(self._n) if self._failed(done.get(i)))
         codes = self._codes(done)
         results = [codes.get(i, NO_ANSWER) for i in range(self._n)]
         outcome = release_outcome(results, self._n)
@@ -289,6 +293,7 @@ class AsyncRedlockBackend:
         requests = [ScriptRequest(channel, REDLOCK_EXTEND, script_keys, args) for channel in self._channels]
         self._ask_unknown(self._timeout(ttl_ms / 1000.0))
         done, handles = await run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
+        self._reconnecting(i for i in range(self._n) if self._failed(done.get(i)))
         codes = self._codes(done)
         results = [codes.get(i, NO_ANSWER) for i in range(self._n)]
         extended = extend_outcome(results, self._n)
@@ -316,6 +321,7 @@ class AsyncRedlockBackend:
         done, _ = await fan_out(calls, self._timeout(longest),
                                 lambda so_far: batch_settled(self._known_rows(so_far), count, self._n),
                                 lanes=self._channels)
+        self._reconnecting(i for i in range(self._n) if done.get(i) is None)
         return batch_outcomes(self._known_rows(done), count, self._n)
 
     def _known_rows(self, done: dict[int, list[int] | None]) -> dict[int, list[int] | None]:
@@ -356,6 +362,7 @@ class AsyncRedlockBackend:
         requests = [ScriptRequest(channel, lua, script_keys, args) for channel in self._channels]
         done, _ = await run_scripts(requests, look_timeout(self._timeout(DEFAULT_TTL)),
                                     lambda so_far: len(so_far) == self._n)
+        self._reconnecting(i for i in range(self._n) if self._failed(done.get(i)))
         views: list[NodeView | None] = []
         for i in range(self._n):
             reply = done.get(i) if self._ids[i] is not None else None  # (who it is is not known yet)
@@ -466,13 +473,26 @@ class AsyncRedlockBackend:
         return self._problem
 
     async def _contact(self, timeout: float, name: str | None) -> None:
-        """Before an operator's request: at first contact, ask every node who it is (`Identity`) and wait for the
-        answers, so that only the replies of distinct masters count (`_codes`, `_views`); later, in the background.
+        """Before an operator's request: at first contact, and after a node failed (it may reconnect to another
+        server: `_reconnecting`), ask the nodes not known who they are (`Identity`) and wait for the answers, so
+        that only the replies of distinct masters count (`_codes`, `_views`); else in the background.
         `NotIndependent` names the URLs if they are not independent."""
-        if self._problem is None and not self._contacted:
+        if self._problem is None and not all(self._roles) and (not self._contacted or not self._identifying):
             self._contacted = self._identifying = True
             await self._identify(look_timeout(timeout))
         self._check_independent(name, timeout)
+
+    @staticmethod
+    def _failed(reply: Any) -> bool:
+        """No answer, or a network fault (not the server's own error): its next request connects anew."""
+        return reply is None or (isinstance(reply, Exception) and server_error(reply) is None)
+
+    def _reconnecting(self, nodes: Iterable[int]) -> None:
+        """These nodes failed: their next connection may reach another server (a moved DNS name or virtual IP,
+        a replica promoted behind a proxy). Who each is gets asked again (`_ask_unknown`, `_contact`), and until
+        then no "yes" of theirs counts (`_codes`); an acquire's reply says at once (`_who_answered`)."""
+        for i in nodes:
+            self._ids[i], self._roles[i] = None, False
 
     async def _identify(self, timeout: float) -> None:
         """Ask every node whose role is not known yet who it is (`_identity`); nothing once the client is closed."""
