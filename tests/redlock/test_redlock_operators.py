@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -159,4 +160,28 @@ def test_a_node_url_that_points_at_another_listed_server_after_a_reconnect_is_re
         locks.status(name)
     with pytest.raises(fencelock.NotIndependent):
         locks.acquire(name, ttl=1.0, wait=0)
+    locks.close()
+
+
+def test_nodes_shows_when_a_node_not_trusted_after_a_restart_counts_again(nodes: RedisNodes, name: str) -> None:
+    """A node restarted empty is not trusted until its quarantine ends and it is repaired: `nodes()` and
+    `fencelock nodes` say when that is ("counts again in 29.9 s"), not only its state; before the quarantine
+    started, how long it will last (the asking client's repair delay)."""
+    args = [arg for url in nodes.urls for arg in ("--url", url)]
+    locks = fencelock.connect(nodes.urls, repair_delay=30.0)
+    locks.acquire(name, ttl=1.0, wait=0).release()
+    _restart_empty(nodes.nodes[0])
+    unseen = locks.nodes().nodes[0]
+    assert unseen.counts_in == 30.0
+    assert unseen.eta == "counts again 30.0 s after the next acquire (its quarantine starts then)"
+    locks.acquire(name, ttl=1.0, wait=0).release()  # the look starts its quarantine
+    _until_kept(nodes.nodes[0].client(), 30_000)
+    waiting, ready = locks.nodes().nodes[:2]
+    assert waiting.counts_in is not None
+    assert 25.0 < waiting.counts_in <= 30.0
+    assert re.fullmatch(r"counts again in (2\d|30)\.\d s", waiting.eta), waiting.eta
+    assert (ready.counts_in, ready.eta) == (0.0, "counts now")
+    shown = _cli("nodes", *args)
+    assert "counts again in " in shown.stdout, shown.stdout
+    assert re.search(r'"eta": "counts again in \d+\.\d s"', _cli("nodes", *args, "--json").stdout)
     locks.close()

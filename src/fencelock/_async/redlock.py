@@ -437,7 +437,7 @@ class AsyncRedlockBackend:
         """Every node's bookkeeping as an operator sees it, read without changing anything, and the verdict."""
         await self._contact(GATE_TIMEOUT, None)
         views = await self._look(GATE_TIMEOUT, peek=True)
-        states = node_states(self._shown, views, time.time())
+        states = node_states(self._shown, views, time.time(), self._repair_delay_ms / 1000.0)
         return NodesReport(tuple(states), verdict(states, self._n))
 
     # -- who each node is ---------------------------------------------------------------------------------------

@@ -261,11 +261,38 @@ class NodeState:
     repairable: bool
     floor: int = 0
     error: str | None = None         # state "error": what the server answered (it refuses, it is not down)
+    delay: float | None = None       # a quarantine not started yet: how long it will last (the asking client's)
 
     def as_dict(self) -> dict[str, object]:
         return {"node": self.node, "reachable": self.reachable, "ready": self.ready, "state": self.state,
                 "quarantine_left": self.quarantine_left, "quarantined_until": self.quarantined_until,
-                "repairable": self.repairable, "floor": self.floor, "error": self.error}
+                "repairable": self.repairable, "floor": self.floor, "error": self.error,
+                "counts_in": self.counts_in, "eta": self.eta}
+
+    @property
+    def counts_in(self) -> float | None:
+        """Seconds until a node that is not trusted (after a loss or a restart) counts again at the latest, if a
+        client acquires then (0: now, or at the next acquire); None: not known (unreachable, an error)."""
+        if self.ready or self.repairable:
+            return 0.0
+        if self.state in ("fresh", "quarantined"):
+            return self.quarantine_left if self.quarantine_left is not None else self.delay
+        return None
+
+    @property
+    def eta(self) -> str:
+        """`counts_in` as an operator reads it: "counts again in 4.2 s"."""
+        if self.ready:
+            return "counts now"
+        if self.repairable:
+            return "counts again at the next acquire (repairable now)"
+        if self.state in ("fresh", "quarantined"):
+            if self.quarantine_left is not None:
+                return f"counts again in {self.quarantine_left:.1f} s"
+            if self.delay is not None:
+                return f"counts again {self.delay:.1f} s after the next acquire (its quarantine starts then)"
+            return "counts again after its quarantine, which starts at the next acquire"
+        return ""
 
     def describe(self) -> str:
         if self.state == "unreachable":
@@ -282,8 +309,10 @@ class NodeState:
         return f"{self.node}: {self.state}"
 
 
-def node_states(shown: Sequence[str], views: Sequence[GateView | None], now: float) -> list[NodeState]:
-    """The operator's records from one look (`now`: this machine's Unix time)."""
+def node_states(shown: Sequence[str], views: Sequence[GateView | None], now: float,
+                delay: float | None = None) -> list[NodeState]:
+    """The operator's records from one look (`now`: this machine's Unix time; `delay`: the asking client's
+    repair delay, what a quarantine not started yet will last at least)."""
     states = []
     for where, view in zip(shown, views, strict=True):
         if view is None or view.gate is Gate.UNKNOWN:
@@ -292,7 +321,7 @@ def node_states(shown: Sequence[str], views: Sequence[GateView | None], now: flo
         left = view.left if view.gate in (Gate.FRESH, Gate.QUARANTINED) else None
         states.append(NodeState(where, True, view.gate is Gate.READY, view.gate.value,
                                 left, None if left is None else now + left, view.gate is Gate.REPAIRABLE,
-                                view.floor))
+                                view.floor, delay=delay if left is None else None))
     return states
 
 

@@ -438,7 +438,7 @@ class RedlockBackend:
         """Every node's bookkeeping as an operator sees it, read without changing anything, and the verdict."""
         self._contact(GATE_TIMEOUT, None)
         views = self._look(GATE_TIMEOUT, peek=True)
-        states = node_states(self._shown, views, time.time())
+        states = node_states(self._shown, views, time.time(), self._repair_delay_ms / 1000.0)
         return NodesReport(tuple(states), verdict(states, self._n))
 
     # -- who each node is ---------------------------------------------------------------------------------------
