@@ -185,3 +185,26 @@ def test_nodes_shows_when_a_node_not_trusted_after_a_restart_counts_again(nodes:
     assert "counts again in " in shown.stdout, shown.stdout
     assert re.search(r'"eta": "counts again in \d+\.\d s"', _cli("nodes", *args, "--json").stdout)
     locks.close()
+
+
+def test_a_renewed_lease_counts_a_node_again_once_it_said_who_it_is_after_a_failure(three: _Three, name: str) -> None:
+    """C misses one of the watchdog's renewals, so it is asked who it is again; the renewals alone must ask (no
+    acquire, release or status in between), or C's "yes" would never count again, and with A cut off next the
+    lease would be lost on a healthy quorum (B and C)."""
+    locks = fencelock.connect(three.urls())
+    lost: list[object] = []
+    lease = locks.acquire(name, ttl=1.0, wait=2.0, renew=True, on_lost=lost.append)
+    a, c = three.proxies[0], three.proxies[2]
+    c.stall()
+    time.sleep(0.8)                                # renewals meanwhile fail on C (the watchdog never stops sending)
+    c.heal()
+    time.sleep(0.8)                                # C answers the renewals again, and who it is
+    a.stall()
+    try:
+        time.sleep(1.5)                            # B and C renew it: longer than its TTL
+    finally:
+        a.heal()
+    assert not lost
+    assert lease.remaining() > 0.0
+    lease.release()
+    locks.close()

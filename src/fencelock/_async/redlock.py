@@ -317,6 +317,7 @@ class AsyncRedlockBackend:
         """The watchdog's batch on every node at once; a lease is extended where a quorum extended it."""
         calls = [partial(self._extend_many_on, j, leases) for j in range(self._n)]
         longest = max(ttl for _, _, _, ttl in leases) / 1000.0
+        self._ask_unknown(self._timeout(longest))  # (a node that failed is asked who it is again: `_reconnecting`)
         count = len(leases)
         done, _ = await fan_out(calls, self._timeout(longest),
                                 lambda so_far: batch_settled(self._known_rows(so_far), count, self._n),
