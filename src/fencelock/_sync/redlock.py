@@ -33,6 +33,7 @@ from .._redis.redlock import (
     NEW_DEPLOYMENT,
     NO_ANSWER,
     REPAIR_BATCH,
+    UNSURE,
     Answer,
     Gate,
     GateView,
@@ -93,7 +94,8 @@ from .._scripts import (
     REDLOCK_RELEASE,
     STATUS,
 )
-from ._concurrency import given_up, in_background, sleep, then
+from ._concurrency import Handle, given_up, in_background, sleep, then, wait_first
+from ._concurrency import start as start_call
 from ._connection import close_client
 from ._fanout import fan_out
 from ._multiplex import run_scripts
@@ -146,6 +148,7 @@ class RedlockBackend:
         self._roles = [False] * self._n  # its role (master or replica) is known
         self._contacted = False
         self._identifying = False
+        self._identifying_now: Handle[None] | None = None  # the identities being asked (`_ask_unknown`)
         self._problem: str | None = None  # two nodes are one server, or one is a replica (`not_independent`)
         self._reported: dict[int, str] = {}  # node -> the state its last node_out event told (`newly_out`)
         self._repairing: set[int] = set()
@@ -269,6 +272,20 @@ class RedlockBackend:
         codes = {i: node_code(reply) for i, reply in done.items()}
         return {i: NO_ANSWER if self._ids[i] is None and code not in (0, -1) else code for i, code in codes.items()}
 
+    def _counted(self, done: dict[int, Any]) -> dict[int, int]:
+        """`_codes`, once the identities being asked again (`_reconnecting`) are known, if a "yes" waits for one:
+        a node that came back answers who it is as fast as it answered the script, so a release or extend right
+        after a fault still counts it (one that does not answer holds nothing up: it has no "yes" to count)."""
+        if any(self._ids[i] is None and node_code(reply) in (1, UNSURE) for i, reply in done.items()):
+            self._identified()
+        return self._codes(done)
+
+    def _identified(self) -> None:
+        """Wait, at most a look's timeout, for the identities being asked (`_ask_unknown`)."""
+        handle = self._identifying_now
+        if handle is not None and not handle.done():
+            wait_first([handle], GATE_TIMEOUT)
+
     def _decided(self, done: dict[int, Any]) -> bool:
         return decide(map(node_answer, done.values()), self._n) is not None
 
@@ -279,7 +296,7 @@ class RedlockBackend:
         self._ask_unknown(self._timeout(DEFAULT_TTL))
         done, _ = run_scripts(requests, self._timeout(DEFAULT_TTL), self._settled)
         self._reconnecting(i for i in range(self._n) if self._failed(done.get(i)))
-        codes = self._codes(done)
+        codes = self._counted(done)
         results = [codes.get(i, NO_ANSWER) for i in range(self._n)]
         outcome = release_outcome(results, self._n)
         if outcome is None:
@@ -295,7 +312,7 @@ class RedlockBackend:
         self._ask_unknown(self._timeout(ttl_ms / 1000.0))
         done, handles = run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
         self._reconnecting(i for i in range(self._n) if self._failed(done.get(i)))
-        codes = self._codes(done)
+        codes = self._counted(done)
         results = [codes.get(i, NO_ANSWER) for i in range(self._n)]
         extended = extend_outcome(results, self._n)
         if extended:
@@ -324,6 +341,8 @@ class RedlockBackend:
                                 lambda so_far: batch_settled(self._known_rows(so_far), count, self._n),
                                 lanes=self._channels)
         self._reconnecting(i for i in range(self._n) if done.get(i) is None)
+        if any(row is not None and 1 in row and self._ids[i] is None for i, row in done.items()):
+            self._identified()  # (a "yes" waits for who its node is: see `_counted`)
         return batch_outcomes(self._known_rows(done), count, self._n)
 
     def _known_rows(self, done: dict[int, list[int] | None]) -> dict[int, list[int] | None]:
@@ -455,7 +474,7 @@ class RedlockBackend:
         next request); meanwhile each node's acquire reply says which server it is (`_who_answered`)."""
         if self._problem is None and not all(self._roles) and not self._identifying and not self._closed:
             self._identifying = self._contacted = True
-            in_background(partial(self._identify, look_timeout(timeout)))
+            self._identifying_now = start_call(partial(self._identify, look_timeout(timeout)))
 
     def _who_answered(self, answers: list[Answer], done: dict[int, Any]) -> str | None:
         """Learn each node's server from its acquire reply (its run_id), and ask a node that refused as a
