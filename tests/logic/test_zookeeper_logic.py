@@ -24,6 +24,7 @@ from fencelock._zk.rules import (
     parse_child,
     position,
     queue,
+    reconnect_wait,
     renewal_answer,
     retry_after,
     session_timeout_ms,
@@ -175,3 +176,11 @@ def test_a_fault_is_worth_waiting_out_while_the_server_keeps_the_session() -> No
     assert may_return(False, 99.0, 100.0, 2000)          # down for 1 s of a 2 s session
     assert not may_return(False, 97.0, 100.0, 2000)      # down longer than the session lives: an outage
     assert not may_return(False, None, 100.0, 2000)      # never connected: the first connection's own timeout
+
+
+def test_an_attempt_waits_for_its_session_one_request_timeout_and_never_past_the_sessions_own() -> None:
+    assert reconnect_wait(2.0, 99.9, 100.0, 10_000) == 2.0     # dropped a moment ago: as long as one request
+    assert reconnect_wait(2.0, 99.0, 100.0, 1_500) == 0.5      # the session's timeout ends first: an outage then
+    assert reconnect_wait(2.0, 90.0, 100.0, 2_000) == 0.0      # down longer than the session lives: no wait
+    assert reconnect_wait(2.0, None, 100.0, 2_000) == 2.0      # kazoo dropped it, the listener has not said so yet
+    assert reconnect_wait(2.0, 99.9, 100.0, 10_000, silent=True) == 0.0  # a silent member already cost a timeout

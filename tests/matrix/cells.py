@@ -42,6 +42,24 @@ _MATCH = {
     "force_release": {"force_release"},
 }
 
+ZOOKEEPER_FAULTS = ["late", "reset_before", "reset_after", "idle", "handshake", "pause"]
+"""ZooKeeper's row: no `lose`. Its replies come in order on a connection (kazoo checks each one's xid), so a reply
+that goes missing while later ones arrive is not a fault a network makes; one held back until the client gives
+up is `late` (the client drops the connection after its `timeout`)."""
+ZOOKEEPER_REQUESTS = ["acquire", "extend_same", "extend_shorter", "release", "exit", "renewal", "wait", "status",
+                      "force_release", "race_extend", "race_release"]
+"""ZooKeeper's requests: every one of `REQUESTS` but `acquire_fair` (every ZooKeeper waiter is served in order, one
+request) and `extend_longer` (a move of the node to a longer session: decision 2026-12-04-zookeeper-extend)."""
+_ZOOKEEPER_MATCH = {
+    "acquire": {"create2"},         # the queue's node (kazoo's create with its stat)
+    "extend": {"setData"},          # an extend or a renewal rewrites the node's TTL
+    "renewal": {"setData"},
+    "release": {"multi"},           # delete, and the fence on the lock's node, in one transaction
+    "force_release": {"multi"},
+    "wait": {"exists"},             # the watch a waiter sets on the node before it
+    "status": {"getChildren"},
+}
+
 DURABLE_TARGETS = {"acquire", "acquire_fair", "extend_same", "extend_longer", "extend_shorter", "renewal",
                    "race_extend", "race_release"}
 """The requests that carry a WAIT with `durability=`."""
@@ -53,6 +71,10 @@ _RULES = {"lose": LOSE, "late": LATE, PAST_TTL_FAULT: LATE, "reset_before": RESE
 def target_of(request: str, kind: str, fault: str = "") -> tuple[set[str], int]:
     """The request names a cell faults, and which of them (the nth). With `durability=`, a grant's or an extend's
     fault hits the WAIT written after its script: the script ran and answered, its confirmation is what fails."""
+    if kind == "zookeeper":
+        if request.startswith(("extend", "race")):
+            return _ZOOKEEPER_MATCH["extend"], 1  # the race cells: the renewal
+        return _ZOOKEEPER_MATCH["release" if request == "exit" else request], 1
     if fault == PAST_TTL_FAULT and request == "wait":
         return _MATCH["acquire"], 2  # the grant after the wait, not the wake-up
     if kind == "durable" and request in DURABLE_TARGETS:

@@ -21,8 +21,11 @@ import fencelock
 import fencelock.aio
 from fencelock import _scripts
 from fencelock.testing.faults import FaultProxy, Rule
+from fencelock.testing.framing import ZOOKEEPER
+from fencelock.testing.invariants import ZooKeeperReader
 from fencelock.testing.redis_deployments import initialise_redlock
 from fencelock.testing.servers import RedisClusterServers, RedisNodes, RedisPrimaryReplica, RedisServer
+from fencelock.testing.zookeeper import ZooKeeperDeployment, ZooKeeperServer
 
 SOCKET_TIMEOUT = 0.25
 """Seconds: every client under test times out this fast, so a fault costs a quarter of a second."""
@@ -37,6 +40,10 @@ class Rig:
     kind: str
     quorum = 1
     fair = True
+    handshake = "client"
+    """The request a connection opens with, which the `handshake` fault closes (Redis: its first CLIENT command)."""
+    background: frozenset[str] = frozenset()
+    """Requests the client library sends on its own timer (ZooKeeper's pings): never counted as a call's."""
     straggle = 0.0
     """How much longer than its TTL a minority of nodes may keep a key (see `invariants.check`)."""
 
@@ -89,6 +96,9 @@ class Rig:
             self._rival.close()
         for proxy in self.proxies:
             proxy.close()
+        for watch in self._watch or []:
+            if isinstance(watch, ZooKeeperReader):
+                watch.close()
 
 
 def _url(proxy: FaultProxy) -> str:
@@ -176,6 +186,29 @@ class ClusterRig(Rig):
         return [self.cluster.client(socket_timeout=WATCH_TIMEOUT)]
 
 
+class ZooKeeperRig(Rig):
+    """One ZooKeeper server behind a proxy that reads its frames; the client under test gives each request
+    `SOCKET_TIMEOUT` (its URL's `timeout`), the watcher reads the head of each queue and its node's TTL."""
+
+    kind = "zookeeper"
+    handshake = "connect"
+    background = frozenset({"ping"})
+
+    def __init__(self, proxies: list[FaultProxy], servers: list[Any], deployment: ZooKeeperDeployment) -> None:
+        super().__init__(proxies, servers)
+        self.deployment = deployment
+
+    def connect(self, front: str) -> Any:
+        url = f"zookeeper://127.0.0.1:{self.proxies[0].port}{self.deployment.chroot}?timeout={SOCKET_TIMEOUT}"
+        return (fencelock.connect if front == "sync" else fencelock.aio.connect)(url)
+
+    def rival(self) -> fencelock.Locks:
+        return fencelock.connect(f"{self.deployment.target}?timeout={WATCH_TIMEOUT}")
+
+    def watch_clients(self) -> list[Any]:
+        return [ZooKeeperReader(self.deployment.hosts, self.deployment.chroot, timeout=WATCH_TIMEOUT)]
+
+
 class _Owned:
     """A `Locks` over a redis-py client of ours: closing it closes that client too."""
 
@@ -224,6 +257,15 @@ def start_rig(kind: str) -> Iterator[Rig]:
     elif kind == "durable":
         with RedisPrimaryReplica() as pair:
             rig = DurableRig(_proxies([pair.primary]), [pair.primary])
+            try:
+                yield rig
+            finally:
+                rig.close()
+    elif kind == "zookeeper":
+        with ZooKeeperServer(name="matrix-zk") as zk_server:
+            deployment = ZooKeeperDeployment(zk_server)
+            proxy = FaultProxy("127.0.0.1", zk_server.port, name="faults-zk", framing=ZOOKEEPER).start()
+            rig = ZooKeeperRig([proxy], [zk_server], deployment)
             try:
                 yield rig
             finally:

@@ -68,7 +68,7 @@ async def run_cell(rig: Rig, cell: Cell) -> list[str]:
         if cell.fault in _HEALTHY:
             await asyncio.sleep(0.02)
             if cell.fault == "handshake":
-                rules += rig.arm(lambda _: Rule(CLOSE, "client"))
+                rules += rig.arm(lambda _: Rule(CLOSE, rig.handshake))
             rig.close_idle()
         await _request(story, cell, lease, fired)
         await story.observe(OBSERVE)
@@ -131,7 +131,7 @@ async def _count_requests(rig: Rig, request: str) -> int:
     async def count(story: Story, cell: Cell, lease: Any, fired: threading.Event) -> None:
         since = time.monotonic()
         await _request(story, cell, lease, fired)
-        box.append(sum(len(proxy.names(since)) for proxy in rig.faulted))
+        box.append(sum(len([n for n in proxy.names(since) if n not in rig.background]) for proxy in rig.faulted))
 
     await _story(rig, request, count, cancel_after=None)
     return box[0] if box else 0
@@ -170,7 +170,9 @@ async def _story(rig: Rig, request: str, body: Any, cancel_after: int | None) ->
             seen = itertools.count(1)
             guard = threading.Lock()
 
-            def kth(_: Request) -> bool:  # the k-th request on any faulted node
+            def kth(seen_request: Request) -> bool:  # the k-th request on any faulted node
+                if seen_request.name in rig.background:
+                    return False
                 with guard:
                     return next(seen) == cancel_after
 

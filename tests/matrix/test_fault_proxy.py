@@ -13,6 +13,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from fencelock.testing.faults import CLOSE, LATE, LOSE, PAUSE, RESET_AFTER, RESET_BEFORE, FaultProxy, Rule, parse_frame
+from fencelock.testing.framing import ZOOKEEPER
 from fencelock.testing.servers import RedisServer
 
 
@@ -113,3 +114,16 @@ def test_resp_frames_are_read_whole() -> None:
     assert parse_frame(b"*2\r\n$3\r\nGET\r\n$1\r\n") is None
     assert parse_frame(b"%1\r\n+a\r\n:1\r\n") == (12, [b"a", b"1"])
     assert parse_frame(b"$-1\r\n") == (5, None)
+
+
+def test_zookeeper_frames_are_read_whole_and_named_by_their_operation() -> None:
+    header = (7).to_bytes(4, "big") + (15).to_bytes(4, "big")  # xid 7, create2
+    frame = len(header + b"body").to_bytes(4, "big") + header + b"body"
+    assert ZOOKEEPER.split(frame + b"\x00\x00") == (len(frame), header + b"body")
+    assert ZOOKEEPER.split(frame[:-1]) is None
+    assert ZOOKEEPER.request(0, frame, b"connect request")[0] == "connect"  # a connection's first frame
+    assert ZOOKEEPER.request(1, frame, header + b"body")[0] == "create2"
+    notification = (-1).to_bytes(4, "big", signed=True) + bytes(12)
+    assert not ZOOKEEPER.is_reply(3, b"", notification)  # a watch firing answers no request
+    assert ZOOKEEPER.is_reply(3, b"", header + bytes(12))
+    assert ZOOKEEPER.is_reply(0, b"", notification[:4])  # the connect response

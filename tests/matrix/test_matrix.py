@@ -1,6 +1,7 @@
 """The fault matrix: every fault at every request fencelock sends, sync and asyncio, on one Redis, a Redis Cluster
-and Redlock, each cell checked against the invariants (`fencelock.testing.invariants`) by a watcher that reads the
-servers directly. See `scenario.py` for the story every cell runs.
+and Redlock, and ZooKeeper's row (its faults and requests: `cells.ZOOKEEPER_FAULTS`, `cells.ZOOKEEPER_REQUESTS`),
+each cell checked against the invariants (`fencelock.testing.invariants`) by a watcher that reads the servers
+directly. See `scenario.py` for the story every cell runs.
 
 Each backend runs every fault x request once, on a front end picked by a seeded coin (the Cluster always on the
 other one than the single Redis, so that each fault x request runs on both); asyncio cancellation after each
@@ -22,7 +23,19 @@ from typing import Any
 
 import pytest
 
-from .cells import DURABLE_TARGETS, FAULTS, PAST_TTL_FAULT, PAST_TTL_REQUESTS, REQUESTS, Cell, random_cell
+from tests.conftest import _require_zookeeper
+
+from .cells import (
+    DURABLE_TARGETS,
+    FAULTS,
+    PAST_TTL_FAULT,
+    PAST_TTL_REQUESTS,
+    REQUESTS,
+    ZOOKEEPER_FAULTS,
+    ZOOKEEPER_REQUESTS,
+    Cell,
+    random_cell,
+)
 from .rigs import Rig, start_rig
 from .scenario import run_cancel_cell, run_cell
 
@@ -46,13 +59,23 @@ def _cells(kind: str) -> list[Cell]:
     return cells
 
 
+def _zookeeper_cells() -> list[Cell]:
+    """ZooKeeper's row (`ZOOKEEPER_FAULTS` x `ZOOKEEPER_REQUESTS`), the front end by a seeded coin."""
+    rng = random.Random(f"{SEED}:zookeeper")
+    return [Cell(FRONTS[rng.randrange(2)], fault, request)
+            for fault, request in itertools.product(ZOOKEEPER_FAULTS, ZOOKEEPER_REQUESTS)]
+
+
 CANCEL_REQUESTS = [r for r in REQUESTS if r != "renewal"]  # the watchdog's own task is not the caller's to cancel
 CLUSTER_CANCEL = ["acquire", "extend_same", "release"]
 """The Cluster's cancellation cells: what differs from one Redis there is redis-py's cluster client (a cancelled
 command makes it read the cluster's layout again, seconds per cell), so only one request of each kind."""
 DURABLE_CANCEL = ["acquire", "acquire_fair", "extend_same", "extend_longer", "exit"]
 """`durability=`'s cancellation cells: a cancellation while the WAIT's reply is awaited, on grants and extends."""
-_KINDS = {"redis": CANCEL_REQUESTS, "cluster": CLUSTER_CANCEL, "redlock": CANCEL_REQUESTS, "durable": DURABLE_CANCEL}
+ZOOKEEPER_CANCEL = [r for r in ZOOKEEPER_REQUESTS if r != "renewal"]
+"""ZooKeeper's cancellation cells: every request of its row that a caller sends."""
+_KINDS = {"redis": CANCEL_REQUESTS, "cluster": CLUSTER_CANCEL, "redlock": CANCEL_REQUESTS, "durable": DURABLE_CANCEL,
+          "zookeeper": ZOOKEEPER_CANCEL}
 CANCEL_CELLS = [(kind, request) for kind, requests in _KINDS.items() for request in requests]
 
 
@@ -71,6 +94,13 @@ def cluster_rig() -> Iterator[Rig]:
 @pytest.fixture(scope="module")
 def durable_rig() -> Iterator[Rig]:
     with start_rig("durable") as rig:
+        yield rig
+
+
+@pytest.fixture(scope="module")
+def zookeeper_rig() -> Iterator[Rig]:
+    _require_zookeeper()
+    with start_rig("zookeeper") as rig:
         yield rig
 
 
@@ -111,6 +141,11 @@ def test_durable(durable_rig: Rig, cell: Cell) -> None:
 @pytest.mark.parametrize("cell", _cells("redlock"), ids=str)
 def test_redlock(redlock_rig: Rig, cell: Cell) -> None:
     _assert_cell(redlock_rig, cell)
+
+
+@pytest.mark.parametrize("cell", _zookeeper_cells(), ids=str)
+def test_zookeeper(zookeeper_rig: Rig, cell: Cell) -> None:
+    _assert_cell(zookeeper_rig, cell)
 
 
 @pytest.mark.parametrize(("kind", "request_name"), CANCEL_CELLS, ids=[f"{k}-{r}" for k, r in CANCEL_CELLS])

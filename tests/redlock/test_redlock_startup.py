@@ -8,12 +8,14 @@ checks both liveness (a grant comes within the repair delay plus a few timeouts)
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 
 import fencelock
+import fencelock.aio
 from fencelock._redis.keys import redis_keys
 from fencelock._redis.redlock import Gate, plan_heal
 from fencelock.testing.conformance import ConformanceSuite
@@ -145,6 +148,87 @@ def test_eight_processes_at_once_on_five_new_nodes_all_get_the_lock_at_once_ever
             worker.wait(timeout=30)
             assert worker.stdout is not None
             worker.stdout.close()
+
+
+class _HealCount:
+    """How many heals a Redlock backend ran, and the most at once (its `_heal`, wrapped on the instance)."""
+
+    def __init__(self, backend: Any, front: str) -> None:
+        self.started = self.running = self.most = 0
+        self._lock = threading.Lock()
+        heal = backend._heal
+
+        def enter() -> None:
+            with self._lock:
+                self.started += 1
+                self.running += 1
+                self.most = max(self.most, self.running)
+
+        def leave() -> None:
+            with self._lock:
+                self.running -= 1
+
+        def counted(timeout: float) -> Any:
+            enter()
+            try:
+                return heal(timeout)
+            finally:
+                leave()
+
+        async def acounted(timeout: float) -> Any:
+            enter()
+            try:
+                return await heal(timeout)
+            finally:
+                leave()
+
+        backend._heal = counted if front == "sync" else acounted
+
+
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_many_first_waiters_of_one_new_client_share_one_heal(fresh: RedisNodes, front: str) -> None:
+    """One new client on five new nodes, many waiters on one name at once (threads, or tasks): the first attempts
+    meet unready nodes and each calls for a heal. They share one: never two heals of one client at once (a heal
+    per attempt sent its own gate and mark requests to every node, opening dozens of connections on a loaded
+    machine), and every waiter is granted, in fence order."""
+    urls = _urls(fresh.nodes, socket_timeout=2.0)
+    count = 40 if front == "sync" else 300
+    fences: list[int] = []
+    if front == "sync":
+        locks = fencelock.connect(urls)
+        heals = _HealCount(locks._backend, front)
+        barrier = threading.Barrier(count)
+
+        def one() -> None:
+            barrier.wait()
+            with locks.lock("first", ttl=10.0, wait=60.0) as lease:
+                fences.append(lease.fence)
+
+        try:
+            threads = [threading.Thread(target=one) for _ in range(count)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(90.0)
+        finally:
+            locks.close()
+    else:
+        async def main() -> _HealCount:
+            alocks = fencelock.aio.connect(urls)
+            counted = _HealCount(alocks._backend, front)
+            try:
+                async def one() -> None:
+                    async with alocks.lock("first", ttl=10.0, wait=60.0) as lease:
+                        fences.append(lease.fence)
+                await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))), 90.0)
+            finally:
+                await alocks.aclose()
+            return counted
+        heals = asyncio.run(main())
+    assert fences == sorted(fences)
+    assert len(set(fences)) == count
+    assert heals.started >= 1, "the new nodes were never healed"
+    assert heals.most == 1, (heals.most, heals.started)
 
 
 class TestContentionOnUntouchedNodes:

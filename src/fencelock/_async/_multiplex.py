@@ -10,6 +10,7 @@ from typing import Any
 from .._redis.channel import (
     Packed,
     ScriptRequest,
+    maintains,
 )
 from ._concurrency import Handle, _caller, _keep
 from ._fanout import _gather
@@ -31,7 +32,7 @@ async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         tasks.append(asyncio.ensure_future(_call_script(request, packed, channel.generation, before, abandoned)))
         _keep(tasks[-1])
     try:
-        return await _gather(tasks, timeout, enough)
+        found = await _gather(tasks, timeout, enough)
     except asyncio.CancelledError:
         abandoned.set_result(None)  # a request still waiting for its predecessor is not sent after all
         raise
@@ -39,3 +40,8 @@ async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         for request, task in zip(requests, tasks, strict=True):
             if not task.done():  # in flight: the caller's next request to that server waits for it
                 request.channel.track(caller, task, timeout)
+    if not all(maintains(request.lua) for request in requests):
+        # The round is over: an acquire still waiting for a connection or its predecessor is not sent late (it
+        # would only be given back). Renewals and releases still go.
+        abandoned.set_result(None)
+    return found

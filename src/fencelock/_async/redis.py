@@ -6,6 +6,9 @@ turned into `BackendError` here, at this one boundary.
 
 from __future__ import annotations
 
+import random
+import threading
+import weakref
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from functools import partial
@@ -62,7 +65,7 @@ from ._cluster import cluster_node, cluster_refresh, node_of, node_redis, ready_
 from ._concurrency import given_up, in_background, sleep
 from ._connection import close_client
 from ._fanout import fan_out
-from ._transport import Channel, call_script
+from ._transport import CROWDED_PAUSE, MAX_BLOCKING, Channel, call_script
 
 AnyRedis = Redis | RedisCluster
 
@@ -558,11 +561,19 @@ async def wait_for_wake(client: AnyRedis, wake_key: str, wait: float, *, name: s
     Returns the fence the release pushed (0: no wake-up came), or None if the server failed. The server ends
     BLPOP only on a timer tick, so it is asked for `SERVER_TIMER` less and the rest is slept. A fault ends the
     wait early: the next attempt meets it and reports it. A server that refuses BLPOP itself (`refuses_wait`)
-    raises `BackendError` naming `name`, with its message: waiting cannot work there.
+    raises `BackendError` naming `name`, with its message: waiting cannot work there. Beyond `MAX_BLOCKING` waits
+    blocking through `client` at once, it sleeps a jittered pause instead (0: no wake-up came).
     """
     server_wait = wait - SERVER_TIMER
     if server_wait < MIN_BLOCK:
         await sleep(wait)
+        return 0
+    with _waits_lock:
+        crowded = _waits.get(client, 0) >= MAX_BLOCKING
+        if not crowded:
+            _waits[client] = _waits.get(client, 0) + 1
+    if crowded:  # as many waits as `MAX_BLOCKING` block on this server already: this one sleeps here instead
+        await sleep(min(wait, random.uniform(*CROWDED_PAUSE)))
         return 0
     redis: Any = client
     try:
@@ -573,7 +584,15 @@ async def wait_for_wake(client: AnyRedis, wake_key: str, wait: float, *, name: s
         return None
     except CLIENT_ERRORS:
         return None
+    finally:
+        with _waits_lock:
+            _waits[client] -= 1
     return 0 if popped is None else int(popped[1])
+
+
+_waits: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+"""Waits blocking now through each redis-py client (`wait_for_wake`), held at most `MAX_BLOCKING` as on a `Channel`."""
+_waits_lock = threading.Lock()
 
 
 def refuses_wait(exc: ResponseError) -> bool:

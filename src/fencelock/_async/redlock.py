@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import secrets
+import threading
 import time
 import zlib
 from collections.abc import Iterable
@@ -23,7 +24,7 @@ from .._events import emit
 from .._logic.args import DEFAULT_TTL
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, majority_status, split_views
-from .._redis.channel import ScriptRequest
+from .._redis.channel import ScriptRequest, Unwritten
 from .._redis.keys import PREFIX, RedisKeys, fair_keys, fence_match, redis_keys
 from .._redis.redlock import (
     DEFAULT_REPAIR_DELAY,
@@ -93,8 +94,7 @@ from .._scripts import (
     REDLOCK_RELEASE,
     STATUS,
 )
-from ._concurrency import Handle, given_up, in_background, sleep, then, wait_first
-from ._concurrency import start as start_call
+from ._concurrency import Handle, given_up, in_background, sleep, start, then, wait_first
 from ._connection import close_client
 from ._fanout import fan_out
 from ._multiplex import run_scripts
@@ -152,6 +152,8 @@ class AsyncRedlockBackend:
         self._reported: dict[int, str] = {}  # node -> the state its last node_out event told (`newly_out`)
         self._repairing: set[int] = set()
         self._healing = False
+        self._heal_now: Handle[tuple[bool, list[GateView | None]]] | None = None  # (`_shared_heal`)
+        self._heal_lock = threading.Lock()
         self._closed = False
         self._eviction_checked = False  # (once per client, after its first grant: `_check_eviction`)
         self.supports_fair = False  # a fair queue would need a quorum of its own: not offered on Redlock
@@ -186,6 +188,16 @@ class AsyncRedlockBackend:
             return NO_ANSWER
         script_keys = [keys.lock, keys.fence, keys.waiters, keys.wake]
         return node_code(await call_script(channel, REDLOCK_RELEASE, script_keys, [token, t], generation=generation))
+
+    async def _give_back_if_sent(self, handle: Handle[Any], i: int, keys: RedisKeys, token: str, t: int) -> int:
+        """`_release_on`, unless the round's request to node i (`handle`, finished) was never sent: a request
+        still waiting for a connection when its round ended is not sent (`run_scripts`), and holds nothing."""
+        try:
+            if isinstance(handle.result(), Unwritten):
+                return NO_ANSWER
+        except BaseException:  # (it failed or was cancelled: give back, as for a request that may have gone)
+            pass
+        return await self._release_on(i, keys, token, t)
 
     async def _check_eviction(self, i: int, name: str, key: str, generation: int) -> None:
         """Warn (an "evicting" event) if node `i` may evict held locks (`eviction_risk`). Begun before `aclose`
@@ -236,11 +248,12 @@ class AsyncRedlockBackend:
             self._learn(name, answers, t)
             counted = tally(answers, n, self._healing)
             if counted.heal is Heal.BACKGROUND:
-                in_background(partial(self._heal, timeout))
+                in_background(partial(self._shared_heal, timeout))
             # Give back each after its own request finished, matching t, so no later round's grant is touched.
             for i in counted.give_back:
-                then(handles[i], partial(self._release_on, i, keys, token, t))
-            healed, views = await self._heal(timeout) if counted.heal is Heal.NOW else (False, None)
+                if not isinstance(done.get(i), Unwritten):  # (one never sent holds nothing there)
+                    then(handles[i], partial(self._give_back_if_sent, handles[i], i, keys, token, t))
+            healed, views = await self._shared_heal(timeout) if counted.heal is Heal.NOW else (False, None)
             step = next_step(answers, counted, t, n, rounds=rounds, healed=healed, released=released,
                              timeout=timeout, ready_in=None if views is None else ready_in(views))
             if step.next is Next.UNAVAILABLE:
@@ -351,10 +364,10 @@ class AsyncRedlockBackend:
 
     async def _extend_many_on(self, j: int, leases: list[tuple[str, str, int, int]]) -> list[int] | None:
         codes: list[int] = []
-        for start in range(0, len(leases), BATCH):
+        for first in range(0, len(leases), BATCH):
             keys: list[str] = []
             args: list[Any] = []
-            for name, token, fence, ttl in leases[start:start + BATCH]:
+            for name, token, fence, ttl in leases[first:first + BATCH]:
                 k = redis_keys(name, self._prefix)
                 keys += [k.lock, k.fence]
                 args += [token, ttl, fence]
@@ -362,7 +375,7 @@ class AsyncRedlockBackend:
             try:
                 reply = await run_script(self._nodes[j], REDLOCK_EXTEND_MANY,
                                          [*keys, self._ttls, self._marker, self._incarnation], args,
-                                         name=leases[start][0], where=self._shown[j])
+                                         name=leases[first][0], where=self._shown[j])
             except BackendError:
                 return None
             codes += [node_code(code) for code in reply]  # (a node that does not count: no answer)
@@ -473,7 +486,7 @@ class AsyncRedlockBackend:
         next request); meanwhile each node's acquire reply says which server it is (`_who_answered`)."""
         if self._problem is None and not all(self._roles) and not self._identifying and not self._closed:
             self._identifying = self._contacted = True
-            self._identifying_now = start_call(partial(self._identify, look_timeout(timeout)))
+            self._identifying_now = start(partial(self._identify, look_timeout(timeout)))
 
     async def _who_answered(self, answers: list[Answer], done: dict[int, Any]) -> str | None:
         """Learn each node's server from its acquire reply (its run_id), and ask a node that refused as a
@@ -599,6 +612,17 @@ class AsyncRedlockBackend:
             return any(done.values()), views
         finally:
             self._healing = False
+
+    async def _shared_heal(self, timeout: float) -> tuple[bool, list[GateView | None] | None]:
+        """The heal an attempt called for: the one already running if there is one. Attempts that meet unready
+        nodes at the same time (many waiters of a new client) share it, so its requests and connections stay few.
+        A heal not done in time counts as one that healed nothing."""
+        with self._heal_lock:  # (threads look at once)
+            handle = self._heal_now
+            if handle is None or handle.done():
+                handle = self._heal_now = start(partial(self._heal, timeout))
+        done, _ = await wait_first({handle}, look_timeout(timeout) * 4)
+        return handle.result() if handle in done else (False, None)
 
     async def _mark_new(self, views: list[GateView | None], timeout: float) -> bool:
         """A new deployment (every node fresh): claim every node for it, then, if every claim held, mark all, with

@@ -10,6 +10,7 @@ import fnmatch
 import os
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -150,16 +151,42 @@ class AsyncZooKeeperBackend:
                 session.unanswered()
             error = BackendError(f"{what} failed on {self.shown}: {type(exc).__name__}: {exc}", name=name)
             if isinstance(exc, (ConnectionLoss, SessionExpiredError, TimeoutError)):
-                # Its session had (or now has) no connection: the fault may pass (`retry_after`).
-                fault = SessionFault(session)
+                # Its session had (or now has) no connection: the fault may pass (`retry_after`, `_reconnected`).
+                fault = SessionFault(session, dropped=isinstance(exc, ConnectionLoss))
                 fault.__cause__ = exc
                 raise error from fault
             raise error from exc
 
-    async def _children(self, session: ZKSession, directory: str, name: str | None) -> list[str]:
+    async def _reconnected(self, session: ZKSession, exc: BackendError) -> bool:
+        """Whether a request that failed with `exc` may go again now: its connection dropped under it while its
+        session lives on (a reset, a server that closed it, a member that went away), and kazoo connected the
+        session again within the URL's timeout. Only for requests that may be sent twice (reads, a release, an
+        extend: docs/decisions/2026-12-05-zookeeper-dropped-connections.md)."""
+        fault = exc.__cause__
+        if self._closed or not isinstance(fault, SessionFault) or not fault.dropped:
+            return False
+        return await wait_thread_event(session.live, self._timeout)
+
+    async def _again(self, session: ZKSession, send: Callable[[], Any], name: str | None, what: str) -> Any:
+        """Send a request that may be sent twice (`send()` makes it); if its connection dropped under it, send it
+        once more on the session's next connection (`_reconnected`)."""
         try:
-            children: list[str] = await self._call(session, session.client.get_children_async(directory), name,
-                                                     "listing")
+            return await self._call(session, send(), name, what)
+        except BackendError as exc:
+            if not await self._reconnected(session, exc):
+                raise
+        return await self._call(session, send(), name, what)
+
+    async def _children(self, session: ZKSession, directory: str, name: str | None, *,
+                        again: bool = False) -> list[str]:
+        """The children of `directory` ([] if it does not exist). `again`: sent once more after a dropped
+        connection (`_again`); an acquire's own tries do that within its wait instead."""
+        send = partial(session.client.get_children_async, directory)
+        try:
+            if again:
+                children: list[str] = await self._again(session, send, name, "listing")
+            else:
+                children = await self._call(session, send(), name, "listing")
         except NoNodeError:
             return []
         return children
@@ -225,12 +252,20 @@ class AsyncZooKeeperBackend:
         if key in self._sent:
             own = find_own(await self._children(session, directory, name), token)
             if own is not None:
-                czxid = await self._czxid(session, f"{directory}/{child_name(own)}", name)
-                if czxid is not None:
+                # The earlier create went through: rewrite its node with this attempt's TTL, so that the server's
+                # copy of the TTL (the node's write time) counts from this attempt too, as the lease's validity does.
+                try:
+                    stat = await self._call(session, session.client.set_async(f"{directory}/{child_name(own)}",
+                                                                              encode_lease(ttl_ms)), name, "create")
+                except NoNodeError:
+                    stat = None  # gone meanwhile (its session expired, or an operator deleted it): create anew
+                if stat is not None:
                     self._sent.discard(key)
-                    return Node(session, directory, own, czxid)
-        if not session.connected:
-            # A create now would wait in kazoo's queue and might reach the server after we gave up.
+                    return Node(session, directory, own, int(stat.czxid))
+        if not session.live.is_set() and not await wait_thread_event(session.live,
+                                                                     session.reconnect_wait(self._timeout)):
+            # Not connected again in time. A create now would wait in kazoo's queue and might reach the server
+            # after we gave up.
             raise BackendError(f"the session with {self.shown} is {session.state.value}: not queueing now",
                                name=name) from SessionFault(session)
         for _ in range(2):
@@ -322,6 +357,17 @@ class AsyncZooKeeperBackend:
                 await self._call(node.session, node.release_request(), name, "release")
             except NoNodeError:
                 pass
+            except BackendError as exc:
+                if not await self._reconnected(node.session, exc):
+                    raise
+                sent_before = True  # the one whose connection dropped may have been applied
+                try:  # sent again: conditional on our node, which only we delete
+                    await self._call(node.session, node.release_request(), name, "release")
+                except NoNodeError:
+                    pass
+                else:
+                    self._forget_held(key, node)
+                    return Released.RELEASED
             else:
                 self._forget_held(key, node)
                 return Released.RELEASED
@@ -329,12 +375,12 @@ class AsyncZooKeeperBackend:
             session = node.session
         else:
             session = await self._some_session(name)
-        children = await self._children(session, directory, name)
+        children = await self._children(session, directory, name, again=True)
         own = find_own(children, token)
         if own is not None:  # a node of ours we had lost track of (a create whose answer never came)
             try:
-                await self._call(session, session.client.delete_async(f"{directory}/{child_name(own)}"), name,
-                                 "release")
+                await self._again(session, partial(session.client.delete_async, f"{directory}/{child_name(own)}"),
+                                  name, "release")
             except NoNodeError:
                 pass
             return Released.RELEASED
@@ -396,9 +442,19 @@ class AsyncZooKeeperBackend:
                 stat = await self._call(node.session, request, name, "extend")
             except NoNodeError:
                 stat = None
-            except BackendError:
-                results[i] = renewal_answer(node.session.state, None)
-                continue
+            except BackendError as exc:
+                # Sent again on the session's next connection if this one dropped: it rewrites our node's data
+                # (its TTL), and its validity still counts from `sent_at`, before the first sending.
+                try:
+                    if not await self._reconnected(node.session, exc):
+                        raise
+                    stat = await self._call(node.session, node.session.client.set_async(node.path, node.data(ms)),
+                                            name, "extend")
+                except NoNodeError:
+                    stat = None
+                except BackendError:
+                    results[i] = renewal_answer(node.session.state, None)
+                    continue
             answer = renewal_answer(node.session.state, stat is not None and int(stat.czxid) == node.czxid)
             results[i] = self._renewed((name, token), node, answer, ms, sent_at)
         return results
@@ -468,7 +524,7 @@ class AsyncZooKeeperBackend:
         session = await self._some_session(name)
         directory = lock_path(self._root, name)
         for _ in range(3):
-            line = queue(await self._children(session, directory, name))
+            line = queue(await self._children(session, directory, name, again=True))
             if not line:
                 return LockStatus(name, False, await self._last_fence(session, directory, name), None, 0)
             found = await self._get(session, f"{directory}/{child_name(line[0])}", name)
@@ -482,7 +538,7 @@ class AsyncZooKeeperBackend:
 
     async def _get(self, session: ZKSession, path: str, name: str) -> tuple[bytes, Any] | None:
         try:
-            data, stat = await self._call(session, session.client.get_async(path), name, "reading a node")
+            data, stat = await self._again(session, partial(session.client.get_async, path), name, "reading a node")
         except NoNodeError:
             return None
         return data, stat
@@ -495,7 +551,7 @@ class AsyncZooKeeperBackend:
         """Every held lock whose name matches: the queues of `SCAN_BATCH` names are listed at once (kazoo pipelines
         the requests on the session's connection), then each non-empty one is read as `status` reads it."""
         session = await self._some_session(None)
-        names = sorted(decode_name(child) for child in await self._children(session, self._root, None))
+        names = sorted(decode_name(child) for child in await self._children(session, self._root, None, again=True))
         matching = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
         busy = []
         for start in range(0, len(matching), SCAN_BATCH):
@@ -506,6 +562,10 @@ class AsyncZooKeeperBackend:
                     children = await self._call(session, listing, name, "listing")
                 except NoNodeError:
                     continue
+                except BackendError as exc:  # its connection dropped: the rest of the batch is asked again
+                    if not await self._reconnected(session, exc):
+                        raise
+                    children = await self._children(session, lock_path(self._root, name), name, again=True)
                 if queue(children):
                     busy.append(name)
         found = []
@@ -521,7 +581,7 @@ class AsyncZooKeeperBackend:
         self._forked()
         session = await self._some_session(name)
         directory = lock_path(self._root, name)
-        line = queue(await self._children(session, directory, name))
+        line = queue(await self._children(session, directory, name, again=True))
         if not line:
             return LockStatus(name, False, await self._last_fence(session, directory, name), None, 0)
         head = Node(session, directory, line[0], 0)

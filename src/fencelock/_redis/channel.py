@@ -55,6 +55,18 @@ RESENT_RELEASES = frozenset({"release", "redlock_release"})
 `Resent`, so that "the key is gone" is read as "our first sending may have deleted it" (`Released.UNSURE`)."""
 
 
+MAINTENANCE = frozenset({"extend", "extend_many", "release", "redlock_extend", "redlock_extend_many",
+                         "redlock_release"})
+"""Scripts that keep or end a lease already held: when a server's connections are all busy (`MAX_OPEN`), they get
+the next free one before any acquire, wait or read, so that no crowd of acquires makes a held lease miss its
+renewal."""
+
+
+def maintains(lua: Any) -> bool:
+    """Whether a request with this script renews or releases a held lease (`MAINTENANCE`)."""
+    return lua.name in MAINTENANCE
+
+
 class Resent(int):
     """The reply of a release's second sending (see `RESENT_RELEASES`)."""
 

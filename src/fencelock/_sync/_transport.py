@@ -4,6 +4,8 @@ for both front ends; what a connection does differently under each is in `_conne
 
 from __future__ import annotations
 
+import random
+import threading
 from collections import deque
 from typing import Any
 
@@ -20,6 +22,7 @@ from .._redis.channel import (
     Unwritten,
     encode,
     end,
+    maintains,
     may_resend,
     orphaned,
     outcome,
@@ -29,8 +32,44 @@ from .._redis.channel import (
     turn,
 )
 from ._admin import client_id, kill
-from ._concurrency import Handle, given_up, now, wait_first
+from ._concurrency import Handle, Signal, given_up, now, sleep, wait_first
 from ._connection import Connections, connected, discard, drop, idle_closed, read, write
+
+MAX_OPEN = 64
+"""Connections one server's `Channel` keeps open for requests that do not block there (a waiter's BLPOP is apart):
+more requests at once wait their turn for one (`Channel.place`), so that no number of callers exhausts the
+server's connections or the client's file descriptors."""
+
+MAX_BLOCKING = 256
+"""Waits (BLPOP) one server's `Channel` lets block there at once, each on a connection of its own (the waiters of
+one name share one: `waiting.py`). A wait beyond it waits here instead, a jittered `CROWDED_PAUSE` at most, and
+then asks once without blocking: waiters on many names cost no more connections than the server and the client's
+file descriptors allow, at the price of a later hand-off for those."""
+
+CROWDED_PAUSE = (0.5, 1.5)
+"""The range a wait beyond `MAX_BLOCKING` sleeps in, seconds (never past its own wait)."""
+
+GAVE_UP: Any = object()
+"""`Channel.place`'s answer to a request whose caller stopped waiting for it before a connection was free."""
+
+RECHECK = 1.0
+"""Seconds a request waiting for a connection sleeps before it looks whether one is free after all."""
+
+
+class _Queued:
+    """A request waiting for a connection (`Channel.place`): what it was handed, an idle connection or room for a
+    new one (None), once `served`; `gone` if it stopped waiting first."""
+
+    __slots__ = ("abandoned", "conn", "gone", "served", "signal")
+
+    def __init__(self, abandoned: Handle[None] | None) -> None:
+        self.signal = Signal()
+        self.conn: Any = None
+        self.served = self.gone = False
+        self.abandoned = abandoned  # set: its caller no longer waits for it (`run_scripts`)
+
+    def given_up(self) -> bool:
+        return self.abandoned is not None and self.abandoned.done()
 
 
 class Channel(Connections):
@@ -41,7 +80,16 @@ class Channel(Connections):
     def __init__(self, client: Any) -> None:
         super().__init__(client)
         self._blocking: set[Any] = set()  # connections carrying a request that waits (BLPOP) first
+        self.waits = 0  # waits (BLPOP first) on their way or blocking here (`MAX_BLOCKING`)
+        # Requests waiting for a connection (`place`), oldest first: a lease's renewals and releases, the others.
+        self._queues: tuple[deque[_Queued], deque[_Queued]] = (deque(), deque())
+        self._reserved = 0  # connections a request was given room to make, not yet made
+        self._queue_lock = threading.Lock()  # (never held across an await)
         self.interrupted = False
+
+    def _let_go(self) -> None:
+        super()._let_go()
+        self._queues, self._reserved, self.waits = (deque(), deque()), 0, 0
 
     def interrupt(self) -> None:
         """End every blocking wait (BLPOP) in flight here now (its client is closing): its connection is closed
@@ -68,16 +116,106 @@ class Channel(Connections):
             discard(conn)
         return None
 
+    def place(self, generation: int, fresh: bool, maintenance: bool,
+                    abandoned: Handle[None] | None = None) -> Any:
+        """An idle connection for a request, or None: it makes a new one (`connect`). While `MAX_OPEN` are open
+        for requests that do not block, it waits its turn: renewals and releases (`maintenance`) before the others,
+        each oldest first. `fresh`: it needs a new connection (an idle one it was given is closed). A request
+        whose caller gave up on it (`abandoned`) while it waited gets `GAVE_UP`, and is not sent."""
+        conn, queued = self._look(generation, maintenance, abandoned)
+        if queued is not None:
+            try:
+                while not queued.signal.wait(RECHECK):
+                    if queued.given_up():
+                        break
+                    self._serve()  # (a connection freed in a way that served nobody: never wait for ever)
+            except BaseException:
+                self._withdraw(queued)
+                raise
+            if queued.given_up():
+                self._withdraw(queued)
+                return GAVE_UP
+            conn = queued.conn
+        if conn is not None and fresh:
+            with self._queue_lock:
+                self._reserved += 1  # the room it leaves is this request's own
+            self._open.discard(conn)
+            drop(conn)
+            conn = None
+        return conn
+
+    def _room(self) -> bool:
+        return len(self._open) + self._reserved - len(self._blocking) < MAX_OPEN
+
+    def _look(self, generation: int, maintenance: bool,
+              abandoned: Handle[None] | None) -> tuple[Any, _Queued | None]:
+        """An idle connection or room for a new one now, if no request of its kind or a more urgent one waits
+        (None, None: room); else its place in the queue."""
+        urgent, others = self._queues
+        with self._queue_lock:
+            if not urgent and (maintenance or not others):
+                conn = self.take(generation)
+                if conn is not None or generation != self.generation:
+                    return conn, None
+                if self._room():
+                    self._reserved += 1
+                    return None, None
+            queued = _Queued(abandoned)
+            (urgent if maintenance else others).append(queued)
+            return None, queued
+
+    def _serve(self) -> None:
+        """Hand the waiting requests, most urgent and oldest first, an idle connection each, or room for a new one."""
+        served: list[_Queued] = []
+        with self._queue_lock:
+            for queue in self._queues:
+                while queue:
+                    queued = queue[0]
+                    if queued.gone or queued.given_up():
+                        queue.popleft()
+                        served.append(queued)  # (woken to see it: it goes without a connection)
+                        continue
+                    conn = self.take(self.generation)
+                    if conn is None:
+                        if not self._room():
+                            break
+                        self._reserved += 1
+                    queue.popleft()
+                    queued.conn, queued.served = conn, True
+                    served.append(queued)
+                if queue:
+                    break  # (the requests behind these wait too)
+        for queued in served:
+            queued.signal.set()
+
+    def _withdraw(self, queued: _Queued) -> None:
+        """A waiting request stopped waiting (cancelled): what it was handed goes to the next one."""
+        with self._queue_lock:
+            if queued.gone:
+                return
+            queued.gone = True
+            if not queued.served:
+                return
+            if queued.conn is not None:
+                self._idle.append(queued.conn)
+            else:
+                self._reserved -= 1
+        self._serve()
+
     def give_back(self, conn: Any) -> None:
-        """Idle again, if its reply was read and it is still connected and current; otherwise closed and dropped."""
+        """Idle again, if its reply was read and it is still connected and current; otherwise closed and dropped.
+        Either way a request waiting for a connection may go now."""
         if conn in self._open and connected(conn):
             self._idle.append(conn)
         else:
             self._open.discard(conn)
             drop(conn)
+        self._serve()
 
     def connect(self, generation: int) -> Any:
         """A new connection: TCP connect and the client's handshake (refused to a request begun before close)."""
+        with self._queue_lock:
+            self._reserved = max(0, self._reserved - 1)  # (the room `place` gave it)
         if generation != self.generation:
             raise RedisConnectionError("the client was closed")
         conn = self._class(**self._kwargs)
@@ -90,6 +228,7 @@ class Channel(Connections):
         except BaseException:
             self._open.discard(conn)
             drop(conn)
+            self._serve()
             raise
         return conn
 
@@ -102,10 +241,36 @@ class Channel(Connections):
         old, self._open, self._idle = self._open, set(), deque()
         for conn in list(old):
             drop(conn)
+        with self._queue_lock:
+            waiting, self._queues, self._reserved = self._queues, (deque(), deque()), 0
+        for queued in (*waiting[0], *waiting[1]):  # each goes on to `connect`, which refuses it: the client is closed
+            queued.served = True
+            queued.signal.set()
         self._stop()
 
 
 def _call_script(request: ScriptRequest, cache: Packed, generation: int,
+                       before: tuple[Handle[Any], float] | None,
+                       abandoned: Handle[None] | None = None, fresh: bool = False) -> Any:
+    """`_send_script`, for a wait (BLPOP first) only while fewer than `MAX_BLOCKING` block on its server: beyond
+    that, it waits here instead (`CROWDED_PAUSE`), then asks without blocking."""
+    channel = request.channel
+    if request.wake is None:
+        return _send_script(request, cache, generation, before, abandoned, fresh)
+    with channel._queue_lock:
+        crowded = channel.waits >= MAX_BLOCKING
+        channel.waits += 0 if crowded else 1
+    if crowded:
+        sleep(min(request.wake[1], random.uniform(*CROWDED_PAUSE)))
+        return _send_script(request._replace(wake=None), cache, generation, before, abandoned, fresh)
+    try:
+        return _send_script(request, cache, generation, before, abandoned, fresh)
+    finally:
+        with channel._queue_lock:
+            channel.waits -= 1
+
+
+def _send_script(request: ScriptRequest, cache: Packed, generation: int,
                        before: tuple[Handle[Any], float] | None,
                        abandoned: Handle[None] | None = None, fresh: bool = False) -> Any:
     """One request on its server's channel (after `before`, the caller's previous one there); a request that
@@ -129,13 +294,15 @@ def _call_script(request: ScriptRequest, cache: Packed, generation: int,
         fresh = True  # (once the old connection is ended, no resend follows: `fresh` sends once)
     if request.wake is not None and channel.interrupted:
         return Unwritten(f"not sent to {channel.where}: its client is closing")
-    conn = None if fresh else channel.take(generation)
+    conn = channel.place(generation, fresh, maintains(request.lua), abandoned)
+    if conn is GAVE_UP:
+        return Unwritten(f"not sent to {channel.where}: its round ended before a connection was free")
     if conn is None:
         try:
             conn = channel.connect(generation)
         except Exception as exc:
             if reconnect(exc, fresh):  # closed by the server while we connected: the request was never sent
-                return _call_script(request, cache, generation, None, fresh=True)
+                return _send_script(request, cache, generation, None, fresh=True)
             return exc
     if step.action is KILL:
         try:
@@ -165,7 +332,7 @@ def _call_script(request: ScriptRequest, cache: Packed, generation: int,
         if not isinstance(exc, Exception):
             raise
         if not fresh and may_resend(request.lua, exc) and not getattr(conn, "fencelock_interrupted", False):
-            return _call_script(request.again(), cache, generation, None, fresh=True)
+            return _send_script(request.again(), cache, generation, None, fresh=True)
         return exc
     channel.give_back(conn)
     return reply

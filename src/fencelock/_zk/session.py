@@ -13,7 +13,7 @@ from typing import Any
 
 from .._errors import MissingExtra
 from .._logic.timing import lease_clock
-from .rules import Session, child_name, encode_number, handshake_limit, may_return, queue
+from .rules import Session, child_name, encode_number, handshake_limit, may_return, queue, reconnect_wait
 from .url import ZooKeeperTarget
 
 try:
@@ -35,11 +35,14 @@ _STATES = {KazooState.CONNECTED: Session.CONNECTED, KazooState.SUSPENDED: Sessio
 class SessionFault(Exception):
     """A request failed, or was not sent, because its session had no connection (suspended, or expired and being
     replaced): the cause of the `BackendError` raised for it, itself caused by kazoo's error if there was one.
-    `session` says how long the fault is worth waiting out (`ZKSession.may_return`)."""
+    `session` says how long the fault is worth waiting out (`ZKSession.may_return`); `dropped`: the request's
+    connection dropped under it (kazoo's ConnectionLoss) while its session may live on, so a request that may be
+    sent twice can go again once the session is connected again (`ZKSession.live`)."""
 
-    def __init__(self, session: ZKSession) -> None:
+    def __init__(self, session: ZKSession, *, dropped: bool = False) -> None:
         super().__init__(f"the session is {session.state.value}")
         self.session = session
+        self.dropped = dropped
 
 
 def nothing() -> None:
@@ -63,6 +66,7 @@ class ZKSession:
         self.session_id: int | None = None  # the server's id (its nodes' ephemeralOwner), from the last handshake
         self.state = Session.LOST
         self.down_since: float | None = None  # lease_clock() when its connection last dropped (None: up)
+        self.silent = False  # its last connection was dropped by us: a request got no answer (`unanswered`)
         self.ready = threading.Event()  # set once a connection has negotiated its timeout
         self.abandoned: set[tuple[str, str]] = set()  # (lock path, token): nodes to delete when we can
         # Each member gets its share of the URL's timeout to connect and answer (`handshake_limit`).
@@ -85,6 +89,7 @@ class ZKSession:
         self.state = _STATES.get(state, Session.SUSPENDED)
         if self.state is Session.CONNECTED:
             self.down_since = None
+            self.silent = False
             for directory, token in list(self.abandoned):
                 self._sweep(directory, token)
         elif self.down_since is None and self.ready.is_set():
@@ -94,14 +99,27 @@ class ZKSession:
     def connected(self) -> bool:
         return self.state is Session.CONNECTED and self.ready.is_set()
 
+    @property
+    def live(self) -> threading.Event:
+        """Set while kazoo has a connection for this session (kazoo's own `_live` flag). kazoo clears it before it
+        fails the requests of a connection that dropped, and sets it before its state listeners (`state`) hear of
+        a new one, so a request that failed with the drop can wait on it, and then be sent on the new connection."""
+        live: threading.Event = self.client._live
+        return live
+
     def may_return(self) -> bool:
         """Whether a fault on this session is worth waiting out (`fencelock._zk.rules.may_return`)."""
         return may_return(self.connected, self.down_since, lease_clock(), self.negotiated_ms or 0)
+
+    def reconnect_wait(self, timeout: float) -> float:
+        """Seconds an attempt may wait for this session's connection to come back (`rules.reconnect_wait`)."""
+        return reconnect_wait(timeout, self.down_since, lease_clock(), self.negotiated_ms or 0, silent=self.silent)
 
     def unanswered(self) -> None:
         """A request got no answer within the URL's timeout: drop the connection, so that kazoo moves the session
         to another member (`drop_connection`). While kazoo is already reconnecting, there is nothing to drop."""
         if self.state is Session.CONNECTED:
+            self.silent = True
             drop_connection(self.client)
 
     # -- deleting nodes, now or after a reconnect ---------------------------------------------------------

@@ -18,6 +18,9 @@ server closed the idle connection just as the request came (FIN, not run); `PAUS
 the request for ``delay`` seconds (``on_pause``/``on_resume``, e.g. SIGSTOP/SIGCONT of the real server, else the
 proxy holds the request back). `close_idle()` closes every connection that has no request in flight, as a
 server's idle timeout or a load balancer does.
+
+Another protocol's framing (`fencelock.testing.framing`: ZooKeeper's) reads its requests and replies instead:
+``FaultProxy(host, port, framing=ZOOKEEPER)``.
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ from typing import Any
 
 from .. import _scripts
 from ._threaded import ThreadedServer
+from .framing import Framing
 
-__all__ = ["CLOSE", "KINDS", "LATE", "LOSE", "PAUSE", "RESET_AFTER", "RESET_BEFORE", "FaultProxy", "Request",
-           "Rule", "script_names"]
+__all__ = ["CLOSE", "KINDS", "LATE", "LOSE", "PAUSE", "RESET_AFTER", "RESET_BEFORE", "RESP", "FaultProxy",
+           "Request", "Rule", "script_names"]
 
 LOSE = "lose"
 LATE = "late"
@@ -125,16 +129,19 @@ _AGGREGATES = {ord("*"): 1, ord("~"): 1, ord(">"): 1, ord("%"): 2, ord("|"): 2}
 _BULK = {ord("$"), ord("!"), ord("=")}
 
 
-async def _frames(reader: asyncio.StreamReader) -> AsyncGenerator[tuple[bytes, Any], None]:
-    """Each whole RESP frame that arrives on `reader`: its bytes and its parsed value, until the end of file."""
+async def _frames(reader: asyncio.StreamReader, framing: Framing) -> AsyncGenerator[tuple[int, bytes, Any], None]:
+    """Each whole frame that arrives on `reader`: its number (from 0), its bytes and its parsed value, until the
+    end of file."""
     buf = bytearray()
+    index = 0
     while data := await reader.read(65536):
         buf += data
-        while (found := parse_frame(buf)) is not None:
+        while (found := framing.split(buf)) is not None:
             end, value = found
             raw = bytes(buf[:end])
             del buf[:end]
-            yield raw, value
+            yield index, raw, value
+            index += 1
 
 
 def parse_frame(buf: bytes | bytearray, pos: int = 0) -> tuple[int, Any] | None:
@@ -170,6 +177,34 @@ def parse_frame(buf: bytes | bytearray, pos: int = 0) -> tuple[int, Any] | None:
     return after, bytes(buf[pos:line_end]).split()  # an inline command
 
 
+class RespFraming(Framing):
+    """Redis's RESP: script calls named by their script, other commands by their name; MOVED/ASK redirections
+    point at the proxy in front of their server (`FaultProxy.redirects`)."""
+
+    name = "resp"
+
+    def split(self, buf: bytes | bytearray) -> tuple[int, Any] | None:
+        return parse_frame(buf)
+
+    def request(self, index: int, raw: bytes, value: Any) -> tuple[str, tuple[bytes, ...]]:
+        args = [bytes(a) for a in value] if isinstance(value, list) else [bytes(value or b"")]
+        return request_name(args), tuple(args)
+
+    def rewrite(self, raw: bytes, redirects: dict[int, int]) -> bytes:
+        """``-MOVED <slot> <host>:<port>``: the port of the proxy in front of that server, if there is one."""
+        if not raw.startswith((b"-MOVED ", b"-ASK ")):
+            return raw
+        head, _, address = raw.rstrip(b"\r\n").rpartition(b" ")
+        host, _, port = address.rpartition(b":")
+        mapped = redirects.get(int(port)) if port.isdigit() else None
+        if mapped is None:
+            return raw
+        return head + b" " + host + b":" + str(mapped).encode() + b"\r\n"
+
+
+RESP = RespFraming()
+
+
 # -- the proxy --------------------------------------------------------------------------------------------------
 
 @dataclass(eq=False)
@@ -195,12 +230,14 @@ class _Link:
 
 class FaultProxy(ThreadedServer):
     """Forward connections from ``host:port`` (a free loopback port) to ``target_host:target_port``, reading the
-    RESP requests and replies that pass, and applying the armed `Rule`s. Every request is logged in `requests`."""
+    requests and replies that pass (`framing`: RESP, or one of `fencelock.testing.framing`), and applying the armed
+    `Rule`s. Every request is logged in `requests`."""
 
-    def __init__(self, target_host: str, target_port: int, *, name: str = "faults") -> None:
+    def __init__(self, target_host: str, target_port: int, *, name: str = "faults", framing: Framing = RESP) -> None:
         super().__init__(name)
         self.target_host = target_host
         self.target_port = target_port
+        self.framing = framing
         self.requests: list[Request] = []
         self.connections = 0
         #: server port -> the port of the proxy in front of it: a Cluster's MOVED/ASK redirections are rewritten
@@ -326,10 +363,10 @@ class FaultProxy(ThreadedServer):
             self._end(link, reset=True)
 
     async def _read_requests(self, link: _Link, reader: asyncio.StreamReader) -> None:
-        async with contextlib.aclosing(_frames(reader)) as frames:
-            async for raw, value in frames:
-                args = [bytes(a) for a in value] if isinstance(value, list) else [bytes(value or b"")]
-                request = Request(link.number, request_name(args), tuple(args), time.monotonic())
+        async with contextlib.aclosing(_frames(reader, self.framing)) as frames:
+            async for index, raw, value in frames:
+                request_name, args = self.framing.request(index, raw, value)
+                request = Request(link.number, request_name, args, time.monotonic())
                 rule = self._choose(request)
                 if rule is not None and rule.on_hit is not None:
                     rule.on_hit(request)
@@ -383,10 +420,13 @@ class FaultProxy(ThreadedServer):
         return due
 
     async def _read_replies(self, link: _Link, reader: asyncio.StreamReader) -> None:
-        async with contextlib.aclosing(_frames(reader)) as frames:
-            async for raw, _ in frames:
-                if raw.startswith((b"-MOVED ", b"-ASK ")):
-                    raw = self._redirect(raw)
+        async with contextlib.aclosing(_frames(reader, self.framing)) as frames:
+            async for index, raw, value in frames:
+                raw = self.framing.rewrite(raw, self.redirects)
+                if not self.framing.is_reply(index, raw, value):  # the server's own message: it answers nothing
+                    link.last_down = max(time.monotonic(), link.last_down)
+                    link.to_client.put_nowait((link.last_down, raw, None))
+                    continue
                 rule = link.pending.popleft().rule if link.pending else None
                 kind = None if rule is None else rule.kind
                 due = max(time.monotonic(), link.last_down)
@@ -405,15 +445,6 @@ class FaultProxy(ThreadedServer):
                     due += rule.delay
                 link.last_down = due
                 link.to_client.put_nowait((due, raw, rule))
-
-    def _redirect(self, raw: bytes) -> bytes:
-        """``-MOVED <slot> <host>:<port>``: the port of the proxy in front of that server, if there is one."""
-        head, _, address = raw.rstrip(b"\r\n").rpartition(b" ")
-        host, _, port = address.rpartition(b":")
-        mapped = self.redirects.get(int(port)) if port.isdigit() else None
-        if mapped is None:
-            return raw
-        return head + b" " + host + b":" + str(mapped).encode() + b"\r\n"
 
     async def _forward(self, link: _Link, queue: asyncio.Queue[tuple[float, bytes, Rule | None]],
                        writer: asyncio.StreamWriter) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 from .._errors import LockError
 from .._redis.keys import redis_keys
 
-__all__ = ["Claim", "History", "LeaseRecord", "Op", "Sample", "Watcher", "check"]
+__all__ = ["Claim", "History", "LeaseRecord", "Op", "Sample", "Watcher", "ZooKeeperReader", "check"]
 
 _READ = "local v = redis.call('GET', KEYS[1]) return {v or false, redis.call('PTTL', KEYS[1])}"
 
@@ -75,7 +75,8 @@ class Sample:
 
 class Watcher:
     """Sample the lock key of every watched name on every node of `raws` (plain redis-py clients, straight to the
-    servers) every `interval` seconds, until `stop()`."""
+    servers, or readers of another backend with a ``read_lock(name) -> (token or None, ms left or -2)`` method,
+    such as `ZooKeeperReader`) every `interval` seconds, until `stop()`."""
 
     def __init__(self, raws: list[Any], *, interval: float = 0.01) -> None:
         self._raws = raws
@@ -99,12 +100,12 @@ class Watcher:
         pttls: list[int | None] = []
         for raw in self._raws:
             try:
-                value, pttl = raw.eval(_READ, 1, key)
+                value, pttl = raw.read_lock(name) if hasattr(raw, "read_lock") else raw.eval(_READ, 1, key)
             except Exception:  # a paused or cut node: no answer from it this time
                 tokens.append(None)
                 pttls.append(None)
                 continue
-            tokens.append(None if not value else bytes(value).decode())
+            tokens.append(None if not value else value if isinstance(value, str) else bytes(value).decode())
             pttls.append(int(pttl))
         found = Sample(name, start, time.monotonic(), tuple(tokens), tuple(pttls))
         with self._guard:
@@ -133,6 +134,42 @@ class Watcher:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ZooKeeperReader:
+    """A `Watcher`'s reader of ZooKeeper locks, straight to the server (its own kazoo client): the holder is the
+    head of the name's queue, and what the server keeps for it is its TTL from the node's last write (what
+    `status` shows). Each read gives up after `timeout` seconds (a paused server: no answer this time)."""
+
+    def __init__(self, hosts: str, chroot: str, prefix: str = "fencelock", *, timeout: float = 0.2) -> None:
+        from kazoo.client import KazooClient
+
+        from .._zk.rules import encode_name, root_path
+        self._root = root_path(chroot, encode_name(prefix))
+        self._timeout = timeout
+        self._client = KazooClient(hosts=hosts, timeout=10.0)
+        self._client.start(timeout=10)
+
+    def read_lock(self, name: str) -> tuple[str | None, int]:
+        from kazoo.exceptions import NoNodeError
+
+        from .._zk.rules import child_name, decode_lease, lock_path, queue
+        directory = lock_path(self._root, name)
+        try:
+            line = queue(self._client.get_children_async(directory).get(timeout=self._timeout))
+            if not line:
+                return None, -2
+            data, stat = self._client.get_async(f"{directory}/{child_name(line[0])}").get(timeout=self._timeout)
+        except NoNodeError:
+            return None, -2
+        ttl = decode_lease(data)[0]
+        if ttl is None:
+            return line[0].token, -1
+        return line[0].token, max(0, int(stat.mtime + ttl - time.time() * 1000.0))
+
+    def close(self) -> None:
+        self._client.stop()
+        self._client.close()
 
 
 @dataclass(eq=False)
