@@ -349,3 +349,21 @@ def test_a_server_error_is_reported_as_such_and_not_waited_out(name: str) -> Non
         for node in five.nodes[2:]:
             node.client().config_set("maxmemory", "0")
         five.close()
+
+
+def test_an_extend_refused_by_servers_names_their_error(name: str) -> None:
+    """On three of five nodes a key fencelock writes has been overwritten with another type while a lease is held:
+    its extend cannot reach a quorum, and the error names what those servers answered (WRONGTYPE), not only how
+    many nodes it reached."""
+    five = RedisNodes(5).start()
+    try:
+        initialise_redlock(five.urls)
+        with fencelock.connect(five.urls) as locks:
+            lease = locks.acquire(name, ttl=5.0, wait=0)
+            for node in five.nodes[2:]:
+                node.client().set("fencelock:redlock:ttls", "not a sorted set")
+            with pytest.raises(fencelock.QuorumUnavailable) as caught:
+                lease.extend()
+            assert f"{five.urls[2]}: server error: WRONGTYPE" in str(caught.value), str(caught.value)
+    finally:
+        five.close()

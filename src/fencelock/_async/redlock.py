@@ -313,7 +313,8 @@ class AsyncRedlockBackend:
         outcome = release_outcome(results, self._n)
         if outcome is None:
             raise QuorumUnavailable(f"the release reached {self._n - results.count(NO_ANSWER)} of {self._n} nodes: "
-                                    "whether a majority held the lease is unknown; release again", name=name)
+                                    f"whether a majority held the lease is unknown; release again"
+                                    f"{self._server_errors(done)}", name=name)
         return outcome
 
     async def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
@@ -331,7 +332,8 @@ class AsyncRedlockBackend:
             return True
         if extended is None:
             raise QuorumUnavailable(f"the extend reached {self._n - results.count(NO_ANSWER)} of {self._n} nodes: "
-                                    "whether a majority extended the lease is unknown", name=name)
+                                    f"whether a majority extended the lease is unknown{self._server_errors(done)}",
+                                    name=name)
         # Lost: a minority still holds keys of ours, which only get in others' way. Give them back.
         for i, handle in enumerate(handles):
             then(handle, partial(self._release_on, i, keys, token, fence))
@@ -514,6 +516,11 @@ class AsyncRedlockBackend:
             self._contacted = self._identifying = True
             await self._identify(look_timeout(timeout))
         self._check_independent(name, timeout)
+
+    def _server_errors(self, done: dict[int, Any]) -> str:
+        """The nodes that answered with an error of their own (`server_error`), for a message: they are not down."""
+        found = [(i, server_error(reply)) for i, reply in sorted(done.items())]
+        return "".join(f"; {self._shown[i]}: server error: {error}" for i, error in found if error is not None)
 
     @staticmethod
     def _failed(reply: Any) -> bool:
