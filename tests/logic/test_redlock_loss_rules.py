@@ -7,6 +7,15 @@ from __future__ import annotations
 import random
 
 import pytest
+from redis.exceptions import (
+    BusyLoadingError,
+    MasterDownError,
+    NoPermissionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from fencelock._logic.status import LockStatus, NodeView, majority_status, split_views
 from fencelock._redis.keys import fence_match, glob_escape, scan_match
@@ -40,9 +49,9 @@ from fencelock._redis.redlock import (
 DAY = 86_400.0
 
 
-def _marked() -> NodeModel:
+def _marked(durable: bool = False) -> NodeModel:
     node = NodeModel(ready=False, inc_run=None)
-    node.gate(0.0, 10.0, 2.0, "n0", us=5_000_000)
+    node.gate(0.0, 10.0, 2.0, "n0", durable=durable, us=5_000_000)
     node.ready = True  # (as a fresh mark leaves it)
     return node
 
@@ -70,11 +79,56 @@ def test_a_marked_data_set_of_an_earlier_server_process_does_not_count_until_the
 
 
 def test_a_durable_server_keeps_its_data_set_across_a_restart() -> None:
-    node = _marked()
+    node = _marked(durable=True)
     node.restart()
     assert node.gate(1.0, 10.0, 2.0, "n1", durable=True).gate is Gate.READY
     assert node.counts
     assert node.nonce == "n0"
+
+
+def test_a_restart_is_taken_over_only_if_the_writer_was_durable_too() -> None:
+    """A writer without fsync always may have lost its last grants, however durable the process after it is."""
+    node = _marked(durable=False)
+    node.restart()
+    view = node.gate(1.0, 10.0, 2.0, "n1", durable=True)
+    assert (view.gate, view.nonce) == (Gate.QUARANTINED, "n1")
+    assert node.inc_durable is True  # (the new incarnation's writer is durable: its own restart is taken over)
+
+
+def test_a_replica_promoted_in_place_of_a_durable_writer_is_quarantined() -> None:
+    """Its copy came by asynchronous replication: it may lack the writer's last grants."""
+    node = _marked(durable=True)
+    copy = node.snapshot()
+    node.acquire("n", "a", 1, 5.0, 0.0)        # acknowledged by the master, not replicated yet
+    node.restore(copy)
+    node.promote()
+    assert node.gate(1.0, 10.0, 2.0, "n1", durable=None).gate is Gate.RESTARTED
+    view = node.gate(1.0, 10.0, 2.0, "n1", durable=True)
+    assert (view.gate, view.nonce) == (Gate.QUARANTINED, "n1")
+    node.restart()                             # the promoted replica's own durable restart is taken over
+    assert node.gate(2.0, 10.0, 2.0, "n2", durable=True).nonce == "n1"
+
+
+def test_a_nodes_clock_set_back_neither_stretches_nor_shortens_its_quarantine() -> None:
+    """Set back behind the first look, the node cannot tell how long was waited: the whole quarantine again from
+    then, which is never less than what was left, and never more than the quarantine (not a day)."""
+    node = _marked()
+    node.restart()
+    node.gate(1000.0, 10.0, 2.0, "n1", durable=False)           # quarantined from t=1000 until 1010
+    assert node.gate(1004.0, 10.0, 2.0, "n1").left == 6.0
+    view = node.gate(1004.0 - 86_400.0, 10.0, 2.0, "n1")      # the clock jumps back a day
+    assert (view.gate, view.left) == (Gate.QUARANTINED, 10.0)
+    assert node.gate(1004.0 - 86_400.0 + 9.0, 10.0, 2.0, "n1").left == 1.0
+    assert node.gate(1004.0 - 86_400.0 + 10.0, 10.0, 2.0, "n1").gate is Gate.REPAIRABLE
+
+
+def test_a_look_that_writes_asks_the_durability_of_a_writer_not_recorded_yet() -> None:
+    node = NodeModel(ready=True, nonce="n0", inc_run=0)   # (an older version's incarnation: none recorded)
+    assert node.gate(0.0, 10.0, 2.0, "n1", durable=None).gate is Gate.RESTARTED
+    assert node.gate(0.0, 10.0, 2.0, "n1", peek=True, durable=None).gate is Gate.READY  # a peek does not ask
+    assert node.gate(0.0, 10.0, 2.0, "n1", durable=True).gate is Gate.READY
+    assert node.inc_durable is True
+    assert node.gate(0.0, 10.0, 2.0, "n1", durable=None).gate is Gate.READY            # asked once
 
 
 def test_durable_only_with_aof_and_fsync_always_read_from_that_very_process() -> None:
@@ -255,3 +309,16 @@ def test_a_rolling_restart_is_indistinguishable_from_a_new_deployment_and_still_
     views = [node.gate(DAY, 10.0, 2.0, f"{i}.1", us=2_000_000) for i, node in enumerate(nodes)]
     assert all(view.gate is Gate.FRESH for view in views)
     assert deployment_floor(views) > fence
+
+
+def test_a_server_error_is_told_apart_from_a_node_that_is_down_or_not_ready() -> None:
+    """A server that refuses the request (OOM, WRONGTYPE, NOPERM) answered: its error is kept for the message;
+    no answer, a network fault, a replica or a server not ready yet say nothing of the kind."""
+    assert node_answer(OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")).error.startswith(
+        "OOM command not allowed")
+    assert node_answer(ResponseError("WRONGTYPE Operation against a key")).error.startswith("WRONGTYPE")
+    assert node_answer(NoPermissionError("this user has no permissions")).error.startswith("NOPERM")
+    for quiet in (BusyLoadingError("Redis is loading"), RedisConnectionError("refused"), ReadOnlyError("replica"),
+                  MasterDownError("link down"), ResponseError("NOREADY not ready"), ResponseError("BUSY script")):
+        assert node_answer(quiet).error == "", quiet
+    assert node_answer(None).slow

@@ -6,6 +6,7 @@ together; a node's state is told once per change, and one that only missed the n
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from fencelock._redis.redlock import deployment_id
 from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import RedisNodes, RedisServer
 from fencelock.testing.timing import slack
+from tests.conftest import initialise_redlock
 
 from ._support import _holds
 from .test_redlock_losses import _restart_empty
@@ -289,3 +291,79 @@ def test_a_node_that_only_missed_the_node_timeout_is_slow_not_unreachable(name: 
         proxy.close()
         for server in (a, b, c):
             server.close()
+
+
+def test_an_acquire_cancelled_while_nodes_are_stopped_tells_no_node_out(name: str) -> None:
+    """Three of five nodes stopped: a cancelled asyncio acquire's round still runs to its end in the background (its
+    undo follows it), and found no quorum there. That is not news about the nodes (the caller gave up, and what it
+    had not sent was never sent): no `node_out` event. An acquire that is not cancelled still tells it."""
+    five = RedisNodes(5).start()
+    told: list[fencelock.LockEvent] = []
+    unsubscribe = fencelock.subscribe(told.append)
+    try:
+        initialise_redlock(five.urls)
+        for node in five.nodes[2:]:
+            node.pause()
+
+        async def main() -> None:
+            async with fencelock.aio.connect(five.urls, node_timeout=0.3) as locks:
+                task = asyncio.ensure_future(locks.acquire(name, ttl=5.0, wait=0))
+                await asyncio.sleep(0.1)  # the round is on the wire
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                await asyncio.sleep(0.6)  # its round ended by now (the node timeout), in the background
+                assert [e for e in told if e.kind == "node_out"] == []
+                with pytest.raises(fencelock.QuorumUnavailable):
+                    await locks.acquire(name + ":other", ttl=5.0, wait=0)
+                assert {e.name for e in told if e.kind == "node_out"} == {name + ":other"}
+
+        asyncio.run(main())
+    finally:
+        unsubscribe()
+        for node in five.nodes[2:]:
+            node.resume()
+        five.close()
+
+
+def test_a_server_error_is_reported_as_such_and_not_waited_out(name: str) -> None:
+    """Three of five nodes refuse every write (OOM: maxmemory reached). They answer: they are not "unreachable",
+    and waiting will not make them grant. The error names the server's answer and comes at once, not after the
+    whole wait (it used to say "unreachable" and retry for the wait's 3 s)."""
+    five = RedisNodes(5).start()
+    try:
+        initialise_redlock(five.urls)
+        for node in five.nodes[2:]:
+            node.client().config_set("maxmemory", "1")
+        with fencelock.connect(five.urls) as locks:
+            started = time.monotonic()
+            with pytest.raises(fencelock.QuorumUnavailable) as caught:
+                locks.acquire(name, ttl=5.0, wait=3.0)
+            assert time.monotonic() - started < slack(1.0)
+            text = str(caught.value)
+            assert f"{five.urls[2]}: server error: OOM" in text, text
+            assert "unreachable" not in text, text
+            assert [state.state for state in caught.value.nodes] == ["ready", "ready", "error", "error", "error"]
+            assert caught.value.retry_in is None
+    finally:
+        for node in five.nodes[2:]:
+            node.client().config_set("maxmemory", "0")
+        five.close()
+
+
+def test_an_extend_refused_by_servers_names_their_error(name: str) -> None:
+    """On three of five nodes a key fencelock writes has been overwritten with another type while a lease is held:
+    its extend cannot reach a quorum, and the error names what those servers answered (WRONGTYPE), not only how
+    many nodes it reached."""
+    five = RedisNodes(5).start()
+    try:
+        initialise_redlock(five.urls)
+        with fencelock.connect(five.urls) as locks:
+            lease = locks.acquire(name, ttl=5.0, wait=0)
+            for node in five.nodes[2:]:
+                node.client().set("fencelock:redlock:ttls", "not a sorted set")
+            with pytest.raises(fencelock.QuorumUnavailable) as caught:
+                lease.extend()
+            assert f"{five.urls[2]}: server error: WRONGTYPE" in str(caught.value), str(caught.value)
+    finally:
+        five.close()

@@ -13,7 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 import fencelock
+from fencelock._redis.keys import redis_keys
 from fencelock._redis.redlock import default_node_timeout
+from fencelock.testing.faults import LATE, FaultProxy, Rule
 from fencelock.testing.proxy import Proxy
 from fencelock.testing.servers import RedisNodes, RedisServer
 from fencelock.testing.timing import slack
@@ -238,39 +240,90 @@ def test_closing_a_client_while_give_backs_are_pending_leaves_no_connection_open
     assert open_ == [0] * 5  # (the asking client itself aside)
 
 
+def _runs(proxy: FaultProxy, since: float) -> list[str]:
+    """The acquires and releases a node received since `since`, a NOSCRIPT's EVAL after its EVALSHA as one."""
+    sent = [n for n in proxy.names(since) if n in ("redlock_acquire", "redlock_release")]
+    return [n for k, n in enumerate(sent) if k == 0 or sent[k - 1] != n]
+
+
+def _until_runs_start(proxies: list[FaultProxy], since: float, prefix: list[str], timeout: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(_runs(p, since)[:len(prefix)] != prefix for p in proxies) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("front", ["sync", "asyncio"])
 def test_a_quorum_granted_after_the_ttl_ran_out_is_given_back_and_tried_again_not_called_busy(
         five: RedisNodes, name: str, front: str) -> None:
     """Three nodes' grants come back after the TTL: nobody held the lock, so wait=0 gives the grant back on every
-    node and proposes once more, and gets it (before, this raised NotAcquired "held by another holder")."""
-    from fencelock.testing.faults import LATE, FaultProxy, Rule
+    node and proposes once more, and gets it (before, this raised NotAcquired "held by another holder").
 
+    The give-back returns at a quorum: on a late node whose reply was not read yet it follows that reply, so
+    the client stays open until every late node got it (closed before, it never goes: see the next test)."""
     proxies = [FaultProxy("127.0.0.1", node.port, name=f"faults-{i}").start() for i, node in enumerate(five.nodes)]
     try:
         rules = [p.arm(Rule(LATE, "redlock_acquire", delay=0.25)) for p in proxies[:3]]
         urls = [f"redis://127.0.0.1:{p.port}/0?socket_timeout=2" for p in proxies]
         since = time.monotonic()
+        given_back = ["redlock_acquire", "redlock_release"]
         lease: fencelock.Lease | fencelock.aio.Lease
         if front == "sync":
             with fencelock.connect(urls, node_timeout=1.0) as locks:
                 lease = locks.acquire(name, ttl=0.2, wait=0)
+                _until_runs_start(proxies[:3], since, given_back)
         else:
             async def main() -> fencelock.aio.Lease:
                 async with fencelock.aio.connect(urls, node_timeout=1.0) as locks:
-                    return await locks.acquire(name, ttl=0.2, wait=0)
+                    got = await locks.acquire(name, ttl=0.2, wait=0)
+                    await asyncio.to_thread(_until_runs_start, proxies[:3], since, given_back)
+                    return got
 
             lease = asyncio.run(main())
         assert all(rule.hit.is_set() for rule in rules)
         tried_again = 0
         for proxy in proxies[:3]:
-            sent = [n for n in proxy.names(since) if n in ("redlock_acquire", "redlock_release")]
-            runs = [n for k, n in enumerate(sent) if k == 0 or sent[k - 1] != n]  # (a NOSCRIPT's EVAL: one run)
-            assert runs[:2] == ["redlock_acquire", "redlock_release"], runs  # the late grant, given back
-            tried_again += runs[:3] == ["redlock_acquire", "redlock_release", "redlock_acquire"]
+            runs = _runs(proxy, since)
+            assert runs[:2] == given_back, runs  # the late grant, given back
+            tried_again += runs[:3] == [*given_back, "redlock_acquire"]
         # The second attempt returns at its quorum: with the two nodes not faulted, one of these is enough.
         assert tried_again >= 1
-        # Independent clients: a quorum of nodes holds the second round's grant, with the lease's token.
-        assert sum(_holds(node, name, lease.token) for node in five.nodes) >= 3
+        # A quorum of nodes granted the second round's proposal, the lease's fence (their hwm: it has no TTL).
+        fence = redis_keys(name).fence
+        assert sum(int(node.client().get(fence) or 0) == lease.fence for node in five.nodes) >= 3
+    finally:
+        for proxy in proxies:
+            proxy.close()
+
+
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_a_give_back_still_behind_a_late_reply_when_the_client_closes_is_never_sent_and_the_key_expires(
+        five: RedisNodes, name: str, front: str) -> None:
+    """Node 2's late grant is still unread when the lease is granted (nodes 0 and 1 answered late too, so the
+    first round was given back, at a quorum without node 2) and the client is closed at once. Its give-back and
+    the second round's acquire wait behind that reply: close() cancels them, so they never reach node 2, not
+    even once its reply came, and node 2's key of the first round frees by its TTL."""
+    late = 1.0  # node 2's reply comes this long after its request: well after close()
+    proxies = [FaultProxy("127.0.0.1", node.port, name=f"faults-{i}").start() for i, node in enumerate(five.nodes)]
+    try:
+        for i, delay in ((0, 0.25), (1, 0.25), (2, late)):
+            proxies[i].arm(Rule(LATE, "redlock_acquire", delay=delay))
+        urls = [f"redis://127.0.0.1:{p.port}/0?socket_timeout=2" for p in proxies]
+        since = time.monotonic()
+        lease: fencelock.Lease | fencelock.aio.Lease
+        if front == "sync":
+            with fencelock.connect(urls, node_timeout=2.0) as locks:
+                lease = locks.acquire(name, ttl=0.2, wait=0)
+        else:
+            async def main() -> fencelock.aio.Lease:
+                async with fencelock.aio.connect(urls, node_timeout=2.0) as locks:
+                    return await locks.acquire(name, ttl=0.2, wait=0)
+
+            lease = asyncio.run(main())
+        assert time.monotonic() - since < late  # (closed before node 2's reply came)
+        assert lease.fence > 0
+        time.sleep(max(0.0, since + late - time.monotonic()) + 0.3)  # node 2's reply is delivered meanwhile
+        assert _runs(proxies[2], since) == ["redlock_acquire"]  # nothing followed it, before close or after
+        assert lock_value(five.nodes[2].client(), name) is None  # the first round's key expired (ttl 0.2 s)
     finally:
         for proxy in proxies:
             proxy.close()

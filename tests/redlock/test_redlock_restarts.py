@@ -20,7 +20,7 @@ import pytest
 import fencelock
 from fencelock._redis.keys import redis_keys
 from fencelock.testing.proxy import Proxy
-from fencelock.testing.servers import RedisNodes, RedisServer
+from fencelock.testing.servers import RedisNodes, RedisPrimaryReplica, RedisServer
 from tests.conftest import IN_CI, initialise_redlock
 
 from . import _support
@@ -167,6 +167,42 @@ def test_a_clock_jump_on_one_node_lets_leases_overlap_but_fences_still_order_the
     links.close()
 
 
+def test_a_restarted_nodes_clock_set_back_by_an_hour_keeps_it_out_for_its_quarantine_not_an_hour(
+        one_node_with_a_clock_to_jump: tuple[RedisNodes, Path], name: str) -> None:
+    """Node 2 restarts empty and is quarantined for 1.5 s; then its clock is set back an hour. The quarantine's end
+    is on its clock: it used to be an hour away. Now the whole quarantine runs again from the jump (never less
+    than what was left), and the node is repaired and counts after it."""
+    nodes, stamp = one_node_with_a_clock_to_jump
+    node = nodes.nodes[2]
+    node.kill()
+    node.restart()
+    with fencelock.connect(nodes.urls, repair_delay=1.5) as locks:
+        locks.acquire(name, ttl=1.0, wait=0).release()  # granted by the others; the look starts the quarantine
+        deadline = time.monotonic() + 3.0
+        while not node.client().exists("fencelock:redlock:incarnation") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stamp.write_text("-3600s")
+        time.sleep(0.1)
+        left = locks.nodes().nodes[2].quarantine_left
+        assert left is not None
+        assert 1.0 < left <= 1.5, left  # (a look that writes nothing: the same bound)
+        locks.acquire(name, ttl=1.0, wait=0).release()  # a look that writes: the quarantine from now
+        jumped = time.monotonic()
+        left = locks.nodes().nodes[2].quarantine_left
+        assert left is not None
+        assert 1.0 < left <= 1.5, left
+        deadline = jumped + 1.5 + 5.0
+        while time.monotonic() < deadline:
+            lease = locks.acquire(name, ttl=1.0, wait=1.0)
+            counted = _holds(node, name, lease.token)
+            lease.release()
+            if counted:
+                break
+            time.sleep(0.1)
+        assert counted, locks.nodes()
+        assert time.monotonic() - jumped >= 1.4  # (not at once: the whole quarantine was waited)
+
+
 # -- a restart without its data ---------------------------------------------------------------------------------
 
 def _restart_empty(node: RedisServer) -> None:
@@ -228,3 +264,82 @@ def test_with_repair_the_restarted_node_waits_then_learns_the_fences_it_lost(lin
     assert _hwm(nodes[2], name) >= a.fence
     b.release()
     careful.close()
+
+
+# -- the writer's durability, and a replica promoted in a node's place ------------------------------------------
+
+def test_a_restart_is_taken_over_only_when_the_process_that_wrote_the_data_set_was_durable(name: str) -> None:
+    """Node 2 ran AOF with fsync every second (its last grants may be lost by a crash) and comes back with fsync
+    always: it is quarantined, however durable the new process is. Node 3 ran fsync always throughout: kept."""
+    nodes = RedisNodes(5)
+    nodes.nodes[2] = RedisServer(durable=True, extra_args=["--appendfsync", "everysec"], name="redlock-everysec")
+    nodes.nodes[3] = RedisServer(durable=True, name="redlock-always")
+    nodes.start()
+    try:
+        initialise_redlock(nodes.urls)  # (each node's writer's durability is recorded at that first look)
+        with fencelock.connect(nodes.urls) as locks:
+            locks.acquire(name, ttl=1.0, wait=0).release()
+            nodes.nodes[2].extra_args = ("--appendfsync", "always")
+            for i in (2, 3):
+                nodes.nodes[i].kill()
+                nodes.nodes[i].restart()
+            states = [node.state for node in locks.nodes().nodes]
+            assert states == ["ready", "ready", "quarantined", "ready", "ready"], states
+            locks.acquire(name, ttl=1.0, wait=0).release()  # (granted by 0, 1 and 4; it takes node 3 over)
+            deadline = time.monotonic() + 3.0
+            while True:
+                lease = locks.acquire(name, ttl=1.0, wait=0)
+                if _holds(nodes.nodes[3], name, lease.token) or time.monotonic() > deadline:
+                    break
+                lease.release()
+            assert _holds(nodes.nodes[3], name, lease.token)
+            assert not _holds(nodes.nodes[2], name, lease.token)  # (it answers "not ready")
+            lease.release()
+            assert [node.state for node in locks.nodes().nodes][2] == "quarantined"
+    finally:
+        nodes.close()
+
+
+@pytest.fixture
+def promotable() -> Iterator[tuple[RedisNodes, RedisPrimaryReplica, _Links]]:
+    """Five nodes, each behind a proxy; node 2 is a durable primary with a durable replica, which `fail_over`
+    promotes in its place (the proxy is pointed at it, as a virtual IP or Sentinel's clients would be)."""
+    pair = RedisPrimaryReplica()
+    pair.primary.durable = pair.replica.durable = True
+    nodes = RedisNodes(5)
+    pair.start()
+    nodes.nodes[2].close()
+    nodes.nodes[2] = pair.primary
+    nodes.start()
+    links = _Links(nodes.nodes)
+    try:
+        initialise_redlock(links.urls())
+        yield nodes, pair, links
+    finally:
+        links.close()
+        pair.close()
+        nodes.close()
+
+
+def test_a_replica_promoted_in_a_durable_nodes_place_does_not_count_until_its_quarantine_is_over(
+        promotable: tuple[RedisNodes, RedisPrimaryReplica, _Links], name: str) -> None:
+    """A replica may lack the primary's last grants (replication is asynchronous), however durable both are: it
+    is quarantined like a node that lost data, and a lease's key that it holds as a copy says nothing to the
+    lease's extend until the gate judged it (before, it counted at once: a durable restart, taken over)."""
+    _, pair, links = promotable
+    with fencelock.connect(links.urls(socket_timeout=0.5)) as locks:
+        lease = locks.acquire(name, ttl=5.0, wait=0)
+        pair.wait_in_sync()  # the replica has the lease's key, the marker and the incarnation
+        pair.fail_over()
+        links.proxies[2].target_port = pair.replica.port
+        # Nodes 0 and 1 hold the lease; the replica's copy of it does not count: no quorum either way.
+        with links.cut_off(3, 4), pytest.raises(fencelock.QuorumUnavailable):
+            lease.extend()
+        states = [node.state for node in locks.nodes().nodes]
+        assert states == ["ready", "ready", "quarantined", "ready", "ready"], states
+        lease.extend()  # (nodes 3 and 4 are back)
+        other = fencelock.connect(links.urls())
+        with pytest.raises(fencelock.NotAcquired):
+            other.acquire(name, ttl=5.0, wait=0)
+        other.close()
+        lease.release()

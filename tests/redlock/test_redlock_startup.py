@@ -486,7 +486,7 @@ def test_fencelock_nodes_shows_each_node_and_the_verdict_and_looking_starts_no_q
     assert shown.returncode == 0, shown.stderr
     assert "hunter2" not in shown.stdout + shown.stderr
     lines = shown.stdout.splitlines()
-    assert lines[0].split() == ["NODE", "STATE", "READY", "REPAIRABLE", "IN"]
+    assert lines[0].split() == ["NODE", "STATE", "READY", "REPAIRABLE", "IN", "COUNTS"]
     states = [line.split()[1] for line in lines[1:6]]
     assert states[:3] == ["ready"] * 3
     assert states[4] == "unreachable"  # (node 3, given a password it does not need, may or may not answer)

@@ -12,10 +12,10 @@ from .show import out, paint, seconds
 
 
 def nodes_table(report: NodesReport) -> str:
-    """One line per node (NODE, STATE, READY, REPAIRABLE IN), then the verdict."""
-    header = ["NODE", "STATE", "READY", "REPAIRABLE IN"]
+    """One line per node (NODE, STATE, READY, REPAIRABLE IN, COUNTS), then the verdict."""
+    header = ["NODE", "STATE", "READY", "REPAIRABLE IN", "COUNTS"]
     rows = [[n.node, n.state, "yes" if n.ready else "no",
-             "now" if n.repairable else seconds(n.quarantine_left)] for n in report.nodes]
+             "now" if n.repairable else seconds(n.quarantine_left), n.eta or "-"] for n in report.nodes]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:

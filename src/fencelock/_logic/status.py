@@ -27,7 +27,7 @@ class LockStatus:
 class NodeView:
     """One server's answer to `status.lua` / `force_release.lua`, decoded (no token: only its digest)."""
 
-    pttl: int        # ms left on the holder's key; -2 free; -1 a key without a TTL
+    pttl: int        # ms left on the holder's key; -2 free; -1 a key without a TTL; -3 (Redlock) not ready
     fence: int       # the counter (Redlock: the node's hwm); -1 never locked here
     queued: int
     holder: str      # SHA-1 of the holder's token, '' when free
@@ -42,7 +42,16 @@ class NodeView:
 
     @property
     def held(self) -> bool:
-        return self.pttl != -2
+        return self.pttl not in (-2, UNREADY)
+
+    @property
+    def unready(self) -> bool:
+        """A Redlock node that does not count (it lost its data, or restarted): neither free nor held."""
+        return self.pttl == UNREADY
+
+
+UNREADY = -3
+"""`NodeView.pttl` of a Redlock node that does not count (see `NodeView.unready`)."""
 
 
 def single_status(name: str, view: NodeView, *, has_queue: bool = True) -> LockStatus:
@@ -61,10 +70,11 @@ def majority_status(name: str, views: list[NodeView | None], n: int) -> LockStat
     Its remaining time is how long a quorum still holds it: the quorum-th longest of their TTLs. Free only when no
     holder, seen or not, could have a quorum even with every silent node on its side (a quorum that answered
     free is one such case): the highest hwm any node has, an upper bound on the last fence granted. None
-    otherwise: a node that did not answer could complete a holder's quorum.
+    otherwise: a node that did not answer could complete a holder's quorum. A node that is not ready (it lost
+    its data, or restarted) counts as one that did not answer: its "free" may be a holder's lost key.
     """
     q = n // 2 + 1
-    answered = [view for view in views if view is not None]
+    answered = [view for view in views if view is not None and not view.unready]
     by_holder: dict[str, list[NodeView]] = {}
     for view in answered:
         if view.held:
@@ -90,6 +100,8 @@ def split_views(shown: list[str], views: list[NodeView | None]) -> str:
     for where, view in zip(shown, views, strict=True):
         if view is None:
             parts.append(f"{where}: no answer")
+        elif view.unready:
+            parts.append(f"{where}: not ready (it lost its data or restarted: cannot tell)")
         elif not view.held:
             parts.append(f"{where}: free")
         else:

@@ -22,6 +22,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from redis.exceptions import (
+    AuthenticationError,
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    NoPermissionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
+
 from .._logic.outcomes import Released
 from .._logic.timing import backoff
 from .channel import Resent
@@ -56,6 +68,9 @@ def quorum(n: int) -> int:
 
 NO_ANSWER = -2
 """A node's release or extend that got no answer (its scripts answer 1, 0 or -1)."""
+UNCOUNTED = -3
+"""An extend's answer from a node that does not count (not marked, or its data set is an earlier server process's
+and the gate has not judged it): neither yes nor no, as no answer."""
 UNSURE = 2
 """A node's release whose second sending found the key gone or another's: its first sending may have deleted it."""
 
@@ -65,6 +80,8 @@ def node_code(reply: Any) -> int:
     if reply is None or isinstance(reply, Exception):
         return NO_ANSWER
     code = int(reply)
+    if code == UNCOUNTED:
+        return NO_ANSWER
     return UNSURE if code != 1 and isinstance(reply, Resent) else code
 
 
@@ -146,6 +163,7 @@ class Answer:
     pttl: float | None = None     # HELD: seconds until the holder's key expires there
     floor: int = 0                # refused: the node's floor (every hwm there is at least this)
     slow: bool = False            # FAILED: no answer within the node timeout (not an error)
+    error: str = ""               # FAILED: the server's own error (OOM, WRONGTYPE, NOPERM...; `server_error`)
     run: str = ""                 # the server process that answered (INFO run_id)
 
 
@@ -169,11 +187,37 @@ _FAILED = Answer(Reply.FAILED)
 _SLOW = Answer(Reply.FAILED, slow=True)
 
 
+NOT_READY = ("LOADING", "MASTERDOWN", "NOREADY", "BUSY", "TRYAGAIN", "CLUSTERDOWN")
+"""Error codes of a server that is up but not ready for a while: like a node that does not answer."""
+
+
+def server_error(reply: Any) -> str | None:
+    """The error a server answered with, when it refuses the request itself (OOM, WRONGTYPE, NOPERM, an AUTH or
+    ACL problem...): a fault to report as such, not a node that is down. None for anything else: no answer, a
+    network fault, a replica (READONLY: `not_independent`), a server not ready yet (`NOT_READY`)."""
+    if isinstance(reply, (BusyLoadingError, MasterDownError, TryAgainError, ClusterDownError, ReadOnlyError)):
+        return None
+    if not isinstance(reply, (ResponseError, AuthenticationError)):
+        return None
+    text = str(reply) or type(reply).__name__
+    if text.split(" ", 1)[0] in NOT_READY:
+        return None
+    # (redis-py strips the code of the errors it has a class for: put it back, the operator searches for it)
+    for kind, code in ((OutOfMemoryError, "OOM"), (NoPermissionError, "NOPERM")):
+        if isinstance(reply, kind) and not text.startswith(code):
+            return f"{code} {text}"
+    return text
+
+
 def node_answer(reply: Any) -> Answer:
-    """A node's acquire reply as an Answer: no reply in time (slow), or an error, is a failure."""
+    """A node's acquire reply as an Answer: no reply in time (slow), or an error, is a failure; a server's own
+    error keeps its text (`server_error`)."""
     if reply is None:
         return _SLOW
-    return _FAILED if isinstance(reply, Exception) else decode(reply)
+    if isinstance(reply, Exception):
+        error = server_error(reply)
+        return _FAILED if error is None else Answer(Reply.FAILED, error=error)
+    return decode(reply)
 
 
 class Outcome(enum.Enum):

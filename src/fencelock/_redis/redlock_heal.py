@@ -260,15 +260,45 @@ class NodeState:
     quarantined_until: float | None  # ... as a Unix time, by this machine's clock
     repairable: bool
     floor: int = 0
+    error: str | None = None         # state "error": what the server answered (it refuses, it is not down)
+    delay: float | None = None       # a quarantine not started yet: how long it will last (the asking client's)
 
     def as_dict(self) -> dict[str, object]:
         return {"node": self.node, "reachable": self.reachable, "ready": self.ready, "state": self.state,
                 "quarantine_left": self.quarantine_left, "quarantined_until": self.quarantined_until,
-                "repairable": self.repairable, "floor": self.floor}
+                "repairable": self.repairable, "floor": self.floor, "error": self.error,
+                "counts_in": self.counts_in, "eta": self.eta}
+
+    @property
+    def counts_in(self) -> float | None:
+        """Seconds until a node that is not trusted (after a loss or a restart) counts again at the latest, if a
+        client acquires then (0: now, or at the next acquire); None: not known (unreachable, an error)."""
+        if self.ready or self.repairable:
+            return 0.0
+        if self.state in ("fresh", "quarantined"):
+            return self.quarantine_left if self.quarantine_left is not None else self.delay
+        return None
+
+    @property
+    def eta(self) -> str:
+        """`counts_in` as an operator reads it: "counts again in 4.2 s"."""
+        if self.ready:
+            return "counts now"
+        if self.repairable:
+            return "counts again at the next acquire (repairable now)"
+        if self.state in ("fresh", "quarantined"):
+            if self.quarantine_left is not None:
+                return f"counts again in {self.quarantine_left:.1f} s"
+            if self.delay is not None:
+                return f"counts again {self.delay:.1f} s after the next acquire (its quarantine starts then)"
+            return "counts again after its quarantine, which starts at the next acquire"
+        return ""
 
     def describe(self) -> str:
         if self.state == "unreachable":
             return f"{self.node}: unreachable"
+        if self.state == "error":
+            return f"{self.node}: server error: {self.error}"
         if self.state == "slow":
             return f"{self.node}: slow (no answer within the node timeout)"
         if self.quarantine_left is not None and self.quarantined_until is not None:
@@ -279,8 +309,10 @@ class NodeState:
         return f"{self.node}: {self.state}"
 
 
-def node_states(shown: Sequence[str], views: Sequence[GateView | None], now: float) -> list[NodeState]:
-    """The operator's records from one look (`now`: this machine's Unix time)."""
+def node_states(shown: Sequence[str], views: Sequence[GateView | None], now: float,
+                delay: float | None = None) -> list[NodeState]:
+    """The operator's records from one look (`now`: this machine's Unix time; `delay`: the asking client's
+    repair delay, what a quarantine not started yet will last at least)."""
     states = []
     for where, view in zip(shown, views, strict=True):
         if view is None or view.gate is Gate.UNKNOWN:
@@ -289,7 +321,7 @@ def node_states(shown: Sequence[str], views: Sequence[GateView | None], now: flo
         left = view.left if view.gate in (Gate.FRESH, Gate.QUARANTINED) else None
         states.append(NodeState(where, True, view.gate is Gate.READY, view.gate.value,
                                 left, None if left is None else now + left, view.gate is Gate.REPAIRABLE,
-                                view.floor))
+                                view.floor, delay=delay if left is None else None))
     return states
 
 
@@ -324,6 +356,10 @@ def verdict(states: Sequence[NodeState], n: int) -> Verdict:
     reachable = [s for s in states if s.reachable]
     if ready >= q:
         return Verdict(True, ready, q, 0.0, f"available: {ready} of {n} nodes ready, {q} needed")
+    errors = sum(s.state == "error" for s in states)
+    if errors:
+        return Verdict(False, ready, q, None, f"unavailable: {ready} of {n} nodes ready, {q} needed; {errors} "
+                                              f"answered with a server error (not a node that is down: fix it)")
     if len(reachable) < q:
         return Verdict(False, ready, q, None, f"unavailable: only {len(reachable)} of {n} nodes reachable, "
                                               f"{q} needed; start or reach the others")
@@ -344,13 +380,16 @@ def attempt_states(shown: Sequence[str], answers: Sequence[Answer], views: Seque
     """Every node's record for an attempt's error: from the look at the gates, or without one (`views` None)
     from the attempt's answers. A node that answered the look but not the attempt is unreachable."""
     if views is None:
-        return [NodeState(where, a.reply is not Reply.FAILED, a.reply not in (Reply.FAILED, Reply.UNREADY),
-                          ("slow" if a.slow else "unreachable") if a.reply is Reply.FAILED
-                          else "not ready" if a.reply is Reply.UNREADY else "ready",
-                          None, None, False) for where, a in zip(shown, answers, strict=True)]
-    states = node_states(shown, views, now)
+        states = [NodeState(where, a.reply is not Reply.FAILED, a.reply not in (Reply.FAILED, Reply.UNREADY),
+                            ("slow" if a.slow else "unreachable") if a.reply is Reply.FAILED
+                            else "not ready" if a.reply is Reply.UNREADY else "ready",
+                            None, None, False) for where, a in zip(shown, answers, strict=True)]
+    else:
+        states = node_states(shown, views, now)
     for i, answer in enumerate(answers):
-        if answer.reply is Reply.FAILED and states[i].reachable:
+        if answer.error:  # it answered, refusing: a server error, whatever the look said
+            states[i] = NodeState(shown[i], True, False, "error", None, None, False, error=answer.error)
+        elif views is not None and answer.reply is Reply.FAILED and states[i].reachable:
             # It answered the look: one that missed only the attempt's node timeout is slow, not unreachable.
             states[i] = NodeState(shown[i], answer.slow, False, "slow" if answer.slow else "unreachable", None,
                                   None, False)

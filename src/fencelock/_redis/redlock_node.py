@@ -20,7 +20,9 @@ class NodeModel:
 
     Times are seconds on the node's clock; `clock_us` turns them into the microseconds a floor is taken from.
     `run` is the server process (INFO run_id), which changes at every start; `inc_run` is the process the data
-    set belongs to (the incarnation's `run`); `durable` says whether the server runs AOF with fsync always.
+    set belongs to (the incarnation's `run`, its writer); `durable` says whether the server runs AOF with fsync
+    always; `inc_durable` whether the writer did, as recorded in the incarnation (None: not asked yet);
+    `replid2` the run of the master this process replicated before it was promoted (None: never a replica).
     """
 
     ready: bool = True
@@ -37,11 +39,14 @@ class NodeModel:
     run: int = 0                 # the server process now running (not data: a restart changes it)
     inc_run: int | None = 0      # the process the data set belongs to (None: no incarnation)
     durable: bool = False        # the server keeps every acknowledged write across a restart (not data)
+    inc_durable: bool | None = None  # ... and so did the data set's writer, as recorded (None: not asked yet)
+    replid2: int | None = None   # promoted replica: the run of the master it replicated (not data)
     ttls: dict[float, float] = field(default_factory=dict)  # lease TTL -> when the last one granted here expires
 
     DATA = ("ready", "hwm", "locks", "floor", "nonce", "born", "born_us", "until", "fresh", "legacy", "claim",
-            "inc_run", "ttls")
-    """The fields a snapshot holds: everything but the process (`run`) and its configuration (`durable`)."""
+            "inc_run", "inc_durable", "ttls")
+    """The fields a snapshot holds: everything but the process (`run`, `replid2`) and its configuration
+    (`durable`)."""
 
     @property
     def counts(self) -> bool:
@@ -98,11 +103,20 @@ class NodeModel:
         self.fresh = self.legacy = False
         self.claim = None
         self.inc_run = None
+        self.inc_durable = None
         self.ttls = {}
 
     def restart(self) -> None:
         """The server process restarts (its data as its persistence kept it: see `lose_data` and `restore`)."""
         self.run += 1
+        self.replid2 = None
+
+    def promote(self) -> None:
+        """A replica of this server's process, with the data set as replication left it (`restore` a snapshot
+        first), is promoted in its place: another process, whose second replication id is the old one's."""
+        old = self.run
+        self.run += 1
+        self.replid2 = old
 
     def snapshot(self) -> dict[str, object]:
         """The data set as a snapshot (an RDB file) holds it now."""
@@ -119,33 +133,46 @@ class NodeModel:
         """`redlock_gate.lua`: the first look at a data set starts its fresh window and its quarantine; a data set
         of an earlier process is taken over if the server is `durable` (as this process said), else treated as one
         that lost data (`durable` None: not asked yet, so RESTARTED, nothing written). `us`: the node's clock in
-        µs now; a fresh view's floor is the first look's, + 1 ms (`deployment_floor`)."""
+        µs now; a fresh view's floor is the first look's, + 1 ms (`deployment_floor`).
+
+        The take-over needs a durable writer too (`inc_durable`), and a process that is not a replica of the
+        writer promoted in its place (`replid2`): replication is asynchronous. A look that writes asks the
+        process's durability (RESTARTED, `durable` None) whenever the data set's writer's is not recorded."""
         if (self.ready or self.nonce is not None) and self.inc_run != self.run:
             if durable is None:
                 return GateView(Gate.RESTARTED, self.nonce or "")
-            if durable:
+            if durable and self.inc_durable and self.replid2 != self.inc_run:
                 if not peek:
-                    self.inc_run = self.run
+                    self.inc_run, self.inc_durable = self.run, True
             else:
                 if peek:
                     return GateView(Gate.QUARANTINED, "", None)
                 self.ready, self.floor, self.claim = False, 0, None
                 self.nonce, self.born, self.until, self.fresh, self.inc_run = nonce, now, now + delay, False, self.run
-                self.born_us = us
+                self.born_us, self.inc_durable = us, bool(durable)
                 return GateView(Gate.QUARANTINED, nonce, delay)
+        elif not peek and self.inc_durable is None:
+            if durable is None:
+                return GateView(Gate.RESTARTED, self.nonce or "")
+            if self.nonce is not None:
+                self.inc_durable = bool(durable)
         if self.ready:
             return GateView(Gate.READY, self.nonce or "", 0.0, self.floor)
         if self.nonce is not None:
             seen, born, until, fresh = self.nonce, self.born, self.until, self.fresh
             if born + delay > until and not peek:
                 until = self.until = born + delay
+            if now < born:  # the node's clock was set back: the whole quarantine again from now, no longer
+                until, born = now + (until - born), now
+                if not peek:
+                    self.born, self.until = born, until
         else:
             fresh = not self.legacy
             if peek:
                 return GateView(Gate.FRESH if fresh else Gate.QUARANTINED, "", None)
             seen, born, until = nonce, now, now + delay
             self.nonce, self.born, self.until, self.fresh, self.inc_run = nonce, born, until, fresh, self.run
-            self.born_us = us
+            self.born_us, self.inc_durable = us, bool(durable)
         if fresh and now < born + window:
             return GateView(Gate.FRESH, seen, max(until - now, 0.0), self.born_us + 1000)
         if now < until:
@@ -185,7 +212,9 @@ class NodeModel:
         if mode == "raise":
             return 1
         self.floor = max(floor, clock_us) if clock else floor
-        self.ready, self.inc_run = True, self.run
+        if not current:  # (plain: another process's data set, now this one's; its durability not known)
+            self.inc_run, self.inc_durable = self.run, None
+        self.ready = True
         return 1
 
     def fences(self) -> tuple[int, dict[str, int]] | None:

@@ -10,12 +10,22 @@
 -- KEYS[7]  wake prefix    fencelock:{name}:wake:      (a fair waiter BLPOPs this prefix + its token; the same hash
 --                                                      tag. Redlock, which has no fair queue, leaves it out)
 -- ARGV[1]  entry ttl      milliseconds the fair head's wake-up lives (as release.lua's ARGV[3])
+-- ARGV[2]  'redlock'      (Redlock only) KEYS[7] is then the marker key fencelock:redlock:node and KEYS[8] the
+--                         incarnation fencelock:redlock:incarnation (see redlock_acquire.lua)
 --
--- returns  {pttl, fence, queued, holder}: what was removed, as status.lua reports it (pttl -2: nothing was held)
+-- returns  {pttl, fence, queued, holder}: what was removed, as status.lua reports it (pttl -2: nothing was held);
+--          pttl -3 (Redlock): the node does not count (it lost its data, or its server restarted since it was
+--          marked), so what it held says nothing; its key is removed all the same
 --
 -- Like release.lua, the wake-ups are pushed here, in the same step as the delete: the fair queue's head is woken
 -- on its own list, so it never waits for its block to time out.
 if redis.replicate_commands then redis.replicate_commands() end -- Redis 6: TIME before writes
+local redlock = ARGV[2] == 'redlock'
+local uncounted = false
+if redlock then
+  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  uncounted = not redis.call('GET', KEYS[7]) or redis.call('HGET', KEYS[8], 'run') ~= run
+end
 local pttl = redis.call('PTTL', KEYS[1])
 local fence = tonumber(redis.call('GET', KEYS[2]) or '-1')
 local clock = redis.call('TIME')
@@ -32,9 +42,12 @@ if pttl ~= -2 then
     redis.call('PEXPIRE', KEYS[4], waiting)
   end
   local head = redis.call('LINDEX', KEYS[5], 0)
-  if head and KEYS[7] then
+  if head and KEYS[7] and not redlock then
     redis.call('RPUSH', KEYS[7] .. head, math.max(fence, 0))
     redis.call('PEXPIRE', KEYS[7] .. head, ARGV[1])
   end
+end
+if uncounted then
+  return {-3, fence, queued, ''}
 end
 return {pttl, fence, queued, holder}

@@ -78,5 +78,9 @@ if ARGV[4] == '1' and tonumber(micros) > tonumber(floor) then
   floor = micros
 end
 redis.call('SET', KEYS[1], 'floor:' .. floor)
-redis.call('HSET', KEYS[2], 'run', run)
+if not current then -- (plain: another process's data set, now this one's; its durability is asked at a look)
+  local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or ''
+  redis.call('HSET', KEYS[2], 'run', run, 'replid', replid)
+  redis.call('HDEL', KEYS[2], 'durable')
+end
 return 1

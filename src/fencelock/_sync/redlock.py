@@ -13,6 +13,7 @@ import secrets
 import threading
 import time
 import zlib
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
@@ -33,6 +34,7 @@ from .._redis.redlock import (
     NEW_DEPLOYMENT,
     NO_ANSWER,
     REPAIR_BATCH,
+    UNSURE,
     Answer,
     Gate,
     GateView,
@@ -75,6 +77,7 @@ from .._redis.redlock import (
     repair_progress,
     repaired,
     required_delay,
+    server_error,
     settled,
     tally,
     unavailable,
@@ -92,7 +95,7 @@ from .._scripts import (
     REDLOCK_RELEASE,
     STATUS,
 )
-from ._concurrency import Handle, in_background, sleep, start, then, wait_first
+from ._concurrency import Handle, given_up, in_background, sleep, start, then, wait_first
 from ._connection import close_client
 from ._fanout import fan_out
 from ._multiplex import run_scripts
@@ -145,6 +148,7 @@ class RedlockBackend:
         self._roles = [False] * self._n  # its role (master or replica) is known
         self._contacted = False
         self._identifying = False
+        self._identifying_now: Handle[None] | None = None  # the identities being asked (`_ask_unknown`)
         self._problem: str | None = None  # two nodes are one server, or one is a replica (`not_independent`)
         self._reported: dict[int, str] = {}  # node -> the state its last node_out event told (`newly_out`)
         self._repairing: set[int] = set()
@@ -166,6 +170,8 @@ class RedlockBackend:
         when the quarantine ends (at most `QUARANTINE_POLL` apart): `unavailable_pause`."""
         if not isinstance(exc, QuorumUnavailable):
             return None
+        if any(getattr(state, "state", None) == "error" for state in exc.nodes):
+            return None  # a server refused (OOM, WRONGTYPE, NOPERM...): not waited out as if a node were down
         return unavailable_pause(failures, exc.retry_in, self._rng)
 
     def _timeout(self, ttl: float) -> float:
@@ -233,6 +239,7 @@ class RedlockBackend:
             requests = [ScriptRequest(channel, REDLOCK_ACQUIRE, script_keys, args) for channel in self._channels]
             done, handles = run_scripts(requests, timeout, self._decided)
             answers = [node_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
+            self._reconnecting(i for i, a in enumerate(answers) if a.reply is Reply.FAILED and not a.error)
             problem = self._who_answered(answers, done)
             if problem is not None:  # two names of one server, or a replica: nothing of this round counts
                 for i, answer in enumerate(answers):
@@ -278,6 +285,20 @@ class RedlockBackend:
         codes = {i: node_code(reply) for i, reply in done.items()}
         return {i: NO_ANSWER if self._ids[i] is None and code not in (0, -1) else code for i, code in codes.items()}
 
+    def _counted(self, done: dict[int, Any]) -> dict[int, int]:
+        """`_codes`, once the identities being asked again (`_reconnecting`) are known, if a "yes" waits for one:
+        a node that came back answers who it is as fast as it answered the script, so a release or extend right
+        after a fault still counts it (one that does not answer holds nothing up: it has no "yes" to count)."""
+        if any(self._ids[i] is None and node_code(reply) in (1, UNSURE) for i, reply in done.items()):
+            self._identified()
+        return self._codes(done)
+
+    def _identified(self) -> None:
+        """Wait, at most a look's timeout, for the identities being asked (`_ask_unknown`)."""
+        handle = self._identifying_now
+        if handle is not None and not handle.done():
+            wait_first([handle], GATE_TIMEOUT)
+
     def _decided(self, done: dict[int, Any]) -> bool:
         return decide(map(node_answer, done.values()), self._n) is not None
 
@@ -287,29 +308,33 @@ class RedlockBackend:
         requests = [ScriptRequest(channel, REDLOCK_RELEASE, script_keys, args) for channel in self._channels]
         self._ask_unknown(self._timeout(DEFAULT_TTL))
         done, _ = run_scripts(requests, self._timeout(DEFAULT_TTL), self._settled)
-        codes = self._codes(done)
+        self._reconnecting(i for i in range(self._n) if self._failed(done.get(i)))
+        codes = self._counted(done)
         results = [codes.get(i, NO_ANSWER) for i in range(self._n)]
         outcome = release_outcome(results, self._n)
         if outcome is None:
             raise QuorumUnavailable(f"the release reached {self._n - results.count(NO_ANSWER)} of {self._n} nodes: "
-                                    "whether a majority held the lease is unknown; release again", name=name)
+                                    f"whether a majority held the lease is unknown; release again"
+                                    f"{self._server_errors(done)}", name=name)
         return outcome
 
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         check_ttl_within(ttl_ms, self._repair_delay_ms, name)
         keys = redis_keys(name, self._prefix)
-        script_keys, args = [keys.lock, keys.fence, self._ttls], [token, ttl_ms, fence]
+        script_keys, args = [keys.lock, keys.fence, self._ttls, self._marker, self._incarnation], [token, ttl_ms, fence]
         requests = [ScriptRequest(channel, REDLOCK_EXTEND, script_keys, args) for channel in self._channels]
         self._ask_unknown(self._timeout(ttl_ms / 1000.0))
         done, handles = run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
-        codes = self._codes(done)
+        self._reconnecting(i for i in range(self._n) if self._failed(done.get(i)))
+        codes = self._counted(done)
         results = [codes.get(i, NO_ANSWER) for i in range(self._n)]
         extended = extend_outcome(results, self._n)
         if extended:
             return True
         if extended is None:
             raise QuorumUnavailable(f"the extend reached {self._n - results.count(NO_ANSWER)} of {self._n} nodes: "
-                                    "whether a majority extended the lease is unknown", name=name)
+                                    f"whether a majority extended the lease is unknown{self._server_errors(done)}",
+                                    name=name)
         # Lost: a minority still holds keys of ours, which only get in others' way. Give them back.
         for i, handle in enumerate(handles):
             then(handle, partial(self._release_on, i, keys, token, fence))
@@ -325,10 +350,14 @@ class RedlockBackend:
         """The watchdog's batch on every node at once; a lease is extended where a quorum extended it."""
         calls = [partial(self._extend_many_on, j, leases) for j in range(self._n)]
         longest = max(ttl for _, _, _, ttl in leases) / 1000.0
+        self._ask_unknown(self._timeout(longest))  # (a node that failed is asked who it is again: `_reconnecting`)
         count = len(leases)
         done, _ = fan_out(calls, self._timeout(longest),
                                 lambda so_far: batch_settled(self._known_rows(so_far), count, self._n),
                                 lanes=self._channels)
+        self._reconnecting(i for i in range(self._n) if done.get(i) is None)
+        if any(row is not None and 1 in row and self._ids[i] is None for i, row in done.items()):
+            self._identified()  # (a "yes" waits for who its node is: see `_counted`)
         return batch_outcomes(self._known_rows(done), count, self._n)
 
     def _known_rows(self, done: dict[int, list[int] | None]) -> dict[int, list[int] | None]:
@@ -347,12 +376,12 @@ class RedlockBackend:
                 args += [token, ttl, fence]
             self.renewal_requests += 1
             try:
-                reply = run_script(self._nodes[j], REDLOCK_EXTEND_MANY, [*keys, self._ttls], args,
-                                         name=leases[first][0],
-                                         where=self._shown[j])
+                reply = run_script(self._nodes[j], REDLOCK_EXTEND_MANY,
+                                         [*keys, self._ttls, self._marker, self._incarnation], args,
+                                         name=leases[first][0], where=self._shown[j])
             except BackendError:
                 return None
-            codes += [int(code) for code in reply]
+            codes += [node_code(code) for code in reply]  # (a node that does not count: no answer)
         return codes
 
     # -- operators (fencelock status / list / release --force) -----------------------------------------------
@@ -362,11 +391,14 @@ class RedlockBackend:
         self._contact(self._timeout(DEFAULT_TTL), name)
         keys = redis_keys(name, self._prefix)
         deadlines, _ = fair_keys(name, self._prefix)
+        # With the marker and the incarnation: a node that does not count answers "not ready" (`NodeView.unready`).
         script_keys = ([keys.lock, keys.fence, keys.waiters, keys.wake, keys.queue, deadlines] if removing
-                       else [keys.lock, keys.fence, deadlines])
-        requests = [ScriptRequest(channel, lua, script_keys, []) for channel in self._channels]
+                       else [keys.lock, keys.fence, deadlines]) + [self._marker, self._incarnation]
+        args: list[Any] = [0, "redlock"] if removing else []
+        requests = [ScriptRequest(channel, lua, script_keys, args) for channel in self._channels]
         done, _ = run_scripts(requests, look_timeout(self._timeout(DEFAULT_TTL)),
                                     lambda so_far: len(so_far) == self._n)
+        self._reconnecting(i for i in range(self._n) if self._failed(done.get(i)))
         views: list[NodeView | None] = []
         for i in range(self._n):
             reply = done.get(i) if self._ids[i] is not None else None  # (who it is is not known yet)
@@ -395,10 +427,12 @@ class RedlockBackend:
         self._contact(self._timeout(DEFAULT_TTL), None)
         calls = [partial(self._scan_node, i, pattern) for i in range(self._n)]
         done, _ = fan_out(calls, SCAN_TIMEOUT, lambda so_far: len(so_far) == self._n, lanes=self._channels)
-        found = [names for i, names in done.items() if names is not None and self._ids[i] is not None]
+        found = [names for i, names in done.items() if isinstance(names, set) and self._ids[i] is not None]
         if len(found) < self._q:
+            unready = [self._shown[i] for i, names in done.items() if names is False]
+            out = f" ({', '.join(unready)} not ready: lost its data or restarted)" if unready else ""
             raise QuorumUnavailable(f"listing the locks matching {pattern!r} reached {len(found)} of {self._n} "
-                                    f"nodes; {self._q} are needed")
+                                    f"nodes that count{out}; {self._q} are needed")
         held = []
         for name in sorted(set[str]().union(*found)):
             status = self.status(name)
@@ -406,7 +440,12 @@ class RedlockBackend:
                 held.append(status)
         return held
 
-    def _scan_node(self, i: int, pattern: str) -> set[str] | None:
+    def _scan_node(self, i: int, pattern: str) -> set[str] | bool | None:
+        """Node i's names matching `pattern`; False if it does not count (not ready: its names may lack a holder's,
+        as its gate says), None if it failed."""
+        view = self._gate(i, True)
+        if view is not None and view.gate is not Gate.READY:
+            return None if view.gate is Gate.UNKNOWN else False
         try:
             return scan_names(self._nodes[i], pattern, self._prefix, where=self._shown[i], cluster=False)
         except BackendError:
@@ -424,16 +463,17 @@ class RedlockBackend:
                      views: list[GateView | None] | None) -> QuorumUnavailable:
         """QuorumUnavailable naming every node, its state and when its quarantine ends (`unavailable`)."""
         text, states, found = unavailable(why, self._shown, answers, views, time.time())
-        changed, self._reported = newly_out(self._reported, states)
-        for i in changed:  # once per change of a node's state, not at every retry of a waiter
-            emit("node_out", name, "redlock", "acquire", error=states[i].describe())
+        if not given_up():  # (a cancelled caller's requests were not sent: that says nothing about the nodes)
+            changed, self._reported = newly_out(self._reported, states)
+            for i in changed:  # once per change of a node's state, not at every retry of a waiter
+                emit("node_out", name, "redlock", "acquire", error=states[i].describe())
         return QuorumUnavailable(text, name=name, nodes=tuple(states), retry_in=found.eta)
 
     def nodes(self) -> NodesReport:
         """Every node's bookkeeping as an operator sees it, read without changing anything, and the verdict."""
         self._contact(GATE_TIMEOUT, None)
         views = self._look(GATE_TIMEOUT, peek=True)
-        states = node_states(self._shown, views, time.time())
+        states = node_states(self._shown, views, time.time(), self._repair_delay_ms / 1000.0)
         return NodesReport(tuple(states), verdict(states, self._n))
 
     # -- who each node is ---------------------------------------------------------------------------------------
@@ -449,7 +489,7 @@ class RedlockBackend:
         next request); meanwhile each node's acquire reply says which server it is (`_who_answered`)."""
         if self._problem is None and not all(self._roles) and not self._identifying and not self._closed:
             self._identifying = self._contacted = True
-            in_background(partial(self._identify, look_timeout(timeout)))
+            self._identifying_now = start(partial(self._identify, look_timeout(timeout)))
 
     def _who_answered(self, answers: list[Answer], done: dict[int, Any]) -> str | None:
         """Learn each node's server from its acquire reply (its run_id), and ask a node that refused as a
@@ -469,13 +509,31 @@ class RedlockBackend:
         return self._problem
 
     def _contact(self, timeout: float, name: str | None) -> None:
-        """Before an operator's request: at first contact, ask every node who it is (`Identity`) and wait for the
-        answers, so that only the replies of distinct masters count (`_codes`, `_views`); later, in the background.
+        """Before an operator's request: at first contact, and after a node failed (it may reconnect to another
+        server: `_reconnecting`), ask the nodes not known who they are (`Identity`) and wait for the answers, so
+        that only the replies of distinct masters count (`_codes`, `_views`); else in the background.
         `NotIndependent` names the URLs if they are not independent."""
-        if self._problem is None and not self._contacted:
+        if self._problem is None and not all(self._roles) and (not self._contacted or not self._identifying):
             self._contacted = self._identifying = True
             self._identify(look_timeout(timeout))
         self._check_independent(name, timeout)
+
+    def _server_errors(self, done: dict[int, Any]) -> str:
+        """The nodes that answered with an error of their own (`server_error`), for a message: they are not down."""
+        found = [(i, server_error(reply)) for i, reply in sorted(done.items())]
+        return "".join(f"; {self._shown[i]}: server error: {error}" for i, error in found if error is not None)
+
+    @staticmethod
+    def _failed(reply: Any) -> bool:
+        """No answer, or a network fault (not the server's own error): its next request connects anew."""
+        return reply is None or (isinstance(reply, Exception) and server_error(reply) is None)
+
+    def _reconnecting(self, nodes: Iterable[int]) -> None:
+        """These nodes failed: their next connection may reach another server (a moved DNS name or virtual IP,
+        a replica promoted behind a proxy). Who each is gets asked again (`_ask_unknown`, `_contact`), and until
+        then no "yes" of theirs counts (`_codes`); an acquire's reply says at once (`_who_answered`)."""
+        for i in nodes:
+            self._ids[i], self._roles[i] = None, False
 
     def _identify(self, timeout: float) -> None:
         """Ask every node whose role is not known yet who it is (`_identity`); nothing once the client is closed."""
