@@ -95,7 +95,7 @@ from .._scripts import (
     REDLOCK_RELEASE,
     STATUS,
 )
-from ._concurrency import Handle, given_up, in_background, sleep, start, then, wait_first
+from ._concurrency import Handle, given_up, in_background, now, sleep, start, then, wait_first
 from ._connection import close_client
 from ._fanout import fan_out
 from ._multiplex import run_scripts
@@ -237,9 +237,10 @@ class RedlockBackend:
             script_keys = [keys.lock, keys.fence, self._marker, keys.waiters, self._incarnation, self._ttls]
             args = [token, ttl_ms, t]
             requests = [ScriptRequest(channel, REDLOCK_ACQUIRE, script_keys, args) for channel in self._channels]
+            started = now()
             done, handles = run_scripts(requests, timeout, self._decided)
             answers = [node_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
-            self._reconnecting(i for i, a in enumerate(answers) if a.reply is Reply.FAILED and not a.error)
+            self._reconnecting(self._failures(done, started, timeout))
             problem = self._who_answered(answers, done)
             if problem is not None:  # two names of one server, or a replica: nothing of this round counts
                 for i, answer in enumerate(answers):
@@ -307,8 +308,9 @@ class RedlockBackend:
         script_keys, args = [keys.lock, keys.fence, keys.waiters, keys.wake], [token, fence]
         requests = [ScriptRequest(channel, REDLOCK_RELEASE, script_keys, args) for channel in self._channels]
         self._ask_unknown(self._timeout(DEFAULT_TTL))
+        started = now()
         done, _ = run_scripts(requests, self._timeout(DEFAULT_TTL), self._settled)
-        self._reconnecting(i for i in range(self._n) if self._failed(done.get(i)))
+        self._reconnecting(self._failures(done, started, self._timeout(DEFAULT_TTL)))
         codes = self._counted(done)
         results = [codes.get(i, NO_ANSWER) for i in range(self._n)]
         outcome = release_outcome(results, self._n)
@@ -324,8 +326,9 @@ class RedlockBackend:
         script_keys, args = [keys.lock, keys.fence, self._ttls, self._marker, self._incarnation], [token, ttl_ms, fence]
         requests = [ScriptRequest(channel, REDLOCK_EXTEND, script_keys, args) for channel in self._channels]
         self._ask_unknown(self._timeout(ttl_ms / 1000.0))
+        started = now()
         done, handles = run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
-        self._reconnecting(i for i in range(self._n) if self._failed(done.get(i)))
+        self._reconnecting(self._failures(done, started, self._timeout(ttl_ms / 1000.0)))
         codes = self._counted(done)
         results = [codes.get(i, NO_ANSWER) for i in range(self._n)]
         extended = extend_outcome(results, self._n)
@@ -352,10 +355,12 @@ class RedlockBackend:
         longest = max(ttl for _, _, _, ttl in leases) / 1000.0
         self._ask_unknown(self._timeout(longest))  # (a node that failed is asked who it is again: `_reconnecting`)
         count = len(leases)
+        started = now()
         done, _ = fan_out(calls, self._timeout(longest),
                                 lambda so_far: batch_settled(self._known_rows(so_far), count, self._n),
                                 lanes=self._channels)
-        self._reconnecting(i for i in range(self._n) if done.get(i) is None)
+        if now() - started >= self._timeout(longest):  # (a batch settled early waited for no one: no failure)
+            self._reconnecting(i for i in range(self._n) if done.get(i) is None)
         if any(row is not None and 1 in row and self._ids[i] is None for i, row in done.items()):
             self._identified()  # (a "yes" waits for who its node is: see `_counted`)
         return batch_outcomes(self._known_rows(done), count, self._n)
@@ -527,6 +532,13 @@ class RedlockBackend:
     def _failed(reply: Any) -> bool:
         """No answer, or a network fault (not the server's own error): its next request connects anew."""
         return reply is None or (isinstance(reply, Exception) and server_error(reply) is None)
+
+    def _failures(self, done: dict[int, Any], started: float, timeout: float) -> list[int]:
+        """The nodes that failed a request sent at `started`: a network fault, or no answer within `timeout`. A node
+        whose reply was still on its way when a quorum settled the request early has not failed."""
+        timed_out = now() - started >= timeout
+        return [i for i in range(self._n)
+                if (timed_out or done.get(i) is not None) and self._failed(done.get(i))]
 
     def _reconnecting(self, nodes: Iterable[int]) -> None:
         """These nodes failed: their next connection may reach another server (a moved DNS name or virtual IP,
