@@ -169,6 +169,34 @@ def test_malformed_urls_are_value_errors_that_hide_the_password(url: str) -> Non
     assert "hunter2" not in str(info.value)
 
 
+@pytest.mark.parametrize(("url", "why"), [
+    ("redis://h/2147483648", "database must be a number from 0 to 2147483647"),
+    ("redis://h/\u00b2", "database must be a number"),
+    ("unix:///s.sock?db=-1", "database must be a number"),
+    ("unix:///s.sock?db=abc", "database must be a number"),
+    ("redis://h/1?db=2", "database is given twice"),
+    ("redis://h?db=1&db=1", "option db is given twice"),
+    ("redis+cluster://h?db=3", "Cluster has only database 0"),
+    ("redis://h?protocol=4", "protocol must be 2 or 3"),
+    ("rediss://h?ssl_cert_reqs=maybe", "ssl_cert_reqs must be one of"),
+    ("rediss://h?ssl_check_hostname=perhaps", "ssl_check_hostname must be true or false"),
+    ("redis://h?client_name=a%20b", "client_name must be printable ASCII"),
+    ("redis://h?ssl_ca_certs=/ca.pem", "needs rediss://"),
+    ("redis://h?timeout=2", "takes socket_timeout"),
+])
+def test_redis_url_values_the_server_or_client_cannot_take_are_refused_by_name(url: str, why: str) -> None:
+    """Refused before anything is sent, naming the option: redis-py would pass these on and fail later, or not at
+    all (a TLS option on redis:// is silently plain text)."""
+    with pytest.raises(ValueError, match=why):
+        parse_redis_url(url.replace("://h", "://u:hunter2@h"))
+
+
+def test_redis_url_values_at_their_bounds_are_taken() -> None:
+    assert parse_redis_url("redis://h/2147483647").url == "redis://h/2147483647"
+    target = parse_redis_url("rediss://h?protocol=3&ssl_cert_reqs=none&ssl_check_hostname=false&client_name=w-1")
+    assert "client_name=w-1" in target.url
+
+
 def test_redact() -> None:
     assert redact("redis://u:pw@h:1/0") == "redis://u:***@h:1/0"
     assert redact("redis://h:1/0") == "redis://h:1/0"

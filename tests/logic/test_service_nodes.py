@@ -8,7 +8,7 @@ from fencelock._logic.urls import service_nodes
 def test_one_server_spelled_differently_is_one_node() -> None:
     same = ["redis://127.0.0.1:6379/0", "redis://localhost", "redis://LOCALHOST:6379", "redis://[::1]:6379/0",
             "redis://user:secret@127.0.0.1/0", "redis://127.0.0.1:6379?db=0", "rediss://127.0.0.1:6379/0",
-            "redis://user:***@127.0.0.1:6379/0"]
+            "redis://user:***@127.0.0.1:6379/0", "redis://127.0.0.1:6379/00", "redis://127.0.0.1?db=000"]
     for url in same:
         assert service_nodes([url]) == {"redis 127.0.0.1:6379/0"}, url
 

@@ -128,15 +128,26 @@ def parse_redis_url(url: object) -> RedisTarget:
         path = parts.path.strip("/")
         if path and not (path.isdigit() and not scheme.endswith("+cluster")):
             raise bad("the path must be a database number (and Redis Cluster has only database 0)")
+        if path:
+            _database(path, bad)
     options: dict[str, float] = {}
     passed: list[tuple[str, str]] = []
+    seen: set[str] = set()
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in seen and (key in _FLOAT_OPTIONS or key in _PASSED_OPTIONS):
+            raise bad(f"option {key} is given twice")
+        seen.add(key)
         if key in _FLOAT_OPTIONS:
             options[key] = seconds_option(key, value, bad)
         elif key in _PASSED_OPTIONS:
+            _check_passed(key, value, scheme, bad)
             passed.append((key, value))
+        elif key == "timeout":
+            raise bad("unknown option 'timeout' (a Redis URL takes socket_timeout and socket_connect_timeout)")
         else:
             raise bad(f"unknown option {option_shown(key)}")
+    if "db" in seen and scheme != "unix" and parts.path.strip("/"):
+        raise bad("the database is given twice (in the path and as ?db=)")
     cluster = scheme.endswith("+cluster")
     base_scheme = scheme.removesuffix("+cluster")
     query = urlencode(passed)
@@ -146,6 +157,41 @@ def parse_redis_url(url: object) -> RedisTarget:
     else:
         client_url = urlunsplit(parts._replace(scheme=base_scheme, query=query))
     return RedisTarget(client_url, cluster, options, shown)
+
+
+MAX_DATABASE = 2**31 - 1
+"""The highest database number Redis can take (its `databases` setting is a C int)."""
+
+_BOOLEANS = {"", "0", "1", "f", "t", "n", "y", "no", "yes", "false", "true"}
+_CERT_REQS = {"none", "optional", "required"}
+
+
+def _database(text: str, bad: Callable[[str], ValueError]) -> int:
+    if not text.isdigit() or not text.isascii() or int(text) > MAX_DATABASE:
+        raise bad(f"the database must be a number from 0 to {MAX_DATABASE}")
+    return int(text)
+
+
+def _value_shown(value: str) -> str:
+    return repr(value) if _PLAIN_VALUE.fullmatch(value) else "a value not shown"
+
+
+def _check_passed(key: str, value: str, scheme: str, bad: Callable[[str], ValueError]) -> None:
+    """Refuse a redis-py option value the client or the server cannot take (before anything is sent)."""
+    if key == "db":
+        _database(value, bad)
+        if scheme.endswith("+cluster") and int(value) != 0:
+            raise bad("Redis Cluster has only database 0")
+    elif key == "protocol" and value not in ("2", "3"):
+        raise bad(f"protocol must be 2 or 3, got {_value_shown(value)}")
+    elif key == "ssl_cert_reqs" and value.lower() not in _CERT_REQS:
+        raise bad(f"ssl_cert_reqs must be one of none, optional, required, got {_value_shown(value)}")
+    elif key == "ssl_check_hostname" and value.lower() not in _BOOLEANS:
+        raise bad(f"ssl_check_hostname must be true or false, got {_value_shown(value)}")
+    elif key == "client_name" and (not value or any(not "!" <= char <= "~" for char in value)):
+        raise bad("client_name must be printable ASCII without spaces (Redis refuses any other name)")
+    if key.startswith("ssl_") and not scheme.startswith("rediss"):
+        raise bad(f"{key} is a TLS option: it needs rediss:// (or rediss+cluster://); redis:// does not use TLS")
 
 
 def seconds_option(key: str, value: str, bad: Callable[[str], ValueError]) -> float:
@@ -194,13 +240,13 @@ def service_nodes(urls: Iterable[str]) -> frozenset[str]:
         base, _, query = rest.partition("?")
         params = dict(parse_qsl(query, keep_blank_values=True))
         if scheme == "unix":
-            db = params.get("db", "0") or "0"
+            db = _db_key(params.get("db", "0"))
             nodes.add(f"unix {posixpath.normpath(base or '/')}/{db}")
             continue
         netloc, _, path = base.partition("/")
         family = "redis" if scheme.startswith("redis") else scheme.removesuffix("s")
         if family == "redis":
-            db = path.strip("/") or params.get("db", "0") or "0"
+            db = _db_key(path.strip("/") or params.get("db", "0"))
             suffix = f"/{db}"
         elif family == "zookeeper":
             suffix = posixpath.normpath("/" + path).rstrip("/") if path.strip("/") else ""
@@ -211,6 +257,11 @@ def service_nodes(urls: Iterable[str]) -> frozenset[str]:
             if host:
                 nodes.add(f"{family} {host}:{port}{suffix}")
     return frozenset(nodes)
+
+
+def _db_key(text: str) -> str:
+    """A database number as `service_nodes` compares it ("00" and "0" are one)."""
+    return str(int(text)) if text.isascii() and text.isdigit() else (text or "0")
 
 
 def _host_port(member: str, default: int) -> tuple[str, int]:
