@@ -50,6 +50,13 @@ def test_a_url_with_credentials_never_shows_them() -> None:
     assert "hunter2" not in str(info.value)
 
 
+@pytest.mark.parametrize(("url", "why"), [("zookeeper://h?timeout=1&timeout=2", "given twice"),
+                                          ("zookeeper://h?timeout=0.0001", "from 0.001")])
+def test_a_timeout_given_twice_or_too_short_to_answer_is_refused(url: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        parse_zookeeper_url(url)
+
+
 def test_a_non_str_url_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="url must be a str"):
         parse_zookeeper_url(b"zookeeper://h")

@@ -76,6 +76,8 @@ def parse_etcd_url(url: str) -> EtcdTarget:
         endpoints.append(endpoint)
     options: dict[str, Any] = {}
     for key, value in parse_qsl(query, keep_blank_values=True):
+        if key in options:
+            raise bad(f"option {key} is given twice")
         if key in _FLOAT_OPTIONS:
             options[key] = seconds_option(key, value, bad)
         elif key in _FILE_OPTIONS:

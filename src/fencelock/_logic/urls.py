@@ -194,6 +194,10 @@ def _check_passed(key: str, value: str, scheme: str, bad: Callable[[str], ValueE
         raise bad(f"{key} is a TLS option: it needs rediss:// (or rediss+cluster://); redis:// does not use TLS")
 
 
+MIN_TIMEOUT = 0.001
+"""Seconds: no request can be answered in less (a shorter timeout would fail every call on a healthy server)."""
+
+
 def seconds_option(key: str, value: str, bad: Callable[[str], ValueError]) -> float:
     """A URL option given in seconds (`?timeout=2.5`): a finite positive number, or `bad(why)` is raised. Every
     lock-service URL reads its durations through this."""
@@ -201,8 +205,9 @@ def seconds_option(key: str, value: str, bad: Callable[[str], ValueError]) -> fl
         number = float(value)
     except ValueError:
         raise bad(f"{key} must be a number of seconds, got {value!r}") from None
-    if not math.isfinite(number) or not 0 < number <= MAX_SECONDS:
-        raise bad(f"{key} must be a positive number of seconds up to {MAX_SECONDS:.0f} (ten years), got {value!r}")
+    if not math.isfinite(number) or not MIN_TIMEOUT <= number <= MAX_SECONDS:
+        raise bad(f"{key} must be a number of seconds from {MIN_TIMEOUT} to {MAX_SECONDS:.0f} (ten years), "
+                  f"got {value!r}")
     return number
 
 

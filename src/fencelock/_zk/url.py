@@ -70,10 +70,13 @@ def parse_zookeeper_url(url: object) -> ZooKeeperTarget:
                 raise bad(f"the chroot path component {part!r} is not allowed")
         chroot = "/" + "/".join(parts)
     timeout = DEFAULT_TIMEOUT
+    seen = False
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key != "timeout":
             raise bad(f"unknown option {option_shown(key)} (the one option is timeout, in seconds)")
-        timeout = seconds_option(key, value, bad)
+        if seen:
+            raise bad("option timeout is given twice")
+        timeout, seen = seconds_option(key, value, bad), True
     return ZooKeeperTarget(tuple(hosts), chroot, timeout, shown)
 
 
