@@ -1,7 +1,8 @@
 """The fault matrix: every fault at every request fencelock sends, sync and asyncio, on one Redis, a Redis Cluster
-and Redlock, and ZooKeeper's row (its faults and requests: `cells.ZOOKEEPER_FAULTS`, `cells.ZOOKEEPER_REQUESTS`),
-each cell checked against the invariants (`fencelock.testing.invariants`) by a watcher that reads the servers
-directly. See `scenario.py` for the story every cell runs.
+and Redlock, ZooKeeper's row (its faults and requests: `cells.ZOOKEEPER_FAULTS`, `cells.ZOOKEEPER_REQUESTS`) and
+etcd's (`cells.ETCD_FAULTS`, `cells.ETCD_REQUESTS`), each cell checked against the invariants
+(`fencelock.testing.invariants`) by a watcher that reads the servers directly. See `scenario.py` for the story
+every cell runs.
 
 Each backend runs every fault x request once, on a front end picked by a seeded coin (the Cluster always on the
 other one than the single Redis, so that each fault x request runs on both); asyncio cancellation after each
