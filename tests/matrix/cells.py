@@ -60,6 +60,25 @@ _ZOOKEEPER_MATCH = {
     "status": {"getChildren"},
 }
 
+ETCD_FAULTS = ["lose", "late", "reset_before", "reset_after", "idle", "handshake", "pause"]
+"""etcd's row: every fault. `handshake`: plain HTTP has no set-up exchange, so the server closes the first request
+of the next new connection, unrun."""
+ETCD_REQUESTS = ["acquire", "extend_same", "extend_longer", "extend_shorter", "release", "exit", "renewal", "wait",
+                 "status", "force_release", "race_extend", "race_release"]
+"""etcd's requests: every one of `REQUESTS` but `acquire_fair` (every etcd waiter queues: fair=True sends the same
+requests)."""
+_ETCD_MATCH = {
+    "acquire": {"acquire"},          # the transaction that puts our key if it is absent (after the lease's grant)
+    "extend_same": {"keepalive"},    # an extend within the lease's TTL refreshes the lease...
+    "extend_shorter": {"keepalive"},  # ...and one to half of it too (a move only below a quarter)
+    "extend_longer": {"move"},       # the key onto a new, longer lease
+    "renewal": {"keepalive"},        # the watchdog's keep-alive
+    "release": {"release"},          # compare-and-delete, recording the fence
+    "wait": {"watch"},               # the waiter's watch on its predecessor's key
+    "status": {"range"},             # the holder's key and the queue's length
+    "force_release": {"force_release"},
+}
+
 DURABLE_TARGETS = {"acquire", "acquire_fair", "extend_same", "extend_longer", "extend_shorter", "renewal",
                    "race_extend", "race_release"}
 """The requests that carry a WAIT with `durability=`."""
@@ -71,6 +90,10 @@ _RULES = {"lose": LOSE, "late": LATE, PAST_TTL_FAULT: LATE, "reset_before": RESE
 def target_of(request: str, kind: str, fault: str = "") -> tuple[set[str], int]:
     """The request names a cell faults, and which of them (the nth). With `durability=`, a grant's or an extend's
     fault hits the WAIT written after its script: the script ran and answered, its confirmation is what fails."""
+    if kind == "etcd":
+        if request.startswith("race"):
+            return _ETCD_MATCH["renewal"], 1
+        return _ETCD_MATCH["release" if request == "exit" else request], 1
     if kind == "zookeeper":
         if request.startswith(("extend", "race")):
             return _ZOOKEEPER_MATCH["extend"], 1  # the race cells: the renewal

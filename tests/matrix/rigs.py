@@ -1,7 +1,8 @@
 """The servers of the fault matrix, each behind `FaultProxy`s, and the two front ends driven from one coroutine.
 
-A `Rig` is one deployment (a single Redis, a Redis Cluster of three, Redlock over five) with a proxy in front of
-every node; clients under test connect through the proxies, the watcher and the rival straight to the servers.
+A `Rig` is one deployment (a single Redis, a Redis Cluster of three, Redlock over five, ZooKeeper, etcd) with a
+proxy in front of every node; clients under test connect through the proxies, the watcher and the rival straight to
+the servers.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ from redis.retry import Retry
 import fencelock
 import fencelock.aio
 from fencelock import _scripts
-from fencelock.testing.faults import FaultProxy, Rule
-from fencelock.testing.framing import ZOOKEEPER
-from fencelock.testing.invariants import ZooKeeperReader
+from fencelock.testing.etcd import EtcdServer
+from fencelock.testing.faults import FaultProxy, Request, Rule
+from fencelock.testing.framing import HTTP, ZOOKEEPER
+from fencelock.testing.invariants import EtcdReader, ZooKeeperReader
 from fencelock.testing.redis_deployments import initialise_redlock
 from fencelock.testing.servers import RedisClusterServers, RedisNodes, RedisPrimaryReplica, RedisServer
 from fencelock.testing.zookeeper import ZooKeeperDeployment, ZooKeeperServer
+
+from .cells import TTL
 
 SOCKET_TIMEOUT = 0.25
 """Seconds: every client under test times out this fast, so a fault costs a quarter of a second."""
@@ -40,8 +44,12 @@ class Rig:
     kind: str
     quorum = 1
     fair = True
-    handshake = "client"
+    handshake: str | Callable[[Request], bool] = "client"
     """The request a connection opens with, which the `handshake` fault closes (Redis: its first CLIENT command)."""
+    ttl = TTL
+    """Seconds: the TTL the cells' leases ask for."""
+    lag = 0.0
+    """Seconds a server may keep a key past its TTL before it deletes it (see `invariants.check`)."""
     background: frozenset[str] = frozenset()
     """Requests the client library sends on its own timer (ZooKeeper's pings): never counted as a call's."""
     straggle = 0.0
@@ -97,7 +105,7 @@ class Rig:
         for proxy in self.proxies:
             proxy.close()
         for watch in self._watch or []:
-            if isinstance(watch, ZooKeeperReader):
+            if isinstance(watch, (ZooKeeperReader, EtcdReader)):
                 watch.close()
 
 
@@ -209,6 +217,46 @@ class ZooKeeperRig(Rig):
         return [ZooKeeperReader(self.deployment.hosts, self.deployment.chroot, timeout=WATCH_TIMEOUT)]
 
 
+def _first_request(request: Request) -> bool:
+    return request.index == 0
+
+
+class _EtcdNode:
+    """The one etcd member, as `Rig.arm` sees a server: its client port, and its pause hooks."""
+
+    def __init__(self, server: EtcdServer) -> None:
+        self.server = server
+        self.port = server.members[0].client_port
+
+    def pause(self) -> None:
+        self.server.pause()
+
+    def resume(self) -> None:
+        self.server.resume()
+
+
+class EtcdRig(Rig):
+    """One etcd member (data in memory, 1 s minimum lease) behind a proxy that reads HTTP; the client under test
+    gives each request `SOCKET_TIMEOUT` (its URL's `timeout`). Leases are whole seconds: the cells ask for 2 s,
+    which the server grants as asked, and it deletes an expired lease's key within its 0.5 s expiry check."""
+
+    kind = "etcd"
+    handshake = staticmethod(_first_request)  # plain HTTP has no set-up: the first request of a new connection
+    background = frozenset({"version"})        # the client's one `GET /version`, in the background
+    ttl = 2.0
+    lag = 0.6
+
+    def connect(self, front: str) -> Any:
+        url = f"etcd://127.0.0.1:{self.proxies[0].port}?timeout={SOCKET_TIMEOUT}"
+        return (fencelock.connect if front == "sync" else fencelock.aio.connect)(url)
+
+    def rival(self) -> fencelock.Locks:
+        return fencelock.connect(f"etcd://127.0.0.1:{self.servers[0].port}?timeout={WATCH_TIMEOUT}")
+
+    def watch_clients(self) -> list[Any]:
+        return [EtcdReader("127.0.0.1", self.servers[0].port, timeout=WATCH_TIMEOUT)]
+
+
 class _Owned:
     """A `Locks` over a redis-py client of ours: closing it closes that client too."""
 
@@ -266,6 +314,15 @@ def start_rig(kind: str) -> Iterator[Rig]:
             deployment = ZooKeeperDeployment(zk_server)
             proxy = FaultProxy("127.0.0.1", zk_server.port, name="faults-zk", framing=ZOOKEEPER).start()
             rig = ZooKeeperRig([proxy], [zk_server], deployment)
+            try:
+                yield rig
+            finally:
+                rig.close()
+    elif kind == "etcd":
+        with EtcdServer(memory=True) as etcd_server:
+            node = _EtcdNode(etcd_server)
+            proxy = FaultProxy("127.0.0.1", node.port, name="faults-etcd", framing=HTTP).start()
+            rig = EtcdRig([proxy], [node])  # type: ignore[list-item]
             try:
                 yield rig
             finally:

@@ -14,7 +14,7 @@ from typing import Any
 import fencelock
 from fencelock.testing.invariants import History, LeaseRecord, Watcher
 
-from .cells import FIRE_TIMEOUT, PAST_TTL_FAULT, RENEW, TTL, Cell, target_of
+from .cells import FIRE_TIMEOUT, PAST_TTL_FAULT, RENEW, SHORT_TTL, Cell, target_of
 from .rigs import Front, Rig
 
 
@@ -47,6 +47,11 @@ class Story:
         self.live: list[_Live] = []
         self.timers: list[threading.Thread] = []
         self.holder: tuple[LeaseRecord, Any] | None = None  # the wait cells' holder: its record and lease
+        self.ttl = rig.ttl  # the TTL of the cell's leases (the rig's: etcd counts whole seconds)
+
+    def ttl_of(self, cell: Cell) -> float:
+        """The TTL the request under test asks for."""
+        return SHORT_TTL if cell.fault == PAST_TTL_FAULT else self.ttl
 
     async def do(self, what: str, fn: Callable[..., Any], *args: Any, lease: LeaseRecord | None = None,
                  **kwargs: Any) -> Any:
@@ -89,7 +94,7 @@ class Story:
 
     def _rival_try(self) -> None:
         try:
-            lease = self.rival.acquire(self.name, ttl=TTL, wait=0)
+            lease = self.rival.acquire(self.name, ttl=self.ttl, wait=0)
         except fencelock.LockError:
             return
         record = self.history.lease(lease, renewing=False, client="rival")
@@ -119,8 +124,8 @@ class Story:
         """The same client, not rebuilt: a fresh name, then the cell's name (free by its TTL at the latest)."""
         fresh = f"{self.name}:after"
         self.watcher.watch(fresh)
-        for what, lock, wait in (("fresh", fresh, 0.0), ("acquire", self.name, TTL + 1.5)):
-            result = await self.do(what, self.locks.acquire, lock, ttl=TTL, wait=wait)
+        for what, lock, wait in (("fresh", fresh, 0.0), ("acquire", self.name, self.ttl + self.rig.lag + 1.5)):
+            result = await self.do(what, self.locks.acquire, lock, ttl=self.ttl, wait=wait)
             if isinstance(result, BaseException):
                 self.history.liveness.append(f"acquire of {lock!r} after the fault: {type(result).__name__}: "
                                              f"{result}")
@@ -158,14 +163,14 @@ async def _prepare(story: Story, cell: Cell) -> Any:
     if request in ("acquire", "acquire_fair", "exit"):
         return None
     if request == "wait":
-        held = await asyncio.to_thread(story.rival.acquire, story.name, ttl=TTL, wait=0)
+        held = await asyncio.to_thread(story.rival.acquire, story.name, ttl=story.ttl, wait=0)
         record = story.history.lease(held, renewing=False, client="holder")
 
         story.holder = (record, held)
         return None
     renew = RENEW if request == "renewal" or request.startswith("race") else False
     for _ in range(3):  # not under test: a slow start of a fresh client (a Cluster's layout) may be retried
-        lease = await story.do("acquire", story.locks.acquire, story.name, ttl=TTL, wait=0.5, renew=renew)
+        lease = await story.do("acquire", story.locks.acquire, story.name, ttl=story.ttl, wait=0.5, renew=renew)
         if not isinstance(lease, fencelock.BackendError):
             break
         await asyncio.sleep(0.2)
@@ -180,9 +185,11 @@ async def _request(story: Story, cell: Cell, lease: Any, fired: threading.Event)
     request, locks, name = cell.request, story.locks, story.name
     record = story.live[0].record if story.live else None
     if request in ("acquire", "acquire_fair"):
-        await story.do("acquire", locks.acquire, name, ttl=cell.ttl, wait=0, fair=request == "acquire_fair")
+        await story.do("acquire", locks.acquire, name, ttl=story.ttl_of(cell), wait=0, fair=request == "acquire_fair")
     elif request.startswith("extend"):
-        ttl = {"extend_same": TTL, "extend_longer": 2 * TTL, "extend_shorter": min(TTL / 2, cell.ttl)}[request]
+        base = story.ttl
+        ttl = {"extend_same": base, "extend_longer": 2 * base,
+               "extend_shorter": min(base / 2, story.ttl_of(cell))}[request]
         await story.do("extend", lease.extend, ttl, lease=record)
     elif request == "release":
         if await story.do("release", lease.release, lease=record) is None:
@@ -217,7 +224,7 @@ async def _request(story: Story, cell: Cell, lease: Any, fired: threading.Event)
         timer = threading.Thread(target=let_go, daemon=True)
         timer.start()
         story.timers.append(timer)
-        await story.do("acquire", locks.acquire, name, ttl=cell.ttl, wait=2.0)
+        await story.do("acquire", locks.acquire, name, ttl=story.ttl_of(cell), wait=2.0)
     elif request == "status":
         await story.do("status", locks.status, name)
     elif request == "force_release":
@@ -236,7 +243,7 @@ async def _request(story: Story, cell: Cell, lease: Any, fired: threading.Event)
 async def _exit_sync(story: Story) -> None:
     """A renewed `with locks.lock()` block whose exit (the release) meets the fault."""
     def block() -> None:
-        context = story.locks.lock(story.name, ttl=TTL, renew=RENEW)
+        context = story.locks.lock(story.name, ttl=story.ttl, renew=RENEW)
         lease = context.__enter__()
         _exited(story, lease, lambda: context.__exit__(None, None, None))
 
@@ -244,7 +251,7 @@ async def _exit_sync(story: Story) -> None:
 
 
 async def _exit_async(story: Story) -> None:
-    context = story.locks.lock(story.name, ttl=TTL, renew=RENEW)
+    context = story.locks.lock(story.name, ttl=story.ttl, renew=RENEW)
     lease = await context.__aenter__()
     record, op = _entered(story, lease)
     try:

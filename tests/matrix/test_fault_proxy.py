@@ -3,6 +3,7 @@ Redis, and nothing to the others."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -12,8 +13,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from fencelock._etcd import txn
+from fencelock._etcd.rules import Kv
 from fencelock.testing.faults import CLOSE, LATE, LOSE, PAUSE, RESET_AFTER, RESET_BEFORE, FaultProxy, Rule, parse_frame
-from fencelock.testing.framing import ZOOKEEPER
+from fencelock.testing.framing import HTTP, ZOOKEEPER, etcd_request
 from fencelock.testing.servers import RedisServer
 
 
@@ -127,3 +130,39 @@ def test_zookeeper_frames_are_read_whole_and_named_by_their_operation() -> None:
     assert not ZOOKEEPER.is_reply(3, b"", notification)  # a watch firing answers no request
     assert ZOOKEEPER.is_reply(3, b"", header + bytes(12))
     assert ZOOKEEPER.is_reply(0, b"", notification[:4])  # the connect response
+
+
+def _post(path: str, body: bytes) -> bytes:
+    return b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (path.encode(), len(body)) + body
+
+
+def test_http_messages_are_read_whole_and_a_stream_in_parts() -> None:
+    request = _post("/v3/lease/grant", b'{"TTL": 2}')
+    assert HTTP.split(request + b"POST")[0] == len(request)  # type: ignore[index]
+    assert HTTP.split(request[:-1]) is None
+    assert HTTP.request(0, request, HTTP.split(request)[1])[0] == "grant"  # type: ignore[index]
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    end, first = HTTP.split(head + b"3\r\nabc\r\n2\r\nd")  # type: ignore[misc]
+    assert (end, first.body, HTTP.is_reply(0, b"", first), HTTP.streaming(first)) == (len(head) + 8, b"abc", True, True)
+    end, rest = HTTP.split(b"2\r\nde\r\n0\r\n\r\n")  # type: ignore[misc]
+    assert (rest.body, HTTP.is_reply(1, b"", rest), HTTP.continues(rest), HTTP.streaming(rest)) == (b"de", False, True,
+                                                                                                   False)
+    whole = head + b"3\r\nabc\r\n0\r\n\r\n"
+    assert HTTP.split(whole)[0] == len(whole)  # type: ignore[index]
+    assert not HTTP.streaming(HTTP.split(whole)[1])  # type: ignore[index]
+
+
+def test_etcd_transactions_are_named_by_what_they_do() -> None:
+    def name(body: dict[str, object]) -> str:
+        return etcd_request("/v3/kv/txn", json.dumps(body).encode())
+
+    kv = Kv(b"d/1", 5, 7, b"t")
+    assert name(txn.join(b"d/1", "t", 7, b"d/")) == "acquire"
+    assert name(txn.look(b"d/1", b"d/", 5)) == "look"
+    assert name(txn.check([b"d/1"])) == "check"
+    assert name(txn.move(b"d/1", "t", 5, 8)) == "move"
+    assert name(txn.release(b"d/1", "t", 5, b"d/", b"d")) == "release"
+    assert name(txn.count_newer(b"d/", 5)) == "release"
+    assert name(txn.force_release(kv, b"d")) == "force_release"
+    assert etcd_request("/v3/kv/range", b"{}") == "range"
+    assert etcd_request("/version", b"") == "version"

@@ -1,7 +1,8 @@
 """The fault matrix: every fault at every request fencelock sends, sync and asyncio, on one Redis, a Redis Cluster
-and Redlock, and ZooKeeper's row (its faults and requests: `cells.ZOOKEEPER_FAULTS`, `cells.ZOOKEEPER_REQUESTS`),
-each cell checked against the invariants (`fencelock.testing.invariants`) by a watcher that reads the servers
-directly. See `scenario.py` for the story every cell runs.
+and Redlock, ZooKeeper's row (its faults and requests: `cells.ZOOKEEPER_FAULTS`, `cells.ZOOKEEPER_REQUESTS`) and
+etcd's (`cells.ETCD_FAULTS`, `cells.ETCD_REQUESTS`), each cell checked against the invariants
+(`fencelock.testing.invariants`) by a watcher that reads the servers directly. See `scenario.py` for the story
+every cell runs.
 
 Each backend runs every fault x request once, on a front end picked by a seeded coin (the Cluster always on the
 other one than the single Redis, so that each fault x request runs on both); asyncio cancellation after each
@@ -23,10 +24,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import _require_zookeeper
+from tests.conftest import _require_zookeeper, require_etcd_binary
 
 from .cells import (
     DURABLE_TARGETS,
+    ETCD_FAULTS,
+    ETCD_REQUESTS,
     FAULTS,
     PAST_TTL_FAULT,
     PAST_TTL_REQUESTS,
@@ -66,6 +69,13 @@ def _zookeeper_cells() -> list[Cell]:
             for fault, request in itertools.product(ZOOKEEPER_FAULTS, ZOOKEEPER_REQUESTS)]
 
 
+def _etcd_cells() -> list[Cell]:
+    """etcd's row (`ETCD_FAULTS` x `ETCD_REQUESTS`), the front end by a seeded coin."""
+    rng = random.Random(f"{SEED}:etcd")
+    return [Cell(FRONTS[rng.randrange(2)], fault, request)
+            for fault, request in itertools.product(ETCD_FAULTS, ETCD_REQUESTS)]
+
+
 CANCEL_REQUESTS = [r for r in REQUESTS if r != "renewal"]  # the watchdog's own task is not the caller's to cancel
 CLUSTER_CANCEL = ["acquire", "extend_same", "release"]
 """The Cluster's cancellation cells: what differs from one Redis there is redis-py's cluster client (a cancelled
@@ -74,8 +84,10 @@ DURABLE_CANCEL = ["acquire", "acquire_fair", "extend_same", "extend_longer", "ex
 """`durability=`'s cancellation cells: a cancellation while the WAIT's reply is awaited, on grants and extends."""
 ZOOKEEPER_CANCEL = [r for r in ZOOKEEPER_REQUESTS if r != "renewal"]
 """ZooKeeper's cancellation cells: every request of its row that a caller sends."""
+ETCD_CANCEL = [r for r in ETCD_REQUESTS if r != "renewal"]
+"""etcd's cancellation cells: every request of its row that a caller sends."""
 _KINDS = {"redis": CANCEL_REQUESTS, "cluster": CLUSTER_CANCEL, "redlock": CANCEL_REQUESTS, "durable": DURABLE_CANCEL,
-          "zookeeper": ZOOKEEPER_CANCEL}
+          "zookeeper": ZOOKEEPER_CANCEL, "etcd": ETCD_CANCEL}
 CANCEL_CELLS = [(kind, request) for kind, requests in _KINDS.items() for request in requests]
 
 
@@ -101,6 +113,13 @@ def durable_rig() -> Iterator[Rig]:
 def zookeeper_rig() -> Iterator[Rig]:
     _require_zookeeper()
     with start_rig("zookeeper") as rig:
+        yield rig
+
+
+@pytest.fixture(scope="module")
+def etcd_rig() -> Iterator[Rig]:
+    require_etcd_binary()
+    with start_rig("etcd") as rig:
         yield rig
 
 
@@ -146,6 +165,11 @@ def test_redlock(redlock_rig: Rig, cell: Cell) -> None:
 @pytest.mark.parametrize("cell", _zookeeper_cells(), ids=str)
 def test_zookeeper(zookeeper_rig: Rig, cell: Cell) -> None:
     _assert_cell(zookeeper_rig, cell)
+
+
+@pytest.mark.parametrize("cell", _etcd_cells(), ids=str)
+def test_etcd(etcd_rig: Rig, cell: Cell) -> None:
+    _assert_cell(etcd_rig, cell)
 
 
 @pytest.mark.parametrize(("kind", "request_name"), CANCEL_CELLS, ids=[f"{k}-{r}" for k, r in CANCEL_CELLS])

@@ -202,8 +202,16 @@ class EtcdBackend:
             return released(False, txn.taken(self._gateway.txn(txn.count_newer(directory, fence), "release",
                                                                       name)))
         sent_before, held.releasing = held.releasing, True
-        answer = self._gateway.txn(txn.release(held.key, token, fence, directory, fence_key(self._prefix, name)),
-                                         "release", name)
+        body = txn.release(held.key, token, fence, directory, fence_key(self._prefix, name))
+        try:
+            answer = self._gateway.txn(body, "release", name, again=False)
+        except BackendError as exc:
+            if not self._gateway.unanswered(exc):
+                raise
+            # The connection closed before an answer: send it again, as a release whose first sending may have
+            # been applied (a key found gone is then judged by the lease, not reported taken).
+            sent_before = True
+            answer = self._gateway.txn(body, "release", name, again=False)
         self._held.pop(token, None)  # the server answered: the token's work is done either way
         deleted = bool(answer.get("succeeded"))
         if held.moving is not None:  # our key (deleted now, or gone) may have been on it: it carries none now
@@ -411,8 +419,10 @@ class EtcdBackend:
             if owner is None:
                 return LockStatus(name, False, None, None, 0)
             remaining = self._gateway.time_to_live(owner.lease, name)
+            # Not sent again by the gateway: a first sending that was applied would make the second report nothing
+            # removed. (A failed compare reads the holder again, once the loop comes round.)
             answer = self._gateway.txn(txn.force_release(owner, fence_key(self._prefix, name)),
-                                             "force-release", name)
+                                             "force-release", name, again=False)
             if answer.get("succeeded"):
                 self._revoke(owner.lease, name)
                 return LockStatus(name, True, owner.create_revision, remaining, count - 1)

@@ -119,12 +119,18 @@ class Gateway:
         return {} if self._auth is None else {"Authorization": self._auth}
 
     def _post(self, path: str, content: bytes, what: str, name: str | None,
-                    timeout: float | None = None) -> httpx.Response:
-        """POST to the current endpoint; a refused connection (nothing sent) moves on to the next one. `timeout`
-        (seconds) replaces the URL's request timeout for this request."""
+                    timeout: float | None = None, again: bool = True) -> httpx.Response:
+        """POST to the current endpoint; a refused connection (nothing sent) moves on to the next one, and with
+        `again` a connection the server closed before it answered is sent once more (every request fencelock
+        sends may be repeated: `call`). `timeout` (seconds) replaces the URL's request timeout for this request."""
         response: httpx.Response | None = None
         try:
-            response = self._post_once(path, content, what, name, timeout)
+            try:
+                response = self._post_once(path, content, what, name, timeout)
+            except BackendError as exc:
+                if not (again and self.unanswered(exc)):
+                    raise
+                response = self._post_once(path, content, what, name, timeout)
             return response
         finally:
             if self._closed:
@@ -151,15 +157,16 @@ class Gateway:
         raise AssertionError("unreachable")
 
     def call(self, path: str, body: dict[str, Any], what: str, name: str | None,
-                   accept: tuple[str, ...] = (), timeout: float | None = None) -> dict[str, Any]:
+                   accept: tuple[str, ...] = (), timeout: float | None = None, again: bool = True) -> dict[str, Any]:
         """One unary request. An etcd error whose message contains one of `accept` comes back as
         `{"error": message}`; any other raises `BackendError`. `timeout` (seconds) replaces the URL's request
-        timeout for each request this makes."""
+        timeout for each request this makes. `again=False`: a request whose outcome a second sending would hide
+        (a delete) is not sent again when the server closed the connection before answering (`unanswered`)."""
         content = json.dumps(body).encode()
         if self._target.username is not None and self._auth is None:
             self._authenticate(name, timeout)
         for attempt in range(2):
-            response = self._post(path, content, what, name, timeout)
+            response = self._post(path, content, what, name, timeout, again)
             data = self._decode(response, what, name)
             error = data.get("error")
             if error is None:
@@ -198,15 +205,20 @@ class Gateway:
                                name=name) from EtcdAnswer(number(data.get("code")), message)
         self._auth = str(data["token"])
 
+    def unanswered(self, exc: BackendError) -> bool:
+        """Whether the server closed the connection before any answer (an idle connection's close racing the
+        request, or a server that turned a new connection away): most likely not run, but not surely."""
+        return isinstance(exc.__cause__, httpx.RemoteProtocolError)
+
     def transient(self, exc: BackendError) -> bool:
         """Whether a failed request may succeed if sent again: a network fault, or a cluster between leaders."""
         cause = exc.__cause__
         return isinstance(cause, httpx.TransportError) or (
             isinstance(cause, EtcdAnswer) and cause.code in _TRANSIENT_CODES)
 
-    def txn(self, body: Body, what: str, name: str | None) -> Body:
-        """One transaction (`fencelock._etcd.txn` builds its body)."""
-        return self.call("/v3/kv/txn", body, what, name)
+    def txn(self, body: Body, what: str, name: str | None, again: bool = True) -> Body:
+        """One transaction (`fencelock._etcd.txn` builds its body); `again` as `call`'s."""
+        return self.call("/v3/kv/txn", body, what, name, again=again)
 
     def read(self, body: Body, what: str, name: str | None) -> Body:
         """One range request (`fencelock._etcd.txn` builds its body)."""

@@ -19,8 +19,9 @@ the request for ``delay`` seconds (``on_pause``/``on_resume``, e.g. SIGSTOP/SIGC
 proxy holds the request back). `close_idle()` closes every connection that has no request in flight, as a
 server's idle timeout or a load balancer does.
 
-Another protocol's framing (`fencelock.testing.framing`: ZooKeeper's) reads its requests and replies instead:
-``FaultProxy(host, port, framing=ZOOKEEPER)``.
+Another protocol's framing (`fencelock.testing.framing`: ZooKeeper's, etcd's HTTP) reads its requests and replies
+instead: ``FaultProxy(host, port, framing=ZOOKEEPER)``. A streamed reply (HTTP chunks) keeps its connection busy
+until it ends: `close_idle()` leaves it open, and the rest of a lost reply is lost with it.
 """
 
 from __future__ import annotations
@@ -66,12 +67,14 @@ _SCRIPTS = script_names()
 
 @dataclass(frozen=True)
 class Request:
-    """One command a client sent: on which connection (numbered from 1), its name, and when it arrived."""
+    """One command a client sent: on which connection (numbered from 1), its name, when it arrived, and how many
+    requests that connection carried before it (`index`)."""
 
     connection: int
     name: str
     args: tuple[bytes, ...]
     at: float
+    index: int = 0
 
 
 def request_name(args: list[bytes]) -> str:
@@ -225,6 +228,8 @@ class _Link:
         self.last_up = 0.0     # the due time of the last chunk queued towards the server (order is kept)
         self.last_down = 0.0
         self.closed = False
+        self.streaming = False  # a reply is still coming in parts (a watch): the connection is not idle
+        self.dropping = False   # the reply those parts belong to was lost: they are lost too
         self.forwarding = 0    # chunks taken off a queue and not yet written
 
 
@@ -287,7 +292,8 @@ class FaultProxy(ThreadedServer):
     async def _close_idle(self) -> int:
         closed = 0
         for link in list(self._links.values()):
-            if not (link.pending or link.forwarding) and link.to_server.empty() and link.to_client.empty():
+            if not (link.pending or link.forwarding or link.streaming) and link.to_server.empty() \
+                    and link.to_client.empty():
                 closed += 1
                 self._end(link, reset=False)
         return closed
@@ -366,7 +372,7 @@ class FaultProxy(ThreadedServer):
         async with contextlib.aclosing(_frames(reader, self.framing)) as frames:
             async for index, raw, value in frames:
                 request_name, args = self.framing.request(index, raw, value)
-                request = Request(link.number, request_name, args, time.monotonic())
+                request = Request(link.number, request_name, args, time.monotonic(), index)
                 rule = self._choose(request)
                 if rule is not None and rule.on_hit is not None:
                     rule.on_hit(request)
@@ -424,11 +430,17 @@ class FaultProxy(ThreadedServer):
             async for index, raw, value in frames:
                 raw = self.framing.rewrite(raw, self.redirects)
                 if not self.framing.is_reply(index, raw, value):  # the server's own message: it answers nothing
+                    if self.framing.continues(value):  # or the rest of the reply before it
+                        link.streaming = self.framing.streaming(value)
+                        if link.dropping:
+                            continue
                     link.last_down = max(time.monotonic(), link.last_down)
                     link.to_client.put_nowait((link.last_down, raw, None))
                     continue
                 rule = link.pending.popleft().rule if link.pending else None
                 kind = None if rule is None else rule.kind
+                link.streaming = self.framing.streaming(value)
+                link.dropping = kind == LOSE
                 due = max(time.monotonic(), link.last_down)
                 if kind == LOSE:
                     rule._end()  # type: ignore[union-attr]

@@ -27,7 +27,7 @@ from typing import Any
 from .._errors import LockError
 from .._redis.keys import redis_keys
 
-__all__ = ["Claim", "History", "LeaseRecord", "Op", "Sample", "Watcher", "ZooKeeperReader", "check"]
+__all__ = ["Claim", "EtcdReader", "History", "LeaseRecord", "Op", "Sample", "Watcher", "ZooKeeperReader", "check"]
 
 _READ = "local v = redis.call('GET', KEYS[1]) return {v or false, redis.call('PTTL', KEYS[1])}"
 
@@ -38,26 +38,29 @@ EPSILON = 0.03
 @dataclass(frozen=True)
 class Sample:
     """One look at one name on every node: between `start` and `end`, node i held `tokens[i]` with `pttls[i]` ms
-    left (-2: no key; None: the node did not answer)."""
+    left (-2: no key; None: the node did not answer), or up to `spans[i]` ms more (a server that counts in seconds).
+    """
 
     name: str
     start: float
     end: float
     tokens: tuple[str | None, ...]
     pttls: tuple[int | None, ...]
+    spans: tuple[int, ...] = ()
 
     def kept(self, token: str, quorum: int) -> tuple[float, float] | None:
         """Until when (earliest, latest) the servers keep `token` for `name`: its quorum-th longest key. None:
         fewer than `quorum` nodes hold it. A node that did not answer counts as holding it for ever."""
         ends: list[tuple[float, float]] = []
-        for held, pttl in zip(self.tokens, self.pttls, strict=True):
+        spans = self.spans or (0,) * len(self.pttls)
+        for held, pttl, span in zip(self.tokens, self.pttls, spans, strict=True):
             if pttl is None:
                 ends.append((math.inf, math.inf))
             elif held == token:
                 if pttl < 0:
                     ends.append((math.inf, math.inf))
                 else:
-                    ends.append((self.start + pttl / 1000, self.end + pttl / 1000))
+                    ends.append((self.start + pttl / 1000, self.end + (pttl + span) / 1000))
         if len(ends) < quorum:
             return None
         ends.sort(reverse=True)
@@ -76,7 +79,8 @@ class Sample:
 class Watcher:
     """Sample the lock key of every watched name on every node of `raws` (plain redis-py clients, straight to the
     servers, or readers of another backend with a ``read_lock(name) -> (token or None, ms left or -2)`` method,
-    such as `ZooKeeperReader`) every `interval` seconds, until `stop()`."""
+    such as `ZooKeeperReader`, or ``(token, ms left at least, up to this many ms more)``, such as `EtcdReader`)
+    every `interval` seconds, until `stop()`."""
 
     def __init__(self, raws: list[Any], *, interval: float = 0.01) -> None:
         self._raws = raws
@@ -98,16 +102,19 @@ class Watcher:
         start = time.monotonic()
         tokens: list[str | None] = []
         pttls: list[int | None] = []
+        spans: list[int] = []
         for raw in self._raws:
             try:
-                value, pttl = raw.read_lock(name) if hasattr(raw, "read_lock") else raw.eval(_READ, 1, key)
+                value, pttl, *span = raw.read_lock(name) if hasattr(raw, "read_lock") else raw.eval(_READ, 1, key)
             except Exception:  # a paused or cut node: no answer from it this time
                 tokens.append(None)
                 pttls.append(None)
+                spans.append(0)
                 continue
             tokens.append(None if not value else value if isinstance(value, str) else bytes(value).decode())
             pttls.append(int(pttl))
-        found = Sample(name, start, time.monotonic(), tuple(tokens), tuple(pttls))
+            spans.append(int(span[0]) if span else 0)
+        found = Sample(name, start, time.monotonic(), tuple(tokens), tuple(pttls), tuple(spans))
         with self._guard:
             self.samples.append(found)
         return found
@@ -170,6 +177,56 @@ class ZooKeeperReader:
     def close(self) -> None:
         self._client.stop()
         self._client.close()
+
+
+class EtcdReader:
+    """A `Watcher`'s reader of etcd locks, straight to one member's JSON gateway: the holder is the name's oldest
+    key (its value is the token), kept for its lease's TTL (`/v3/lease/timetolive`: whole seconds, rounded down,
+    so up to a second more). Each request gives up after `timeout` seconds (a paused server: no answer)."""
+
+    def __init__(self, host: str, port: int, prefix: str = "fencelock", *, timeout: float = 0.2) -> None:
+        self._address = (host, port, timeout)
+        self._http: Any = None
+        self._prefix = prefix
+        self._guard = threading.Lock()
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        import json
+
+        with self._guard:
+            if self._http is None:
+                import http.client
+
+                host, port, timeout = self._address
+                self._http = http.client.HTTPConnection(host, port, timeout=timeout)
+            try:
+                self._http.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+                answer: dict[str, Any] = json.loads(self._http.getresponse().read() or b"{}")
+            except Exception:
+                self._http.close()
+                self._http = None
+                raise
+            return answer
+
+    def read_lock(self, name: str) -> tuple[str | None, int, int]:
+        from .._etcd.rules import b64, kvs, name_dir, range_end
+        directory = name_dir(self._prefix, name)
+        found = kvs(self._post("/v3/kv/range", {"key": b64(directory), "range_end": b64(range_end(directory)),
+                                                "sort_order": "ASCEND", "sort_target": "CREATE", "limit": 1}))
+        if not found:
+            return None, -2, 0
+        lease = self._post("/v3/lease/timetolive", {"ID": found[0].lease})
+        ttl = int(lease.get("TTL") or 0)
+        if ttl < 0:  # the lease is gone: its key goes with it (read in between)
+            return found[0].value.decode(), 0, 0
+        granted = int(lease.get("grantedTTL") or 0)
+        return found[0].value.decode(), ttl * 1000, max(0, min(ttl + 1, granted) - ttl) * 1000
+
+    def close(self) -> None:
+        with self._guard:
+            if self._http is not None:
+                self._http.close()
+                self._http = None
 
 
 @dataclass(eq=False)
@@ -286,12 +343,14 @@ def _cut(history: History, claim: Claim) -> float:
 
 
 def check(history: History, samples: Iterable[Sample], *, quorum: int = 1, epsilon: float = EPSILON,
-          straggle: float = 0.0) -> list[str]:
+          straggle: float = 0.0, lag: float = 0.0) -> list[str]:
     """Every broken invariant, one line each (empty: all held).
 
     `straggle`: how much longer than its TTL a minority of nodes (fewer than `quorum`) may keep a key, because the
     request that set it waited on that node's connection behind an earlier one after the call had its quorum. A
     call that raised (its outcome unknown) may have requests that land up to `straggle` after it, on any node.
+    `lag`: how long a server may keep a key after its TTL ran out before it deletes it (etcd looks for expired
+    leases every 0.5 s).
     """
     found: list[str] = []
     by_name: dict[str, list[Sample]] = {}
@@ -362,11 +421,11 @@ def check(history: History, samples: Iterable[Sample], *, quorum: int = 1, epsil
                     deadlines[token] = _deadline(history, name, known.get(token), slack, straggle)
                 deadline = deadlines[token]
                 lives_until = math.inf if pttl < 0 else s.start + pttl / 1000
-                if deadline is not None and lives_until > deadline + epsilon:
+                if deadline is not None and lives_until > deadline + epsilon + lag:
                     late.append((token, lives_until, deadline))
             for token, lives_until, deadline in late:
                 allowed = straggle if sum(t == token for t, _, _ in late) < quorum else 0.0
-                if token not in reported and lives_until > deadline + epsilon + allowed:
+                if token not in reported and lives_until > deadline + epsilon + lag + allowed:
                     who = f"{known[token].client}'s lease" if token in known else "a key no lease was returned for"
                     found.append(f"key outlives its TTL: {who} on {name!r} is kept until {lives_until:.3f} (seen "
                                  f"at {s.start:.3f}), {lives_until - deadline:.3f}s past the last TTL its client "
