@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from . import events_report, latency_report, report, targets, watchdog_report
-from .contenders import ONE_REDIS, REGISTRY, Contender, Target
+from .burst import BurstRun, burst_checks, burst_section, burst_table
+from .contenders import ONE_REDIS, REGISTRY, Contender, Need, Target
 from .durability import DurabilityResult, durability_section, durability_table
 from .events import EventsResult, events_section
 from .placement import placements
@@ -29,7 +30,8 @@ def _parser() -> argparse.ArgumentParser:
                         f"{', '.join(GROUPS)} (e.g. '--only redlock,fencelock' for the Redlock rows and the "
                         f"single-node fencelock their target compares with). Sections: {', '.join(SECTIONS)} "
                         "(watchdog: 10,000 renewed leases in a process of their own: CPU, round trips, losses, exit; "
-                        "durability: the cycle per durability mode, on servers of its own). "
+                        "durability: the cycle per durability mode, on servers of its own; burst: thousands of "
+                        "concurrent calls through one client on every backend). "
                         f"Contenders: {', '.join(REGISTRY)}")
     p.add_argument("--rounds", type=int, help="uncontended rounds per placement (default 10; quick 4)")
     p.add_argument("--cycles", type=int, help="uncontended cycles per round (default 1000; quick 400)")
@@ -44,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="watchdog section: seconds measured after the acquisition phase (default 10; quick 4, "
                         "and --quick leaves the ttl=30 run out)")
     p.add_argument("--watchdog-leases", type=int, metavar="N", help="watchdog section: leases held (default 10000)")
+    p.add_argument("--burst", type=int, nargs=3, metavar=("TASKS", "WAITERS", "THREADS"),
+                   help="burst section: concurrent asyncio tasks on distinct names, tasks waiting on one name, "
+                        "threads on distinct names, each through one client (default 2000 1000 200; quick "
+                        "500 200 50)")
     p.add_argument("--latency", type=float, default=0.0, metavar="MS",
                    help="put a delay proxy of MS milliseconds each way in front of every server, so that each node "
                         "behaves as a host of its own on a LAN (the latency targets are stated for 0.5)")
@@ -58,7 +64,7 @@ def _progress(message: str) -> None:
 GROUPS = ("single", "redlock", "etcd", "zookeeper")
 """What `--only` accepts besides contender keys: every row of one group (`Contender.group`)."""
 
-SECTIONS = ("watchdog", "events", "durability")
+SECTIONS = ("watchdog", "events", "durability", "burst")
 """What `--only` also accepts: a section that is not a row of the contender tables (run only when named, or when
 `--only` is not given)."""
 
@@ -139,6 +145,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         events: EventsResult | None = events_section() if "events" in sections else None
         durable: DurabilityResult | None = (durability_section(quick, _progress) if "durability" in sections
                                             else None)
+        burst: list[BurstRun] | None = None
+        if "burst" in sections:
+            tasks, waiters, threads = args.burst or ((500, 200, 50) if quick else (2000, 1000, 200))
+            found: list[tuple[str, str | list[str]]] = []
+            for label, need in (("redis", ONE_REDIS), ("redlock x3", Need("redlock", 3)), ("etcd", Need("etcd")),
+                                ("zookeeper", Need("zookeeper"))):
+                try:
+                    where = services.target(need)
+                except Unavailable as exc:
+                    skipped[f"burst {label}"] = str(exc)
+                    continue
+                found.append((label, list(where.urls) if len(where.urls) > 1 else where.url))
+            burst = burst_section(found, tasks=tasks, waiters=waiters, threads=threads, progress=_progress)
         machine = report.machine(services.describe())
         delays = services.proxy_stats() if args.latency > 0 else []
     wall = time.monotonic() - began
@@ -148,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         items += latency_report.latency_checks(unc, [p.name for p in places], con, rtt_ms)
     if watchdog is not None:
         items += watchdog_report.watchdog_checks(watchdog)
+    if burst is not None:
+        items += burst_checks(burst)
     if events is not None:
         items += events_report.events_checks(events, unc, [p.name for p in places])
     print()
@@ -173,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
     if events is not None:
         print(events_report.events_table(events))
+        print()
+    if burst is not None:
+        print(burst_table(burst))
         print()
     if durable is not None:
         print(durability_table(durable))
