@@ -23,7 +23,7 @@ BURST = 2000
 THREADS = 500
 """Acquires at once through one client from as many threads (before: all granted, the held lease lost)."""
 
-TTL = 10.0
+TTL = 30.0
 
 
 def _leases(server: EtcdServer, stem: str) -> dict[str, int]:
