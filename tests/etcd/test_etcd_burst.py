@@ -11,9 +11,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
+
 import fencelock
+from fencelock._async import etcd_gateway
 from fencelock._etcd.rules import name_dir, range_end
 from fencelock.testing.etcd import EtcdServer
+from fencelock.testing.timing import slack
 from tests.etcd.helpers import b64, lease_ttl
 
 BURST = 2000
@@ -105,3 +109,30 @@ def test_a_burst_of_acquires_through_one_client_from_threads_is_granted(etcd_ser
         held.release()
     finally:
         locks.close()
+
+
+def test_a_request_whose_turn_does_not_come_in_time_fails_saying_why(own_etcd_server: EtcdServer, name: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst far beyond what one client can carry: a request that waits longer than `QUEUE_TIMEOUT` for its
+    turn fails with a `BackendError` that says so, and nothing of it was sent."""
+    monkeypatch.setattr(etcd_gateway, "MAX_IN_FLIGHT", 1)
+    monkeypatch.setattr(etcd_gateway, "QUEUE_TIMEOUT", 0.3)
+
+    async def main() -> None:
+        locks = fencelock.aio.connect(own_etcd_server.url + "?timeout=3")
+        try:
+            own_etcd_server.pause()  # the one request out gets no answer: the next waits for its turn
+            try:
+                first = asyncio.ensure_future(locks.acquire(f"{name}:1", wait=0))
+                await asyncio.sleep(0.1)
+                started = time.monotonic()
+                with pytest.raises(fencelock.BackendError, match="too many requests at once through one client"):
+                    await locks.acquire(f"{name}:2", wait=0)
+                assert 0.3 <= time.monotonic() - started < slack(1.0)
+            finally:
+                own_etcd_server.resume()
+            await asyncio.gather(first, return_exceptions=True)
+        finally:
+            await locks.aclose()
+
+    asyncio.run(main())
