@@ -1,10 +1,11 @@
 """A burst of acquires on distinct names through one etcd client (issue 14; decision 2026-12-05-etcd-burst).
 
-    PYTHONPATH=src python -m bench.etcd_burst [--n 2000] [--ttl 30] [--threads]
+    PYTHONPATH=src python -m bench.etcd_burst [--n 2000] [--ttl 30] [--threads] [--cap 8]
 
 Starts its own etcd member (data in memory), holds one lease renewed every 1/3 s (ttl 1 s), and acquires `--n`
 names at once through the same client (asyncio tasks, or threads with `--threads`). Prints the outcomes, the time
-the burst took, the slowest renewal and whether the held lease was lost.
+the burst took, the slowest renewal and whether the held lease was lost. `--cap` replaces the client's
+`MAX_IN_FLIGHT` (requests out at once), to compare caps.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import fencelock
+from fencelock._async import etcd_gateway as async_gateway
+from fencelock._sync import etcd_gateway as sync_gateway
 from fencelock.testing.etcd import EtcdServer
 
 
@@ -112,7 +115,10 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--ttl", type=float, default=30.0)
     parser.add_argument("--threads", action="store_true")
+    parser.add_argument("--cap", type=int, default=None)
     args = parser.parse_args()
+    if args.cap is not None:
+        async_gateway.MAX_IN_FLIGHT = sync_gateway.MAX_IN_FLIGHT = args.cap
     logging.getLogger("fencelock").setLevel(logging.ERROR)  # (leases that ran out before their release are lost)
     with EtcdServer(memory=True) as server:
         if args.threads:
