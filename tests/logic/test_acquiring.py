@@ -360,3 +360,71 @@ def test_no_decision_reaches_past_the_deadline(wait: float | None, events: list[
             step = p.slept()
         elif isinstance(step, Block):
             step = p.turned()
+
+
+# -- the lease's own sending (decision 2026-12-05-etcd-burst) ------------------------------------------------------
+
+
+def test_a_grant_counts_validity_from_the_leases_own_sending_when_the_request_first_waited_in_the_client() -> None:
+    """etcd: the grant waited its turn in the client's queue; the server's TTL began no earlier than its sending."""
+    clock = FakeClock()
+    p = plan(clock, ttl=5.0)
+    p.start()
+    started = clock.now
+    clock.now += 6.0  # queued in the client longer than the TTL
+    grant_sent = clock.now
+    clock.now += 0.1
+    assert p.answered(Attempt(True, 7, None, valid_from=grant_sent)) == Grant(7, validity_end(5.0, grant_sent))
+    assert validity_end(5.0, grant_sent) > validity_end(5.0, started)
+
+
+def test_a_grant_whose_lease_ttl_began_before_the_attempt_counts_from_then() -> None:
+    clock = FakeClock()
+    p = plan(clock, ttl=5.0)
+    refreshed = clock.now - 2.0  # (a backend whose last refresh was before this attempt)
+    p.start()
+    clock.now += 0.1
+    assert p.answered(Attempt(True, 7, None, valid_from=refreshed)) == Grant(7, validity_end(5.0, refreshed))
+
+
+def test_a_grant_whose_sending_is_in_the_future_counts_from_the_attempts_start() -> None:
+    clock = FakeClock()
+    p = plan(clock, ttl=5.0)
+    p.start()
+    started = clock.now
+    clock.now += 0.1
+    assert p.answered(Attempt(True, 7, None, valid_from=clock.now + 1.0)) == Grant(7, validity_end(5.0, started))
+
+
+def test_a_grant_is_late_only_if_the_ttl_ran_out_after_the_leases_own_sending() -> None:
+    clock = FakeClock()
+    p = plan(clock, ttl=1.0, wait=0)
+    p.start()
+    clock.now += 3.0  # queued in the client
+    grant_sent = clock.now
+    clock.now += 1.25  # and then the server was slow
+    assert p.answered(Attempt(True, 7, None, valid_from=grant_sent)) == GiveBack()
+    step = p.given_back()
+    assert step == Try(0.0, None)
+    clock.now += 1.25
+    assert p.answered(Attempt(True, 7, None, valid_from=clock.now - 1.25)) == GiveBack()
+    step = p.given_back()
+    assert isinstance(step, Raise)
+    assert "took 1.250 s" in str(step.error)  # the grant's own round trip, not the wait in the client
+
+
+@given(st.floats(0.0, 100.0), st.floats(0.0, 100.0), st.floats(0.5, 60.0))
+def test_validity_never_counts_from_later_than_the_leases_sending(queued: float, answer: float, ttl: float) -> None:
+    clock = FakeClock()
+    p = plan(clock, ttl=ttl, wait=None)
+    p.start()
+    clock.now += queued
+    grant_sent = clock.now
+    clock.now += answer
+    step = p.answered(Attempt(True, 7, None, valid_from=grant_sent))
+    if isinstance(step, Grant):
+        assert step.valid_until <= grant_sent + ttl
+        assert step.valid_until > clock.now
+    else:
+        assert step == GiveBack()
+        assert grant_sent + ttl - clock.now < 0.05 * ttl + 0.01  # no validity worth a grant was left

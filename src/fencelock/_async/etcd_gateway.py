@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import ssl
+import threading
 from typing import Any
 
 from .._errors import MissingExtra
@@ -23,10 +24,25 @@ from .._errors import BackendError
 from .._etcd.rules import GRANT_TRIES, b64, granted, number
 from .._etcd.txn import Body
 from .._etcd.url import EtcdTarget
+from .._logic.admission import Admission, Urgency
+from .._logic.timing import Clock, lease_clock
+from ._concurrency import Signal
 
 KEEPALIVE_BATCH = 32
 """Leases refreshed by one keep-alive request. The gateway may answer only the first part of a longer request
 (docs/design/etcd.md); the leases it did not answer are sent again."""
+
+MAX_IN_FLIGHT = 8
+"""Requests one client has out at once (watches apart: each waiter's watch keeps a connection of its own while it
+blocks). More wait their turn in the client (`_logic.admission`): renewals first, then the requests of attempts
+whose lease runs, then releases, then new grants; so no burst of callers opens a connection each, starves a held
+lease's renewals, or has a lease granted long before its key can be put (decision 2026-12-05-etcd-burst). Few: a
+request's CPU in the client, not the server, bounds one client's rate, and httpx's pool costs more per request the
+more connections it holds (measured in the decision)."""
+
+QUEUE_TIMEOUT = 30.0
+"""Seconds a request waits at most for its turn among `MAX_IN_FLIGHT`; then it fails with a `BackendError` saying
+that too many requests went through one client at once (nothing was sent)."""
 
 _TRANSIENT_CODES = {4, 14}
 """gRPC codes etcd gives while it has no leader or cannot commit in time: DEADLINE_EXCEEDED, UNAVAILABLE."""
@@ -71,12 +87,25 @@ def tls_context(target: EtcdTarget) -> ssl.SSLContext:
     return context
 
 
+class _Turn:
+    """A request waiting for its turn (`AsyncGateway._enter`): `handed` once `_leave` passed it a turn."""
+
+    __slots__ = ("handed", "signal")
+
+    def __init__(self) -> None:
+        self.signal = Signal()
+        self.handed = False
+
+
 class AsyncGateway:
     """HTTP requests to the members' JSON gateways: failover between endpoints, auth, and the error boundary."""
 
-    def __init__(self, target: EtcdTarget) -> None:
+    def __init__(self, target: EtcdTarget, clock: Clock = lease_clock) -> None:
         self._verify: ssl.SSLContext | bool = tls_context(target) if target.tls else True
         self._transport, self._http = self._connections(target)
+        self._clock = clock  # the client's: a request's sending is taken on it
+        self._admission: Admission[_Turn] = Admission(MAX_IN_FLIGHT)
+        self._admission_lock = threading.Lock()  # (never held across an await)
         self._pid = os.getpid()
         self._closed = False
         self.keepalive_requests = 0
@@ -87,9 +116,10 @@ class AsyncGateway:
         self.shown = "etcd at " + ",".join(endpoint.split("://", 1)[1] for endpoint in target.endpoints)
 
     def _connections(self, target: EtcdTarget) -> tuple[httpx.AsyncHTTPTransport, httpx.AsyncClient]:
-        # One connection per watching waiter: no pool limit that would make waiters queue for a connection.
+        # One connection per watching waiter: no pool limit that would make waiters queue for a connection. The other
+        # requests are at most `MAX_IN_FLIGHT` at once (`_enter`): the connections they use are all kept for reuse.
         transport = httpx.AsyncHTTPTransport(
-            verify=self._verify, limits=httpx.Limits(max_connections=None, max_keepalive_connections=32))
+            verify=self._verify, limits=httpx.Limits(max_connections=None, max_keepalive_connections=MAX_IN_FLIGHT))
         return transport, httpx.AsyncClient(timeout=httpx.Timeout(target.timeout), transport=transport,
                                             trust_env=False)
 
@@ -97,10 +127,59 @@ class AsyncGateway:
         """The connection pool of this process. A forked child gets a pool of its own: the sockets it inherited
         are its parent's, and two processes writing and reading one socket get each other's answers. They are
         left alone, never closed from here (a close could end the parent's TLS session)."""
+        self._own()
+        return self._http
+
+    def _own(self) -> None:
+        """A forked child starts with a pool and a count of requests out of its own (its parent's are not its)."""
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._transport, self._http = self._connections(self._target)
-        return self._http
+            self._admission, self._admission_lock = Admission(MAX_IN_FLIGHT), threading.Lock()
+
+    async def _enter(self, urgency: Urgency, what: str, name: str | None) -> None:
+        """Wait for this request's turn among `MAX_IN_FLIGHT` (`_logic.admission`); every `_enter` that returns is
+        followed by one `_leave`. A request whose turn does not come within `QUEUE_TIMEOUT`, or whose client closes
+        first, fails here, and nothing is sent."""
+        self._own()
+        turn = _Turn()
+        with self._admission_lock:
+            if self._closed:
+                raise BackendError(f"{what} failed on {self.shown}: this client is closed", name=name)
+            if self._admission.enter(turn, urgency):
+                return
+            others = self._admission.waiting - 1
+        try:
+            await turn.signal.wait(QUEUE_TIMEOUT)
+        except BaseException:
+            if self._stop_waiting(turn):
+                self._leave()  # (its turn came as its caller gave up: it passes on)
+            raise
+        if self._stop_waiting(turn):
+            if not self._closed:
+                return  # (its turn may have come just as its wait timed out: it goes)
+            self._leave()  # (handed a turn as the client closed: it passes on)
+        if self._closed:
+            raise BackendError(f"{what} failed on {self.shown}: this client is closed", name=name)
+        raise BackendError(f"{what} failed on {self.shown}: its turn among this client's {MAX_IN_FLIGHT} requests "
+                           f"at once did not come within {QUEUE_TIMEOUT:g} s ({others} others were waiting when it "
+                           "came): too many requests at once through one client", name=name)
+
+    def _stop_waiting(self, turn: _Turn) -> bool:
+        """True if `turn` was handed its turn; else it is taken out of line (it will not go)."""
+        with self._admission_lock:
+            if self._admission.queued(turn):
+                self._admission.withdraw(turn)
+            return turn.handed
+
+    def _leave(self) -> None:
+        """A request that had its turn is done: the next one waiting has it now."""
+        with self._admission_lock:
+            following = self._admission.done()
+            if following is not None:
+                following.handed = True
+        if following is not None:
+            following.signal.set()
 
     @property
     def endpoints(self) -> int:
@@ -156,12 +235,30 @@ class AsyncGateway:
         raise AssertionError("unreachable")
 
     async def call(self, path: str, body: dict[str, Any], what: str, name: str | None,
-                   accept: tuple[str, ...] = (), timeout: float | None = None, again: bool = True) -> dict[str, Any]:
-        """One unary request. An etcd error whose message contains one of `accept` comes back as
-        `{"error": message}`; any other raises `BackendError`. `timeout` (seconds) replaces the URL's request
-        timeout for each request this makes. `again=False`: a request whose outcome a second sending would hide
-        (a delete) is not sent again when the server closed the connection before answering (`unanswered`)."""
+                   accept: tuple[str, ...] = (), timeout: float | None = None,
+                   urgency: Urgency = Urgency.NEW, again: bool = True) -> dict[str, Any]:
+        """One unary request, once its turn comes (`urgency`: its place in line, `_enter`). An etcd error whose
+        message contains one of `accept` comes back as `{"error": message}`; any other raises `BackendError`.
+        `timeout` (seconds) replaces the URL's request timeout for each request this makes. `again=False`: a
+        request whose outcome a second sending would hide (a delete) is not sent again when the server closed the
+        connection before answering (`unanswered`)."""
+        return (await self.call_sent(path, body, what, name, accept, timeout, urgency, again))[0]
+
+    async def call_sent(self, path: str, body: dict[str, Any], what: str, name: str | None,
+                        accept: tuple[str, ...] = (), timeout: float | None = None,
+                        urgency: Urgency = Urgency.NEW, again: bool = True) -> tuple[dict[str, Any], float]:
+        """`call`, and the instant (on the client's clock) its request went out: taken when its turn came, before
+        anything was written, so the server received it later (never earlier)."""
         content = json.dumps(body).encode()
+        await self._enter(urgency, what, name)
+        try:
+            sent_at = self._clock()
+            return await self._call_once(path, content, what, name, accept, timeout, again), sent_at
+        finally:
+            self._leave()
+
+    async def _call_once(self, path: str, content: bytes, what: str, name: str | None, accept: tuple[str, ...],
+                         timeout: float | None, again: bool) -> dict[str, Any]:
         if self._target.username is not None and self._auth is None:
             await self._authenticate(name, timeout)
         for attempt in range(2):
@@ -215,60 +312,72 @@ class AsyncGateway:
         return isinstance(cause, httpx.TransportError) or (
             isinstance(cause, EtcdAnswer) and cause.code in _TRANSIENT_CODES)
 
-    async def txn(self, body: Body, what: str, name: str | None, again: bool = True) -> Body:
+    async def txn(self, body: Body, what: str, name: str | None, urgency: Urgency, again: bool = True) -> Body:
         """One transaction (`fencelock._etcd.txn` builds its body); `again` as `call`'s."""
-        return await self.call("/v3/kv/txn", body, what, name, again=again)
+        return await self.call("/v3/kv/txn", body, what, name, urgency=urgency, again=again)
 
     async def read(self, body: Body, what: str, name: str | None) -> Body:
-        """One range request (`fencelock._etcd.txn` builds its body)."""
+        """One range request (`fencelock._etcd.txn` builds its body): an operator's, new work."""
         return await self.call("/v3/kv/range", body, what, name)
 
     # ------------------------------------------------------------------------------------------ leases
 
-    async def grant(self, seconds: int, name: str) -> tuple[int, int]:
-        """A new lease of `seconds`, whose ID the server chooses: (its ID, the TTL granted).
+    async def grant(self, seconds: int, name: str, urgency: Urgency) -> tuple[int, int, float]:
+        """A new lease of `seconds`, whose ID the server chooses: (its ID, the TTL granted, the instant the grant
+        that made it went out: the server's TTL began no earlier).
 
         Never retried as "the same lease" (`fencelock._etcd.rules.granted` says why): a grant whose answer is lost
         leaves an orphan lease, with no key, that its TTL ends. "lease already exists" means the server chose the ID
         of a lease another client granted with an ID of its own: not ours, so ask again (`GRANT_TRIES` in all).
         """
         for _ in range(GRANT_TRIES):
-            data = await self.call("/v3/lease/grant", {"ID": 0, "TTL": seconds}, "lease grant", name,
-                                   accept=(_LEASE_EXISTS,))
+            data, sent_at = await self.call_sent("/v3/lease/grant", {"ID": 0, "TTL": seconds}, "lease grant", name,
+                                                 accept=(_LEASE_EXISTS,), urgency=urgency)
             if "error" in data:
                 continue  # another client's lease: the next grant gets a new ID
             lease = granted(data, seconds)
             if lease is None:
                 raise BackendError(f"lease grant failed on {self.shown}: the answer names no lease", name=name)
-            return lease
+            return lease[0], lease[1], sent_at
         message = (f"lease grant failed on {self.shown}: {GRANT_TRIES} times the server chose the ID of "
                    "a lease that already exists (another client grants leases with IDs it picks itself)")
         raise BackendError(message, name=name) from EtcdAnswer(9, _LEASE_EXISTS)
 
-    async def revoke(self, lease: int, name: str | None, timeout: float | None = None) -> None:
+    async def revoke(self, lease: int, name: str | None, timeout: float | None = None,
+                     urgency: Urgency = Urgency.RELEASE) -> None:
         """End a lease, which deletes every key on it; a lease the server no longer has is not an error."""
-        await self.call("/v3/lease/revoke", {"ID": lease}, "revoke", name, accept=(_LEASE_GONE,), timeout=timeout)
+        await self.call("/v3/lease/revoke", {"ID": lease}, "revoke", name, accept=(_LEASE_GONE,), timeout=timeout,
+                        urgency=urgency)
 
     async def time_to_live(self, lease: int, name: str) -> float:
         """Whole seconds left of a lease's TTL (0: it is gone)."""
         data = await self.call("/v3/lease/timetolive", {"ID": lease}, "status", name)
         return float(max(0, number(data.get("TTL"))))
 
-    async def keepalive(self, leases: list[int], name: str | None) -> dict[int, int]:
+    async def keepalive(self, leases: list[int], name: str | None,
+                        urgency: Urgency = Urgency.RENEWAL) -> tuple[dict[int, int], float]:
         """Refresh leases, `KEEPALIVE_BATCH` per request; returns each lease's TTL now (0: the server no longer
-        has it). A lease the gateway left unanswered is sent again: a missing answer never counts as "gone"."""
+        has it), and the instant the first request went out (every lease's TTL restarted no earlier). A lease the
+        gateway left unanswered is sent again: a missing answer never counts as "gone"."""
         ttls: dict[int, int] = {}
         left = list(dict.fromkeys(leases))
+        first: float | None = None
         while left:
-            answered = await self._keepalive_once(left[:KEEPALIVE_BATCH], name)
+            await self._enter(urgency, "keep-alive", name)
+            try:
+                sent_at = self._clock()
+                answered = await self._keepalive_once(left[:KEEPALIVE_BATCH], name)
+            finally:
+                self._leave()
+            first = sent_at if first is None else first
             if not answered:
                 raise BackendError(f"keep-alive got no answer from {self.shown}", name=name)
             ttls.update(answered)
             left = [lease for lease in left if lease not in ttls]
-        return ttls
+        return ttls, self._clock() if first is None else first
 
     async def _keepalive_once(self, leases: list[int], name: str | None) -> dict[int, int]:
-        """One keep-alive request; the TTL of each lease it answered for."""
+        """One keep-alive request (its turn came); the TTL of each lease it answered for."""
         self.keepalive_requests += 1
         content = b"".join(json.dumps({"ID": lease}).encode() for lease in leases)
         if self._target.username is not None and self._auth is None:
@@ -300,12 +409,17 @@ class AsyncGateway:
         error leaves this call)."""
         response: httpx.Response | None = None
         try:
+            await self._enter(Urgency.NEW, "version", None)
+        except BackendError:
+            return None
+        try:
             response = await self._client().get(self._endpoints[self._current] + "/version")
             data = response.json()
             return str(data["etcdserver"]) if isinstance(data, dict) and data.get("etcdserver") else None
         except (httpx.HTTPError, httpx.StreamError, ValueError, RuntimeError):
             return None
         finally:
+            self._leave()
             if self._closed:
                 await self._close_after(response)
 
@@ -348,5 +462,9 @@ class AsyncGateway:
         await self._transport.aclose()
 
     async def aclose(self) -> None:
-        self._closed = True
+        with self._admission_lock:
+            self._closed = True
+            waiting = self._admission.close()
+        for turn in waiting:
+            turn.signal.set()  # (each fails in `_enter`: nothing more is sent)
         await self._client().aclose()  # (a forked child's own pool: its parent's sockets are not its to close)

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from .._errors import AcquireTimeout, BackendError, NotAcquired
 from .outcomes import Attempt
-from .timing import Clock, Deadline, block_for, validity_end
+from .timing import Clock, Deadline, block_for, granted_from, validity_end
 
 
 class Try(NamedTuple):
@@ -98,7 +98,8 @@ class Acquiring:
         return self._try(0.0)
 
     def _try(self, block: float, waited: float | None = None) -> Try:
-        self._sent_at = self._clock()  # before any wait: the lease's validity counts from here
+        self._sent_at = self._clock()  # before any wait: the lease's validity counts from here, unless the backend
+        #                                names the later sending of the request that started the lease's TTL
         return Try(block, waited)
 
     def answered(self, attempt: Attempt) -> Grant | GiveBack | Try | Block | Raise:
@@ -106,11 +107,12 @@ class Acquiring:
         self._failures = 0
         if attempt.granted:
             now = self._clock()
-            valid_until = validity_end(self._ttl, self._sent_at)
+            valid_from = granted_from(self._sent_at, attempt.valid_from, now)
+            valid_until = validity_end(self._ttl, valid_from)
             if valid_until > now:
                 return Grant(attempt.fence, valid_until)
             self._late += 1
-            self._took = now - self._sent_at
+            self._took = now - valid_from
             return GiveBack()
         self._late = 0
         return self._refused(attempt.holder_ttl)

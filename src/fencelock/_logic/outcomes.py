@@ -12,6 +12,10 @@ class Attempt(NamedTuple):
     granted: bool
     fence: int                  # the fence when granted, else 0
     holder_ttl: float | None    # when refused: seconds until the holder's key expires by itself (None: unknown)
+    valid_from: float | None = None
+    """When granted, where the backend knows it: the instant (on the client's clock) the request that last started
+    the lease's TTL on the server went out (etcd: the lease's grant or refresh). Later than the attempt's start
+    when the request first waited in the client for its turn; None: the validity counts from the attempt's start."""
 
 
 class Released(enum.Enum):

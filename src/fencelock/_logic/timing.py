@@ -59,6 +59,21 @@ def validity_end(ttl: float, sent_at: float) -> float:
     return sent_at + ttl - drift(ttl)
 
 
+def granted_from(attempt_sent: float, lease_sent: float | None, now: float) -> float:
+    """The instant a granted lease's validity counts from (`validity_end`'s `sent_at`).
+
+    `attempt_sent`: when the attempt began (before it waited anywhere). `lease_sent`: when the request that last
+    started the lease's TTL on the server went out, if the backend knows it (etcd: the lease's grant or refresh,
+    sent once the attempt's turn came in the client's queue; decision 2026-12-05-etcd-burst), else None. The server
+    counts its TTL from no earlier than that sending, so the validity counts from it: later than the attempt's start
+    when the request waited in the client, earlier if the TTL was started before this attempt (it is never
+    restarted by a request that did not). One in the future is no sending at all: the attempt's start is used.
+    """
+    if lease_sent is None or lease_sent > now:
+        return attempt_sent
+    return lease_sent
+
+
 OVERHANG_MAX = 4.0
 """How many times its TTL a lease's key (etcd lease, ZooKeeper session) may be kept by the server after its holder
 stopped: an extend to a shorter TTL keeps the key where it is within this factor, and moves it to a shorter lease

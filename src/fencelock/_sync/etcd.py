@@ -38,6 +38,7 @@ from .._etcd.rules import (
 )
 from .._etcd.url import EtcdTarget
 from .._events import emit
+from .._logic.admission import Urgency
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
 from .._logic.timing import Clock, Deadline, lease_clock
@@ -70,13 +71,14 @@ class _Held:
     moving: tuple[int, int, int] | None = None  # a move to this (lease, seconds, asked) went out, outcome unknown
     releasing: bool = False  # a release went out (its answer may never have come)
     granted: bool = False    # a lease was granted on it (not a waiter any more)
+    fresh_at: float = 0.0    # when the request that last started the lease's TTL (its grant, a refresh) went out
 
 
 class EtcdBackend:
     """Locks in etcd, one lease and one key per acquisition (see `fencelock._etcd.rules` for the layout)."""
 
     def __init__(self, target: EtcdTarget, *, prefix: str, clock: Clock = lease_clock) -> None:
-        self._gateway = Gateway(target)
+        self._gateway = Gateway(target, clock)
         self._clock = clock  # the client's: every wait here is counted on it
         self._prefix = prefix
         self.shown = self._gateway.shown
@@ -100,9 +102,20 @@ class EtcdBackend:
         except BackendError:
             pass
 
-    def _alive(self, lease: int, name: str) -> bool:
-        """Refresh one lease: False if the server no longer has it."""
-        return (self._gateway.keepalive([lease], name))[lease] > 0
+    def _alive(self, lease: int, name: str, urgency: Urgency = Urgency.RENEWAL) -> float | None:
+        """Refresh one lease: when the refresh went out (its TTL restarted no earlier); None if the server no longer
+        has it."""
+        ttls, sent_at = self._gateway.keepalive([lease], name, urgency)
+        return sent_at if ttls[lease] > 0 else None
+
+    def _refresh(self, held: _Held, name: str, urgency: Urgency) -> bool:
+        """Refresh an acquisition's lease for an attempt (its validity counts from this sending): False if the
+        server no longer has it."""
+        sent_at = self._alive(held.lease, name, urgency)
+        if sent_at is None:
+            return False
+        held.fresh_at = sent_at
+        return True
 
     # ------------------------------------------------------------------------------------------ acquire
 
@@ -135,7 +148,7 @@ class EtcdBackend:
             if not self._version_checked:
                 self._version_checked = True
                 in_background(partial(self._check_version, name))
-            return Attempt(True, mine.create_revision, None)
+            return Attempt(True, mine.create_revision, None, held.fresh_at)
         return Attempt(False, 0, None)
 
     def _join(self, name: str, token: str,
@@ -144,8 +157,9 @@ class EtcdBackend:
         (when known) our predecessor's with the revision it was read at."""
         held = self._held.get(token)
         if held is not None:
-            # Refresh first: the validity of a lease won now counts from before this attempt.
-            if not self._alive(held.lease, name):
+            # Refresh first: the validity of a lease won now counts from this refresh's sending. The attempt's later
+            # requests go ahead of new work (`Urgency.ONGOING`): the lease's TTL runs while they wait their turn.
+            if not self._refresh(held, name, Urgency.ONGOING):
                 held = None  # our lease ended (we paused, or it was revoked), and took our key: queue again
             elif held.rev:
                 # Queued already: a look (a read) is enough, unless our key went (an operator removed it).
@@ -158,21 +172,22 @@ class EtcdBackend:
             if spare is not None:
                 held = _Held(lock_key(self._prefix, name, spare[0]), spare[0], spare[1], seconds)
                 self._held[token] = held
-                if not self._alive(held.lease, name):
+                if not self._refresh(held, name, Urgency.NEW):
                     held = None  # it ran out while spare
                     del self._held[token]
         if held is None:
             # The lease is ours only once the grant's answer names it; a lost answer leaves an orphan lease with
             # no key on it, which its TTL ends (see `Gateway.grant`).
-            lease, granted_s = self._gateway.grant(seconds, name)
-            held = _Held(lock_key(self._prefix, name, lease), lease, granted_s, seconds)
+            # New work: it waits its turn behind the attempts under way; the lease's validity counts from its sending.
+            lease, granted_s, sent_at = self._gateway.grant(seconds, name, Urgency.NEW)
+            held = _Held(lock_key(self._prefix, name, lease), lease, granted_s, seconds, fresh_at=sent_at)
             self._held[token] = held  # before the put: a retry after a lost answer finds its key by lease and token
         if self._closed:  # close() is revoking its waiters' leases: queue no key that it would miss
             self._held.pop(token, None)
             self._revoke(held.lease, name)
             raise BackendError(f"this client of {self.shown} is closed", name=name)
         joined = self._gateway.txn(txn.join(held.key, token, held.lease, name_dir(self._prefix, name)),
-                                         "acquire", name)
+                                         "acquire", name, Urgency.ONGOING)
         mine, owner = txn.joined(joined)
         if mine is not None:
             held.rev = mine.create_revision
@@ -180,7 +195,8 @@ class EtcdBackend:
 
     def _look(self, name: str, held: _Held) -> tuple[Kv | None, Kv | None, Kv | None, int]:
         """Our key, the holder's, and our predecessor's (the newest key older than ours), at one revision."""
-        answer = self._gateway.txn(txn.look(held.key, name_dir(self._prefix, name), held.rev), "acquire", name)
+        answer = self._gateway.txn(txn.look(held.key, name_dir(self._prefix, name), held.rev), "acquire", name,
+                                         Urgency.ONGOING)
         return txn.looked(answer, held.rev)
 
     def leave(self, name: str, token: str) -> None:
@@ -200,18 +216,18 @@ class EtcdBackend:
         held = self._held.get(token)
         if held is None:  # nothing of ours is left on the server (released, or reported lost before)
             return released(False, txn.taken(self._gateway.txn(txn.count_newer(directory, fence), "release",
-                                                                      name)))
+                                                                      name, Urgency.RELEASE)))
         sent_before, held.releasing = held.releasing, True
         body = txn.release(held.key, token, fence, directory, fence_key(self._prefix, name))
         try:
-            answer = self._gateway.txn(body, "release", name, again=False)
+            answer = self._gateway.txn(body, "release", name, Urgency.RELEASE, again=False)
         except BackendError as exc:
             if not self._gateway.unanswered(exc):
                 raise
             # The connection closed before an answer: send it again, as a release whose first sending may have
             # been applied (a key found gone is then judged by the lease, not reported taken).
             sent_before = True
-            answer = self._gateway.txn(body, "release", name, again=False)
+            answer = self._gateway.txn(body, "release", name, Urgency.RELEASE, again=False)
         self._held.pop(token, None)  # the server answered: the token's work is done either way
         deleted = bool(answer.get("succeeded"))
         if held.moving is not None:  # our key (deleted now, or gone) may have been on it: it carries none now
@@ -252,7 +268,7 @@ class EtcdBackend:
             return False
         if not keepalive_suffices(held.seconds, ttl_ms) or (shrink and lease_too_long(held.asked, ttl_ms)):
             return self._move(name, token, fence, ttl_ms, held)
-        alive = self._alive(held.lease, name)
+        alive = self._alive(held.lease, name) is not None
         ours = alive and self._ours(name, [(token, fence, held)]) == [True]
         if not ours:
             self._lost(name, token, held, alive)
@@ -260,7 +276,8 @@ class EtcdBackend:
 
     def _ours(self, name: str, keys: list[tuple[str, int, _Held]]) -> list[bool]:
         """Whether each key still holds its token and fence, and is on its lease (one transaction)."""
-        answer = self._gateway.txn(txn.check([held.key for _, _, held in keys]), "extend", name)
+        answer = self._gateway.txn(txn.check([held.key for _, _, held in keys]), "extend", name,
+                                         Urgency.RENEWAL)
         return txn.still_ours(answer, [(token, fence, held.lease) for token, fence, held in keys])
 
     def _lost(self, name: str, token: str, held: _Held, lease_alive: bool) -> None:
@@ -274,10 +291,11 @@ class EtcdBackend:
         new TTL (its create revision, the fence, stays), then revoke the old lease. A move whose answer never came is
         settled by reading the key (`_settle`): a lease our key may be on is never revoked."""
         asked = lease_seconds(ttl_ms)
-        lease, seconds = self._gateway.grant(asked, name)
+        lease, seconds, _ = self._gateway.grant(asked, name, Urgency.RENEWAL)
         held.moving = (lease, seconds, asked)  # from the move's sending on, our key may be on it
         try:
-            answer = self._gateway.txn(txn.move(held.key, token, fence, lease), "extend", name)
+            answer = self._gateway.txn(txn.move(held.key, token, fence, lease), "extend", name,
+                                             Urgency.RENEWAL)
         except BackendError:
             try:
                 settled = self._settle(name, token, fence, held)
@@ -303,7 +321,7 @@ class EtcdBackend:
         not ours (the acquisition is forgotten, and both leases are ended)."""
         assert held.moving is not None
         lease, seconds, asked = held.moving
-        [mine] = txn.ranges(self._gateway.txn(txn.check([held.key]), "extend", name))
+        [mine] = txn.ranges(self._gateway.txn(txn.check([held.key]), "extend", name, Urgency.RENEWAL))
         held.moving = None
         kv = mine[0] if mine else None
         if kv is None or kv.value != token.encode() or kv.create_revision != fence or \
@@ -340,7 +358,8 @@ class EtcdBackend:
             helds = {i: self._held[leases[i][1]] for i in chunk if leases[i][1] in self._held}
             sent = self._gateway.keepalive_requests
             try:
-                ttls = self._gateway.keepalive([held.lease for held in helds.values()], leases[chunk[0]][0])
+                ttls, _ = self._gateway.keepalive([held.lease for held in helds.values()],
+                                                        leases[chunk[0]][0])
             except BackendError:
                 continue
             finally:
@@ -422,7 +441,7 @@ class EtcdBackend:
             # Not sent again by the gateway: a first sending that was applied would make the second report nothing
             # removed. (A failed compare reads the holder again, once the loop comes round.)
             answer = self._gateway.txn(txn.force_release(owner, fence_key(self._prefix, name)),
-                                             "force-release", name, again=False)
+                                             "force-release", name, Urgency.NEW, again=False)
             if answer.get("succeeded"):
                 self._revoke(owner.lease, name)
                 return LockStatus(name, True, owner.create_revision, remaining, count - 1)

@@ -1,0 +1,97 @@
+"""Which of a client's requests goes out next (`_logic.admission`): a cap, queues by urgency, oldest first."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fencelock._logic.admission import Admission, Urgency
+
+
+def test_requests_go_at_once_up_to_the_limit_then_wait() -> None:
+    gate: Admission[str] = Admission(2)
+    assert gate.enter("a", Urgency.NEW)
+    assert gate.enter("b", Urgency.NEW)
+    assert not gate.enter("c", Urgency.NEW)
+    assert gate.out == 2
+    assert gate.waiting == 1
+    assert gate.queued("c")
+
+
+def test_a_freed_slot_goes_to_renewals_then_ongoing_attempts_then_releases_then_new_work_each_oldest_first() -> None:
+    gate: Admission[str] = Admission(1)
+    assert gate.enter("out", Urgency.NEW)
+    for ticket, urgency in [("grant1", Urgency.NEW), ("release1", Urgency.RELEASE), ("put1", Urgency.ONGOING),
+                            ("renew1", Urgency.RENEWAL), ("grant2", Urgency.NEW), ("put2", Urgency.ONGOING),
+                            ("release2", Urgency.RELEASE), ("renew2", Urgency.RENEWAL)]:
+        assert not gate.enter(ticket, urgency)
+    order = []
+    while (handed := gate.done()) is not None:
+        assert gate.out == 1  # the slot passed on
+        assert not gate.queued(handed)
+        order.append(handed)
+    assert order == ["renew1", "renew2", "put1", "put2", "release1", "release2", "grant1", "grant2"]
+    assert gate.out == 0
+    assert gate.enter("next", Urgency.NEW)
+
+
+def test_a_withdrawn_request_is_skipped_and_never_handed_a_slot() -> None:
+    gate: Admission[str] = Admission(1)
+    gate.enter("out", Urgency.NEW)
+    gate.enter("gone", Urgency.RENEWAL)
+    gate.enter("next", Urgency.NEW)
+    gate.withdraw("gone")
+    assert gate.waiting == 1
+    assert gate.done() == "next"
+    assert gate.done() is None
+    assert gate.out == 0
+
+
+def test_close_takes_every_waiting_request_out_of_line() -> None:
+    gate: Admission[str] = Admission(1)
+    gate.enter("out", Urgency.NEW)
+    gate.enter("grant", Urgency.NEW)
+    gate.enter("gone", Urgency.NEW)
+    gate.enter("release", Urgency.RELEASE)
+    gate.withdraw("gone")
+    assert gate.close() == ["release", "grant"]
+    assert gate.waiting == 0
+    assert gate.done() is None  # the request that was out ends too
+    assert gate.out == 0
+
+
+def test_a_limit_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="limit"):
+        Admission(0)
+
+
+@given(st.integers(1, 4), st.lists(st.tuples(st.sampled_from(["enter", "done", "withdraw"]),
+                                              st.sampled_from(list(Urgency))), max_size=60))
+def test_never_more_than_the_limit_out_and_nobody_waits_while_a_slot_is_free(
+        limit: int, ops: list[tuple[str, Urgency]]) -> None:
+    gate: Admission[int] = Admission(limit)
+    out: set[int] = set()
+    waiting: dict[int, Urgency] = {}
+    for ticket, (op, urgency) in enumerate(ops):
+        if op == "enter":
+            if gate.enter(ticket, urgency):
+                out.add(ticket)
+            else:
+                waiting[ticket] = urgency
+        elif op == "done" and out:
+            out.pop()
+            handed = gate.done()
+            if handed is not None:
+                # the most urgent waiting, oldest first
+                assert waiting[handed] == min(waiting.values())
+                assert handed == min(t for t, u in waiting.items() if u == waiting[handed])
+                del waiting[handed]
+                out.add(handed)
+        elif op == "withdraw" and waiting:
+            gone = max(waiting)
+            gate.withdraw(gone)
+            del waiting[gone]
+        assert gate.out == len(out) <= limit
+        assert gate.waiting == len(waiting)
+        assert not waiting or gate.out == limit
