@@ -16,6 +16,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -257,6 +258,58 @@ def test_the_sql_guard_compares_fences_above_2_53_exactly(name: str, newer: int,
         _sql_write(guard, db, name, older)
     assert guard.highest(db.cursor(), name) == newer
     db.close()
+
+
+@pytest.mark.parametrize("fair", [False, True], ids=["plain", "fair"])
+@pytest.mark.parametrize("stored", [2**53 + 10, 2**63 - 10], ids=["2^53", "2^63"])
+def test_grants_above_2_53_hand_out_every_digit_of_a_strictly_increasing_fence(
+        redis_or_cluster: Any, name: str, fair: bool, stored: int) -> None:
+    """A counter above 2^53 (a clock that was once far ahead, a user's own counter): as a Lua double, INCR's
+    2^53 + 11 came back as 2^53 + 12, so the next grant's fence repeated it and a guard accepted both holders. A
+    grant, its retry after a lost reply, status() and force_release() all give the server's exact integer."""
+    raw = redis_or_cluster.raw()
+    fence_key = redis_keys(name).fence
+    raw.set(fence_key, stored)
+    locks = fencelock.connect(redis_or_cluster.target)
+    try:
+        fences = []
+        for _ in range(3):
+            lease = locks.acquire(name, ttl=5.0, wait=0, fair=fair)
+            fences.append(lease.fence)
+            assert raw.get(fence_key) == str(lease.fence).encode()
+            assert locks.status(name).fence == lease.fence
+            lease.release()
+        assert fences == [stored + 1, stored + 2, stored + 3]
+        backend: Any = locks.backend
+        token = "0123456789abcdef" * 2
+        first = backend.try_acquire(name, token, 5000, 0.0, fair)
+        again = backend.try_acquire(name, token, 5000, 0.0, fair)  # a retry after a lost reply
+        assert first.fence == again.fence == stored + 4
+        assert locks.force_release(name).fence == stored + 4
+    finally:
+        locks.close()
+
+
+@pytest.mark.parametrize("value", [b"abc", b"1.5", b"", b"99999999999999999999999"])
+def test_a_fence_key_that_holds_no_fence_is_a_backend_error_naming_the_lock(
+        redis_or_cluster: Any, value: bytes) -> None:
+    """A fence key written by something else: status(), force_release() and list() said `ValueError: unexpected
+    status reply`, naming no lock (the CLI: exit 2, bad arguments), or showed a held lock with no fence."""
+    name = f"test:nofence:{uuid.uuid4().hex}"  # (no glob characters: list() takes it as its pattern)
+    raw = redis_or_cluster.raw()
+    keys = redis_keys(name)
+    raw.set(keys.fence, value)
+    raw.set(keys.lock, "someone", px=10_000)
+    locks = fencelock.connect(redis_or_cluster.target)
+    try:
+        for call in (lambda: locks.status(name), lambda: locks.list(name), lambda: locks.force_release(name)):
+            with pytest.raises(fencelock.BackendError, match=r"fence.*lock 'test:") as info:
+                call()
+            assert info.value.name == name
+        assert raw.get(keys.lock) == b"someone"  # nothing removed
+    finally:
+        locks.close()
+        raw.delete(keys.lock, keys.fence)
 
 
 @pytest.mark.parametrize("fence", [2**63, 10**30])

@@ -7,7 +7,8 @@
 -- ARGV[2]  ttl           milliseconds
 -- ARGV[3]  fence keep    milliseconds the fence key lives from now: the retention, never less than the ttl
 --
--- returns  {1, fence}    granted; fence = max(stored + 1, server clock in µs) (`fencelock._logic.fences`): above
+-- returns  {1, fence}    granted; fence = max(stored + 1, server clock in µs) (`fencelock._logic.fences`), a
+--                        number below 2^53 or the counter's decimal string (a double loses digits above): above
 --                        every fence granted before, and above those a lost counter had granted, as long as
 --                        this server's clock is ahead of the last one (docs/design/fences.md)
 --          {0, pttl}     held by someone else; pttl = milliseconds until the holder's key expires by itself
@@ -25,7 +26,8 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     fence = floor
     redis.call('SET', KEYS[2], string.format('%.0f', floor), 'PX', ARGV[3]) -- an integer's every digit
   else
-    fence = redis.call('INCR', KEYS[2]) -- exact 64-bit arithmetic on the server
+    redis.call('INCR', KEYS[2]) -- exact 64-bit arithmetic on the server; its reply, a Lua double, is not:
+    fence = redis.call('GET', KEYS[2]) -- every digit, as a string (2^53 + 1 would come back as 2^53 + 2)
     redis.call('PEXPIRE', KEYS[2], ARGV[3])
   end
   return {1, fence}
@@ -33,7 +35,7 @@ end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3]) -- the fence key outlives the lease
-  return {1, tonumber(redis.call('GET', KEYS[2]))}
+  return {1, redis.call('GET', KEYS[2])} -- a string: as a double, a fence above 2^53 loses digits
 end
 local pttl = redis.call('PTTL', KEYS[1])
 -- Tell the holder's release that someone is waiting; the marker lives exactly as long as the holder's key.

@@ -11,7 +11,8 @@
 -- ARGV[3]  entry ttl      milliseconds a queue entry lives unless this waiter tries again
 -- ARGV[4]  fence keep     milliseconds the fence key lives from now: the retention, never less than the ttl
 --
--- returns  {1, fence}          granted; fence = max(stored + 1, server clock in µs), as in acquire.lua
+-- returns  {1, fence}          granted; fence = max(stored + 1, server clock in µs), as in acquire.lua (a number
+--                              below 2^53 or the counter's decimal string)
 --                              (again to the same token: a retry; its TTL is reset to ttl)
 --          {0, pttl, place}    queued: pttl = ms until the holder's key expires (-1: free, but not our turn),
 --                              place = 0 for the head of the queue
@@ -29,7 +30,7 @@ if holder == ARGV[1] then
   -- the client counts the lease's validity from this request, sent after the first.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[4]) -- the fence key outlives the lease
-  return {1, tonumber(redis.call('GET', KEYS[2]))}
+  return {1, redis.call('GET', KEYS[2])} -- a string: as a double, a fence above 2^53 loses digits
 end
 local head = redis.call('LINDEX', KEYS[3], 0)
 if not holder and (not head or head == ARGV[1]) then
@@ -45,7 +46,8 @@ if not holder and (not head or head == ARGV[1]) then
     fence = floor
     redis.call('SET', KEYS[2], string.format('%.0f', floor), 'PX', ARGV[4]) -- an integer's every digit
   else
-    fence = redis.call('INCR', KEYS[2]) -- exact 64-bit arithmetic on the server
+    redis.call('INCR', KEYS[2]) -- exact 64-bit arithmetic on the server; its reply, a Lua double, is not:
+    fence = redis.call('GET', KEYS[2]) -- every digit, as a string (2^53 + 1 would come back as 2^53 + 2)
     redis.call('PEXPIRE', KEYS[2], ARGV[4])
   end
   return {1, fence}

@@ -27,23 +27,33 @@ if redlock then
   uncounted = not redis.call('GET', KEYS[7]) or redis.call('HGET', KEYS[8], 'run') ~= run
 end
 local pttl = redis.call('PTTL', KEYS[1])
-local fence = tonumber(redis.call('GET', KEYS[2]) or '-1')
+-- The counter as its decimal string: a Lua double would lose the digits of a fence above 2^53.
+local fence = redis.call('GET', KEYS[2]) or '-1'
+local digits = string.match(fence, '^%-?(%d+)$')
+if not digits or #digits > 19 then
+  return redis.error_reply('ERR the fence key ' .. KEYS[2] .. ' holds no fence (a 64-bit integer): '
+    .. 'something other than fencelock wrote it')
+end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local queued = redis.call('ZCOUNT', KEYS[6], '(' .. now, '+inf')
 local holder = ''
 if pttl ~= -2 then
   holder = redis.sha1hex(redis.call('GET', KEYS[1]))
+  local pushed = fence
+  if string.sub(fence, 1, 1) == '-' then
+    pushed = '0'
+  end
   redis.call('DEL', KEYS[1])
   local waiting = redis.call('PTTL', KEYS[3])
   if waiting > 0 then
     redis.call('DEL', KEYS[4])
-    redis.call('RPUSH', KEYS[4], math.max(fence, 0))
+    redis.call('RPUSH', KEYS[4], pushed)
     redis.call('PEXPIRE', KEYS[4], waiting)
   end
   local head = redis.call('LINDEX', KEYS[5], 0)
   if head and KEYS[7] and not redlock then
-    redis.call('RPUSH', KEYS[7] .. head, math.max(fence, 0))
+    redis.call('RPUSH', KEYS[7] .. head, pushed)
     redis.call('PEXPIRE', KEYS[7] .. head, ARGV[1])
   end
 end

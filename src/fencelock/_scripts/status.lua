@@ -9,7 +9,8 @@
 --
 -- returns  {pttl, fence, queued, holder}
 --          pttl    ms left on the holder's key; -2 free; -1 a key without a TTL (never made by fencelock)
---          fence   the counter's value; -1 if the name was never locked here
+--          fence   the counter's value, a decimal string ('-1' if the name was never locked here); an error
+--                  reply when the fence key holds no integer
 --          queued  fair queue entries that have not expired (0 where nobody queues)
 --          holder  SHA-1 of the holder's token ('' when free): Redlock compares grants across nodes by it;
 --                  the token itself never leaves the server
@@ -22,7 +23,13 @@ if KEYS[5] then
   end
 end
 local pttl = redis.call('PTTL', KEYS[1])
-local fence = tonumber(redis.call('GET', KEYS[2]) or '-1')
+-- The counter as its decimal string: a Lua double would lose the digits of a fence above 2^53.
+local fence = redis.call('GET', KEYS[2]) or '-1'
+local digits = string.match(fence, '^%-?(%d+)$')
+if not digits or #digits > 19 then
+  return redis.error_reply('ERR the fence key ' .. KEYS[2] .. ' holds no fence (a 64-bit integer): '
+    .. 'something other than fencelock wrote it')
+end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local queued = redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf')
