@@ -94,6 +94,24 @@ def backoff(attempt: int, rng: random.Random, base: float = 0.005, cap: float = 
     return rng.uniform(0.0, min(cap, base * (2 ** min(attempt, 16))))
 
 
+OVERSLEPT_SHARE = 0.1
+"""A wait for replies that woke later than its deadline by more than this share of its timeout (and 10 ms) was
+kept from listening by its own client (a busy event loop, a starved thread), not by the servers."""
+
+
+def overslept(deadline: float, woke: float, timeout: float) -> float:
+    """Seconds more to wait for replies, once, after a wait that was due to end at `deadline` woke at `woke`: as long
+    as it overslept, at most `timeout` again, when it overslept by more than `OVERSLEPT_SHARE`; else 0.
+
+    Replies may have arrived in time and not been read while the client could not run: time the client could not
+    listen is not the servers' (a node is never counted as failed for it: issue 14). A node that is really slow
+    still times out, at most twice its timeout after the request started."""
+    late = woke - deadline
+    if late <= max(timeout * OVERSLEPT_SHARE, 0.01):
+        return 0.0
+    return min(late, timeout)
+
+
 def renewal_retry(now: float, valid_until: float, every: float) -> float:
     """When to try again after a renewal that got no answer: soon, and never after the validity ends."""
     return min(now + min(max(every / 4, 0.01), 1.0), valid_until)
