@@ -104,8 +104,8 @@ def test_a_burst_of_acquires_through_one_asyncio_client_is_granted(nodes: RedisN
             still = keeper.held and not errors
             if not errors:
                 _check_validity(nodes.nodes, leases, at_grant)
-            released = await asyncio.gather(*(lease.release() for lease in [*leases, keeper]),
-                                            return_exceptions=True)
+            await keeper.release()  # (first: a release stops its renewals, and would wait behind the 2,000)
+            released = await asyncio.gather(*(lease.release() for lease in leases), return_exceptions=True)
             errors += [exc for exc in released if isinstance(exc, BaseException)]
         return errors, leases, at_grant, still, took
 
@@ -201,3 +201,50 @@ def test_a_burst_of_acquires_through_one_sync_client_is_granted(nodes: RedisNode
         locks.close()
         unsubscribe()
     assert outs == [], f"a node was reported out during the burst: {outs[0].describe()}"
+
+
+def test_a_burst_past_what_the_client_carries_fails_at_once_with_a_clear_error(nodes: RedisNodes,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the bound (here a `TURN_LIMIT` of 50 ms, so that a few hundred acquires exceed it), an acquire whose round
+    gets no turn in time fails with a `BackendError` saying the client is overloaded and nothing was sent, in
+    bounded time: no key of it on any node, no node reported out, and the others are granted."""
+    monkeypatch.setattr("fencelock._async.redlock.TURN_LIMIT", 0.05)
+    count = 600
+    outs: list[Any] = []
+    unsubscribe = fencelock.subscribe(lambda event: outs.append(event) if event.kind == "node_out" else None)
+
+    async def main() -> tuple[list[BaseException], list[Any], float]:
+        errors: list[BaseException] = []
+        leases: list[Any] = []
+        async with fencelock.aio.connect(nodes.urls) as locks:
+            await (await locks.acquire("over:first", ttl=TTL, wait=10.0)).release()  # (it learns the nodes' floor)
+
+            async def one(i: int) -> None:
+                try:
+                    leases.append(await locks.acquire(f"over:{i}", ttl=TTL, wait=10.0))
+                except Exception as exc:
+                    errors.append(exc)
+
+            began = time.monotonic()
+            await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(count))), 60.0)
+            took = time.monotonic() - began
+            # (The limit back: the failed acquires forget their attempts in the background, in rounds of their own.)
+            monkeypatch.undo()
+            await asyncio.gather(*(lease.release() for lease in leases))
+        return errors, leases, took
+
+    try:
+        errors, leases, took = asyncio.run(main())
+    finally:
+        unsubscribe()
+    assert errors, "no acquire waited past the turn limit: the test did not overload the client"
+    assert leases, "no acquire was granted"
+    assert len(errors) + len(leases) == count
+    assert all(type(exc) is fencelock.BackendError and "overloaded" in str(exc) and "nothing was sent" in str(exc)
+               for exc in errors), repr(errors[0])
+    assert took < slack(10.0)  # (the limit is not the caller's wait of 10 s)
+    failed = {exc.name for exc in errors if isinstance(exc, fencelock.LockError)}
+    for server in nodes.nodes:
+        client: Any = server.client()
+        assert not [name for name in failed if client.exists(redis_keys(str(name), "fencelock").lock)]
+    assert outs == [], f"a node was reported out: {outs[0].describe()}"

@@ -98,7 +98,7 @@ class Acquiring:
         return self._try(0.0)
 
     def _try(self, block: float, waited: float | None = None) -> Try:
-        self._sent_at = self._clock()  # before any wait: the lease's validity counts from here
+        self._sent_at = self._clock()  # before any wait: the validity counts from here (or `held_back` later)
         return Try(block, waited)
 
     def answered(self, attempt: Attempt) -> Grant | GiveBack | Try | Block | Raise:
@@ -106,11 +106,14 @@ class Acquiring:
         self._failures = 0
         if attempt.granted:
             now = self._clock()
-            valid_until = validity_end(self._ttl, self._sent_at)
+            # Counted from when the granted request started: the backend waited that long before it sent anything
+            # the grant depends on (never negative, never past now).
+            sent_at = min(self._sent_at + max(attempt.held_back, 0.0), now)
+            valid_until = validity_end(self._ttl, sent_at)
             if valid_until > now:
                 return Grant(attempt.fence, valid_until)
             self._late += 1
-            self._took = now - self._sent_at
+            self._took = now - sent_at
             return GiveBack()
         self._late = 0
         return self._refused(attempt.holder_ttl)

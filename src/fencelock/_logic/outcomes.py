@@ -12,6 +12,9 @@ class Attempt(NamedTuple):
     granted: bool
     fence: int                  # the fence when granted, else 0
     holder_ttl: float | None    # when refused: seconds until the holder's key expires by itself (None: unknown)
+    held_back: float = 0.0      # when granted: seconds from the attempt's start until the request that was granted
+    #                             started, nothing of it sent before then (Redlock: a turn, a wake-up, earlier
+    #                             rounds); the lease's validity counts from then. Never more than that.
 
 
 class Released(enum.Enum):
