@@ -26,9 +26,10 @@ round finds a connection to every node at once, and releases, extends and give-b
 there) still find one free; a watchdog's renewals go through the client's pool, not these."""
 
 TURN_LIMIT = 30.0
-"""Seconds a round may wait for its turn (measured: about 1,000 acquires a second through one asyncio client on
-three local nodes, so some 30,000 at once). Past it the request fails with a `BackendError` that says the client is
-overloaded and that nothing was sent: a burst the client cannot carry fails in bounded time, never queues for ever."""
+"""Seconds a round may wait for its turn (measured: about 2,000 acquires a second through one asyncio client on
+three local nodes, so tens of thousands at once pass). Past it the request fails with a `BackendError` that says
+the client is overloaded and that nothing was sent: a burst the client cannot carry fails in bounded time, never
+queues for ever."""
 
 
 class Turns(Generic[W]):
