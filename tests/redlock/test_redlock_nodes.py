@@ -262,18 +262,31 @@ def test_a_quorum_granted_after_the_ttl_ran_out_is_given_back_and_tried_again_no
     the client stays open until every late node got it (closed before, it never goes: see the next test)."""
     proxies = [FaultProxy("127.0.0.1", node.port, name=f"faults-{i}").start() for i, node in enumerate(five.nodes)]
     try:
-        rules = [p.arm(Rule(LATE, "redlock_acquire", delay=0.25)) for p in proxies[:3]]
         urls = [f"redis://127.0.0.1:{p.port}/0?socket_timeout=2" for p in proxies]
-        since = time.monotonic()
         given_back = ["redlock_acquire", "redlock_release"]
+        rules: list[Rule] = []
+        since = 0.0
+
+        def arm() -> None:
+            # After a first grant (another name): the client knows the nodes' floor, so its first proposal for the
+            # name is granted, late. (A new client's first proposal is stale: its second round, granted in time, is
+            # counted from its own start, and would be kept.)
+            nonlocal since
+            rules.extend(p.arm(Rule(LATE, "redlock_acquire", delay=0.25)) for p in proxies[:3])
+            since = time.monotonic()
+
         lease: fencelock.Lease | fencelock.aio.Lease
         if front == "sync":
             with fencelock.connect(urls, node_timeout=1.0) as locks:
+                locks.acquire(f"{name}:warm", ttl=0.2, wait=0).release()
+                arm()
                 lease = locks.acquire(name, ttl=0.2, wait=0)
                 _until_runs_start(proxies[:3], since, given_back)
         else:
             async def main() -> fencelock.aio.Lease:
                 async with fencelock.aio.connect(urls, node_timeout=1.0) as locks:
+                    await (await locks.acquire(f"{name}:warm", ttl=0.2, wait=0)).release()
+                    arm()
                     got = await locks.acquire(name, ttl=0.2, wait=0)
                     await asyncio.to_thread(_until_runs_start, proxies[:3], since, given_back)
                     return got

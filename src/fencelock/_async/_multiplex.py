@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._redis.channel import (
+    Held,
     Packed,
     ScriptRequest,
     maintains,
@@ -47,4 +48,8 @@ async def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
         # The round is over: an acquire still waiting for a connection is not sent late (it would only be given
         # back). One behind its predecessor there still goes; renewals and releases still go.
         late.set_result(None)
+    for i, (request, task) in enumerate(zip(requests, tasks, strict=True)):
+        if i not in found[0] and not task.done() and request.channel.holding(late):
+            # Nothing of it was written by the round's end: its server is not to blame (issue 14).
+            found[0][i] = Held(f"not sent to {request.channel.where} within the round: it waited for a connection")
     return found

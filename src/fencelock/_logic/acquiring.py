@@ -98,8 +98,8 @@ class Acquiring:
         return self._try(0.0)
 
     def _try(self, block: float, waited: float | None = None) -> Try:
-        self._sent_at = self._clock()  # before any wait: the lease's validity counts from here, unless the backend
-        #                                names the later sending of the request that started the lease's TTL
+        self._sent_at = self._clock()  # before any wait: the validity counts from here, unless the backend names a
+        #                                later start (`granted_from`)
         return Try(block, waited)
 
     def answered(self, attempt: Attempt) -> Grant | GiveBack | Try | Block | Raise:
@@ -107,7 +107,7 @@ class Acquiring:
         self._failures = 0
         if attempt.granted:
             now = self._clock()
-            valid_from = granted_from(self._sent_at, attempt.valid_from, now)
+            valid_from = granted_from(self._sent_at, attempt, now)
             valid_until = validity_end(self._ttl, valid_from)
             if valid_until > now:
                 return Grant(attempt.fence, valid_until)

@@ -10,6 +10,10 @@ import math
 import random
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .outcomes import Attempt
 
 Clock = Callable[[], float]
 
@@ -59,19 +63,20 @@ def validity_end(ttl: float, sent_at: float) -> float:
     return sent_at + ttl - drift(ttl)
 
 
-def granted_from(attempt_sent: float, lease_sent: float | None, now: float) -> float:
+def granted_from(attempt_sent: float, attempt: Attempt, now: float) -> float:
     """The instant a granted lease's validity counts from (`validity_end`'s `sent_at`).
 
-    `attempt_sent`: when the attempt began (before it waited anywhere). `lease_sent`: when the request that last
-    started the lease's TTL on the server went out, if the backend knows it (etcd: the lease's grant or refresh,
-    sent once the attempt's turn came in the client's queue; decision 2026-12-05-etcd-burst), else None. The server
-    counts its TTL from no earlier than that sending, so the validity counts from it: later than the attempt's start
-    when the request waited in the client, earlier if the TTL was started before this attempt (it is never
-    restarted by a request that did not). One in the future is no sending at all: the attempt's start is used.
+    `attempt_sent`: when the attempt began (before it waited anywhere). A backend may name a later start, in one
+    of two forms: `attempt.valid_from`, when the request that last started the lease's TTL on the server went out
+    (etcd: the lease's grant or refresh, sent once its turn came in the client's queue; decision
+    2026-12-05-etcd-burst), earlier than the attempt's start if the TTL was started before it; or
+    `attempt.held_back`, seconds from the attempt's start until the granted request's round started, nothing of it
+    sent before (Redlock: a turn, a wake-up, earlier rounds; decision 2026-12-05-redlock-burst). Never past `now`:
+    a start in the future is no sending at all, and the attempt's start is used.
     """
-    if lease_sent is None or lease_sent > now:
-        return attempt_sent
-    return lease_sent
+    if attempt.valid_from is not None:
+        return attempt_sent if attempt.valid_from > now else attempt.valid_from
+    return min(attempt_sent + max(attempt.held_back, 0.0), now)
 
 
 OVERHANG_MAX = 4.0
@@ -107,6 +112,24 @@ def block_for(deadline: Deadline, now: float, holder_ttl: float | None, cap: flo
 def backoff(attempt: int, rng: random.Random, base: float = 0.005, cap: float = 0.2) -> float:
     """Full-jitter exponential back-off after `attempt` failed attempts (0, 1, 2, ...)."""
     return rng.uniform(0.0, min(cap, base * (2 ** min(attempt, 16))))
+
+
+OVERSLEPT_SHARE = 0.1
+"""A wait for replies that woke later than its deadline by more than this share of its timeout (and 10 ms) was
+kept from listening by its own client (a busy event loop, a starved thread), not by the servers."""
+
+
+def overslept(deadline: float, woke: float, timeout: float) -> float:
+    """Seconds more to wait for replies, once, after a wait that was due to end at `deadline` woke at `woke`: as long
+    as it overslept, at most `timeout` again, when it overslept by more than `OVERSLEPT_SHARE`; else 0.
+
+    Replies may have arrived in time and not been read while the client could not run: time the client could not
+    listen is not the servers' (a node is never counted as failed for it: issue 14). A node that is really slow
+    still times out, at most twice its timeout after the request started."""
+    late = woke - deadline
+    if late <= max(timeout * OVERSLEPT_SHARE, 0.01):
+        return 0.0
+    return min(late, timeout)
 
 
 def renewal_retry(now: float, valid_until: float, every: float) -> float:

@@ -81,6 +81,12 @@ class Unwritten(RedisConnectionError):
     """Writing the request failed, the connection being closed already: it never reached the server."""
 
 
+class Held(Unwritten):
+    """A request the client kept to itself: not written, for a reason of the client's own (it was still waiting for
+    a connection when its round ended, its caller was cancelled, its client is closing). It says nothing about its
+    server: a node is never counted as failed for it (issue 14)."""
+
+
 def readable(socks: list[Any], timeout: float) -> list[Any]:
     """The sockets of `socks` with something to read (a reply, an end of file, an error) within `timeout` s.
 

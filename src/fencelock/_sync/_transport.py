@@ -16,6 +16,7 @@ from .._redis.channel import (
     REFUSE,
     RELOAD,
     WAIT,
+    Held,
     Orphan,
     Packed,
     ScriptRequest,
@@ -84,12 +85,14 @@ class Channel(Connections):
         # Requests waiting for a connection (`place`), oldest first: a lease's renewals and releases, the others.
         self._queues: tuple[deque[_Queued], deque[_Queued]] = (deque(), deque())
         self._reserved = 0  # connections a request was given room to make, not yet made
+        self._placing: set[_Queued] = set()  # requests in `place` that waited: none of them written yet
         self._queue_lock = threading.Lock()  # (never held across an await)
         self.interrupted = False
 
     def _let_go(self) -> None:
         super()._let_go()
         self._queues, self._reserved, self.waits = (deque(), deque()), 0, 0
+        self._placing = set()
 
     def interrupt(self) -> None:
         """End every blocking wait (BLPOP) in flight here now (its client is closing): its connection is closed
@@ -132,7 +135,10 @@ class Channel(Connections):
             except BaseException:
                 self._withdraw(queued)
                 raise
-            if queued.given_up():
+            with self._queue_lock:  # (at once with `holding`: one it saw here is never sent after its round)
+                self._placing.discard(queued)
+                gave_up = queued.given_up()
+            if gave_up:
                 self._withdraw(queued)
                 return GAVE_UP
             conn = queued.conn
@@ -143,6 +149,12 @@ class Channel(Connections):
             drop(conn)
             conn = None
         return conn
+
+    def holding(self, round_over: Handle[None]) -> bool:
+        """Whether a request of the round whose end is `round_over` (`run_scripts`' `late`) still waits here for a
+        connection: nothing of it was written. Once `round_over` is set, an acquire seen here is never sent."""
+        with self._queue_lock:
+            return any(queued.abandoned is round_over for queued in self._placing)
 
     def _room(self) -> bool:
         return len(self._open) + self._reserved - len(self._blocking) < MAX_OPEN
@@ -162,6 +174,7 @@ class Channel(Connections):
                     return None, None
             queued = _Queued(abandoned)
             (urgent if maintenance else others).append(queued)
+            self._placing.add(queued)
             return None, queued
 
     def _serve(self) -> None:
@@ -191,6 +204,7 @@ class Channel(Connections):
     def _withdraw(self, queued: _Queued) -> None:
         """A waiting request stopped waiting (cancelled): what it was handed goes to the next one."""
         with self._queue_lock:
+            self._placing.discard(queued)
             if queued.gone:
                 return
             queued.gone = True
@@ -243,6 +257,7 @@ class Channel(Connections):
             drop(conn)
         with self._queue_lock:
             waiting, self._queues, self._reserved = self._queues, (deque(), deque()), 0
+            self._placing = set()
         for queued in (*waiting[0], *waiting[1]):  # each goes on to `connect`, which refuses it: the client is closed
             queued.served = True
             queued.signal.set()
@@ -296,10 +311,10 @@ def _send_script(request: ScriptRequest, cache: Packed, generation: int,
     if step.action is KILL:
         fresh = True  # (once the old connection is ended, no resend follows: `fresh` sends once)
     if request.wake is not None and channel.interrupted:
-        return Unwritten(f"not sent to {channel.where}: its client is closing")
+        return Held(f"not sent to {channel.where}: its client is closing")
     conn = channel.place(generation, fresh, maintains(request.lua), late)
     if conn is GAVE_UP:
-        return Unwritten(f"not sent to {channel.where}: its round ended before a connection was free")
+        return Held(f"not sent to {channel.where}: its round ended before a connection was free")
     if conn is None:
         try:
             conn = channel.connect(generation)
@@ -323,7 +338,7 @@ def _send_script(request: ScriptRequest, cache: Packed, generation: int,
             return channel.not_sent(step.before)
     if given_up():  # its caller was cancelled while it waited or connected: only the undo goes now
         channel.give_back(conn)
-        return Unwritten(f"not sent to {channel.where}: its caller was cancelled")
+        return Held(f"not sent to {channel.where}: its caller was cancelled")
     try:
         reply = _exchange(conn, request, packed(cache, conn, request))
     except BaseException as exc:

@@ -25,7 +25,7 @@ from .._events import emit
 from .._logic.args import DEFAULT_TTL
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, majority_status, split_views
-from .._redis.channel import ScriptRequest, Unwritten
+from .._redis.channel import Held, ScriptRequest, Unwritten
 from .._redis.keys import PREFIX, RedisKeys, fair_keys, fence_match, redis_keys
 from .._redis.redlock import (
     DEFAULT_REPAIR_DELAY,
@@ -84,6 +84,7 @@ from .._redis.redlock import (
     unavailable_pause,
     verdict,
 )
+from .._redis.redlock_turns import TURN_LIMIT, Turns, turn_error
 from .._scripts import (
     EVICTION,
     FORCE_RELEASE,
@@ -95,7 +96,7 @@ from .._scripts import (
     REDLOCK_RELEASE,
     STATUS,
 )
-from ._concurrency import Handle, given_up, in_background, now, sleep, start, then, wait_first
+from ._concurrency import Handle, Signal, given_up, in_background, now, sleep, start, then, wait_first
 from ._connection import close_client
 from ._fanout import fan_out
 from ._multiplex import run_scripts
@@ -112,6 +113,47 @@ from .redis import (
 )
 
 SCAN_TIMEOUT = 10.0  # seconds: the longest one node's SCAN for `list` is given
+
+
+class _Waiter:
+    """A round waiting for its turn (`Turns`): woken when it is handed one."""
+
+    __slots__ = ("signal",)
+
+    def __init__(self) -> None:
+        self.signal = Signal()
+
+
+class _Turn:
+    """`with`: one round's turn among its client's (`Turns`), waited for before its clock starts, given up
+    after `TURN_LIMIT` (`BackendError`), handed on when the round is over (decision 2026-12-05-redlock-burst)."""
+
+    __slots__ = ("_backend", "_name", "_urgent", "_what")
+
+    def __init__(self, backend: RedlockBackend, what: str, name: str, urgent: bool) -> None:
+        self._backend, self._what, self._name, self._urgent = backend, what, name, urgent
+
+    def __enter__(self) -> None:
+        backend = self._backend
+        waiter = _Waiter()
+        with backend._turns_lock:
+            if backend._turns.ask(waiter, self._urgent):
+                return
+        try:
+            handed = waiter.signal.wait(TURN_LIMIT)
+        except BaseException:
+            backend._withdraw(waiter)
+            raise
+        if not handed:
+            with backend._turns_lock:
+                withdrawn = backend._turns.withdraw(waiter)
+                waiting = len(backend._turns)
+            if withdrawn:
+                raise BackendError(turn_error(self._what, TURN_LIMIT, waiting), name=self._name)
+            # (handed a turn just as the wait ended: the round goes)
+
+    def __exit__(self, *exc: object) -> None:
+        self._backend._hand_on()
 
 
 class RedlockBackend:
@@ -161,6 +203,9 @@ class RedlockBackend:
         self.always_queues = False
         self.renewal_requests = 0  # script calls the watchdog made (for benchmarks)
         self._rng = random.Random()
+        # At most `ROUNDS_AT_ONCE` rounds at once, the others waiting for a turn before their clock starts (`_Turn`).
+        self._turns: Turns[_Waiter] = Turns()
+        self._turns_lock = threading.Lock()  # (never held across an await)
         # A waiter blocks on its home node's wake list; one wait must end before that socket's timeout does.
         timeouts = [socket_timeout(client) for client in clients]
         self.block_cap = 30.0 if None in timeouts else max(MIN_BLOCK, min(t for t in timeouts if t) * 0.75)
@@ -176,6 +221,25 @@ class RedlockBackend:
 
     def _timeout(self, ttl: float) -> float:
         return self._node_timeout if self._node_timeout is not None else default_node_timeout(ttl)
+
+    def _turn(self, what: str, name: str, urgent: bool = False) -> _Turn:
+        """A round's turn (`_Turn`): `urgent` for a held lease's (a release, an extend) and an attempt's next round,
+        served before new acquires."""
+        return _Turn(self, what, name, urgent)
+
+    def _hand_on(self) -> None:
+        """A round is over: its turn goes to the next one waiting."""
+        with self._turns_lock:
+            waiter = self._turns.done()
+        if waiter is not None:
+            waiter.signal.set()
+
+    def _withdraw(self, waiter: _Waiter) -> None:
+        """A round stopped waiting for its turn (cancelled): one it was handed meanwhile goes on."""
+        with self._turns_lock:
+            withdrawn = self._turns.withdraw(waiter)
+        if not withdrawn:
+            self._hand_on()
 
     # -- one node ---------------------------------------------------------------------------------------------
 
@@ -214,6 +278,7 @@ class RedlockBackend:
                           fair: bool = False) -> Attempt:
         """One attempt: propose t to every node at once; on a stale t, propose again above what was learnt."""
         check_ttl_within(ttl_ms, self._repair_delay_ms, name)
+        entered = now()  # the lease's validity counts from the granted round's start, not from here (`held_back`)
         timeout = self._timeout(ttl_ms / 1000.0)
         self._check_independent(name, timeout)
         keys = redis_keys(name, self._prefix)
@@ -237,8 +302,10 @@ class RedlockBackend:
             script_keys = [keys.lock, keys.fence, self._marker, keys.waiters, self._incarnation, self._ttls]
             args = [token, ttl_ms, t]
             requests = [ScriptRequest(channel, REDLOCK_ACQUIRE, script_keys, args) for channel in self._channels]
-            started = now()
-            done, handles = run_scripts(requests, timeout, self._decided)
+            # Its clock starts once it has its turn (issue 14); a later round of an attempt under way goes first.
+            with self._turn("acquire", name, urgent=rounds > 1):
+                started = now()
+                done, handles = run_scripts(requests, timeout, self._decided)
             answers = [node_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
             self._reconnecting(self._failures(done, started, timeout))
             problem = self._who_answered(answers, done)
@@ -265,7 +332,8 @@ class RedlockBackend:
                     self._eviction_checked = True
                     for i in range(n):
                         in_background(partial(self._check_eviction, i, name, keys.lock, self._channels[i].generation))
-                return Attempt(step.next is Next.GRANT, step.t, step.retry_in)
+                # Nothing this grant depends on was sent before this round started: its validity counts from then.
+                return Attempt(step.next is Next.GRANT, step.t, step.retry_in, started - entered)
             t = step.t
         raise AssertionError("next_step proposes no round past MAX_ROUNDS")
 
@@ -308,8 +376,9 @@ class RedlockBackend:
         script_keys, args = [keys.lock, keys.fence, keys.waiters, keys.wake], [token, fence]
         requests = [ScriptRequest(channel, REDLOCK_RELEASE, script_keys, args) for channel in self._channels]
         self._ask_unknown(self._timeout(DEFAULT_TTL))
-        started = now()
-        done, _ = run_scripts(requests, self._timeout(DEFAULT_TTL), self._settled)
+        with self._turn("release", name, urgent=True):
+            started = now()
+            done, _ = run_scripts(requests, self._timeout(DEFAULT_TTL), self._settled)
         self._reconnecting(self._failures(done, started, self._timeout(DEFAULT_TTL)))
         codes = self._counted(done)
         results = [codes.get(i, NO_ANSWER) for i in range(self._n)]
@@ -326,8 +395,9 @@ class RedlockBackend:
         script_keys, args = [keys.lock, keys.fence, self._ttls, self._marker, self._incarnation], [token, ttl_ms, fence]
         requests = [ScriptRequest(channel, REDLOCK_EXTEND, script_keys, args) for channel in self._channels]
         self._ask_unknown(self._timeout(ttl_ms / 1000.0))
-        started = now()
-        done, handles = run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
+        with self._turn("extend", name, urgent=True):
+            started = now()
+            done, handles = run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
         self._reconnecting(self._failures(done, started, self._timeout(ttl_ms / 1000.0)))
         codes = self._counted(done)
         results = [codes.get(i, NO_ANSWER) for i in range(self._n)]
@@ -530,8 +600,10 @@ class RedlockBackend:
 
     @staticmethod
     def _failed(reply: Any) -> bool:
-        """No answer, or a network fault (not the server's own error): its next request connects anew."""
-        return reply is None or (isinstance(reply, Exception) and server_error(reply) is None)
+        """No answer, or a network fault (not the server's own error): its next request connects anew. A request
+        the client kept (`Held`: it never left the client) says nothing about its node."""
+        return reply is None or (isinstance(reply, Exception) and not isinstance(reply, Held)
+                                 and server_error(reply) is None)
 
     def _failures(self, done: dict[int, Any], started: float, timeout: float) -> list[int]:
         """The nodes that failed a request sent at `started`: a network fault, or no answer within `timeout`. A node

@@ -1,0 +1,183 @@
+"""A burst of rounds through one Redlock client (issue 14), decided without I/O: which rounds may start (`Turns`), a
+wait for replies that the client overslept (`overslept`), and a lease's validity counted from the start of the round
+that was granted, not from the time it waited before it (`Attempt.held_back`), on a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fencelock._logic.acquiring import Acquiring, GiveBack, Grant, Try
+from fencelock._logic.outcomes import Attempt
+from fencelock._logic.timing import OVERSLEPT_SHARE, overslept, validity_end
+from fencelock._redis.redlock_turns import ROUNDS_AT_ONCE, TURN_LIMIT, Turns, turn_error
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _plan(clock: FakeClock, ttl: float = 10.0) -> Acquiring:
+    return Acquiring("job", ttl, 5.0, fair=False, always_queues=False, block_cap=1.0,
+                     retry_after=lambda exc, failures: None, behind=lambda: False, clock=clock)
+
+
+# -- Turns ------------------------------------------------------------------------------------------------------
+
+
+def test_rounds_start_at_once_up_to_the_limit_and_the_others_wait_in_arrival_order() -> None:
+    turns: Turns[str] = Turns(2)
+    assert turns.ask("a")
+    assert turns.ask("b")
+    assert not turns.ask("c")
+    assert not turns.ask("d")
+    assert len(turns) == 2
+    assert turns.done() == "c"  # a's turn goes to c: still two running
+    assert turns.running == 2
+    assert turns.done() == "d"
+    assert turns.done() is None
+    assert turns.done() is None
+    assert turns.running == 0
+    assert turns.ask("e")
+
+
+def test_a_held_leases_round_goes_before_every_acquire_waiting() -> None:
+    """A release or an extend (`urgent`) is handed the next turn, before acquires that asked earlier: a burst of
+    acquires never starves the leases already held."""
+    turns: Turns[str] = Turns(1)
+    assert turns.ask("running")
+    assert not turns.ask("acquire-1")
+    assert not turns.ask("release", urgent=True)
+    assert not turns.ask("acquire-2")
+    assert not turns.ask("extend", urgent=True)
+    assert [turns.done() for _ in range(5)] == ["release", "extend", "acquire-1", "acquire-2", None]
+
+
+def test_a_new_round_never_overtakes_those_waiting() -> None:
+    """While rounds wait, a new one waits behind them even if a turn is free at that instant (it goes to them)."""
+    turns: Turns[str] = Turns(1)
+    turns.ask("a")
+    turns.ask("b")
+    assert turns.done() == "b"
+    assert not turns.ask("c")
+
+
+def test_a_round_that_stops_waiting_leaves_the_queue_and_one_handed_a_turn_must_pass_it_on() -> None:
+    turns: Turns[str] = Turns(1)
+    turns.ask("a")
+    turns.ask("b")
+    turns.ask("c")
+    assert turns.withdraw("b")  # (cancelled, or its turn did not come within TURN_LIMIT)
+    assert turns.done() == "c"
+    assert not turns.withdraw("c")  # it was handed a turn: it runs, or hands it on with `done`
+    assert turns.done() is None
+    assert turns.running == 0
+
+
+@given(st.lists(st.tuples(st.sampled_from(["ask", "urgent", "done", "withdraw"]), st.integers(0, 20)),
+                max_size=200), st.integers(1, 5))
+def test_never_more_rounds_run_than_the_limit_and_no_turn_is_lost(ops: list[tuple[str, int]], limit: int) -> None:
+    """Whatever the order of asks, ends and withdrawals: at most `limit` rounds run, a round waits only while
+    `limit` run, and every turn ends up with someone or back in the count."""
+    turns: Turns[int] = Turns(limit)
+    running: set[int] = set()
+    waiting: set[int] = set()
+    for op, k in ops:
+        if op in ("ask", "urgent") and k not in running and k not in waiting:
+            (running if turns.ask(k, urgent=op == "urgent") else waiting).add(k)
+        elif op == "done" and running:
+            running.pop()
+            handed = turns.done()
+            if handed is not None:
+                waiting.remove(handed)
+                running.add(handed)
+        elif op == "withdraw" and k in waiting:
+            assert turns.withdraw(k)
+            waiting.remove(k)
+        assert turns.running == len(running) <= limit
+        assert len(turns) == len(waiting)
+        assert not waiting or len(running) == limit
+
+
+def test_at_most_half_a_nodes_connections_carry_rounds_and_an_overloaded_client_says_so() -> None:
+    from fencelock._async._transport import MAX_OPEN
+
+    assert ROUNDS_AT_ONCE * 2 <= MAX_OPEN
+    with pytest.raises(ValueError, match="at least one"):
+        Turns(0)
+    text = turn_error("acquire", TURN_LIMIT, 4321)
+    assert "overloaded" in text
+    assert "4321 more were waiting" in text
+    assert "nothing was sent" in text
+    assert f"{ROUNDS_AT_ONCE} rounds run at once" in text
+
+
+# -- overslept ----------------------------------------------------------------------------------------------------
+
+
+def test_a_wait_woken_on_time_gets_no_more() -> None:
+    assert overslept(10.0, 10.0, 0.35) == 0.0
+    assert overslept(10.0, 10.0 + 0.35 * OVERSLEPT_SHARE * 0.99, 0.35) == 0.0
+    assert overslept(10.0, 10.009, 0.05) == 0.0  # (10 ms of scheduling is never oversleeping)
+
+
+def test_a_wait_the_client_overslept_gets_as_long_again_at_most_its_timeout() -> None:
+    assert overslept(10.0, 10.2, 0.35) == pytest.approx(0.2)
+    assert overslept(10.0, 12.0, 0.35) == 0.35  # a stall of 2 s: one more node timeout, never 2 s more
+
+
+@given(st.floats(0.0, 100.0), st.floats(0.0, 10.0), st.floats(0.001, 5.0))
+def test_oversleeping_never_more_than_doubles_a_wait(deadline: float, late: float, timeout: float) -> None:
+    grace = overslept(deadline, deadline + late, timeout)
+    assert 0.0 <= grace <= min(late, timeout) + 1e-9
+
+
+# -- a lease's validity: from the start of the round that was granted ----------------------------------------------
+
+
+def test_time_held_back_before_the_granted_round_does_not_count_against_the_lease() -> None:
+    """The acquire waited 3 s for its round's turn (or a wake-up, or earlier rounds), then the round took 0.2 s: the
+    lease is valid for its TTL from the round's start, not from the attempt's."""
+    clock = FakeClock()
+    p = _plan(clock)
+    assert p.start() == Try(0.0, None)
+    began = clock.now
+    clock.now += 3.2
+    assert p.answered(Attempt(True, 7, None, held_back=3.0)) == Grant(7, validity_end(10.0, began + 3.0))
+
+
+def test_a_round_granted_after_waiting_longer_than_the_ttl_is_still_a_grant() -> None:
+    """Before issue 14 a grant whose acquire had queued longer than its TTL counted as too late and was given back."""
+    clock = FakeClock()
+    p = _plan(clock, ttl=2.0)
+    p.start()
+    clock.now += 5.05
+    step = p.answered(Attempt(True, 7, None, held_back=5.0))
+    assert isinstance(step, Grant)
+    assert step.valid_until == validity_end(2.0, clock.now - 0.05)
+    clock2 = FakeClock()
+    q = _plan(clock2, ttl=2.0)
+    q.start()
+    clock2.now += 5.05
+    assert q.answered(Attempt(True, 7, None)) == GiveBack()  # (the same grant, if it had counted from the start)
+
+
+@given(st.floats(0.0, 50.0), st.floats(-5.0, 60.0))
+def test_validity_never_counts_from_after_now_nor_from_before_the_attempt(took: float, held_back: float) -> None:
+    """Whatever a backend reports, the validity counts from a moment between the attempt's start and now: never
+    overstated (later than the round's start cannot come from a clock in between), never negative held back."""
+    clock = FakeClock()
+    p = _plan(clock, ttl=100.0)
+    p.start()
+    began = clock.now
+    clock.now += took
+    step = p.answered(Attempt(True, 7, None, held_back=held_back))
+    assert isinstance(step, Grant)
+    start = min(began + max(held_back, 0.0), clock.now)
+    assert step.valid_until == validity_end(100.0, start)
+    assert validity_end(100.0, began) <= step.valid_until <= validity_end(100.0, clock.now)
