@@ -147,7 +147,7 @@ class AsyncEtcdBackend:
             if not self._version_checked:
                 self._version_checked = True
                 in_background(partial(self._check_version, name))
-            return Attempt(True, mine.create_revision, None, held.fresh_at)
+            return Attempt(True, mine.create_revision, None, valid_from=held.fresh_at)
         return Attempt(False, 0, None)
 
     async def _join(self, name: str, token: str,

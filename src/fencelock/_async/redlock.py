@@ -332,7 +332,7 @@ class AsyncRedlockBackend:
                     for i in range(n):
                         in_background(partial(self._check_eviction, i, name, keys.lock, self._channels[i].generation))
                 # Nothing this grant depends on was sent before this round started: its validity counts from then.
-                return Attempt(step.next is Next.GRANT, step.t, step.retry_in, started - entered)
+                return Attempt(step.next is Next.GRANT, step.t, step.retry_in, held_back=started - entered)
             t = step.t
         raise AssertionError("next_step proposes no round past MAX_ROUNDS")
 

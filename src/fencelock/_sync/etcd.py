@@ -148,7 +148,7 @@ class EtcdBackend:
             if not self._version_checked:
                 self._version_checked = True
                 in_background(partial(self._check_version, name))
-            return Attempt(True, mine.create_revision, None, held.fresh_at)
+            return Attempt(True, mine.create_revision, None, valid_from=held.fresh_at)
         return Attempt(False, 0, None)
 
     def _join(self, name: str, token: str,
