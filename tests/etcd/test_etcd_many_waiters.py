@@ -5,6 +5,7 @@ wakes only the next waiter, and every one is granted, in queue order (decision 2
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -58,3 +59,44 @@ def test_many_waiters_on_one_name_share_connections_and_are_granted_in_turn(etcd
             await locks.aclose()
 
     asyncio.run(main())
+
+
+THREADS = 100
+
+
+def test_many_waiting_threads_on_one_name_share_connections_and_are_granted_in_turn(etcd_server: EtcdServer,
+                                                                                    name: str) -> None:
+    locks = fencelock.connect(etcd_server.url)
+    fences: list[int] = []
+    errors: list[BaseException] = []
+
+    def wait_turn() -> None:
+        try:
+            lease = locks.acquire(name, ttl=30, wait=WAIT)
+            fences.append(lease.fence)
+            lease.release()
+        except BaseException as exc:  # (reported by the test's thread)
+            errors.append(exc)
+
+    try:
+        holder = locks.acquire(name, ttl=30)
+        threads = [threading.Thread(target=wait_turn) for _ in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while (locks.status(name).queued or 0) < THREADS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        backend: Any = locks.backend
+        most = 0
+        for _ in range(10):
+            most = max(most, len(backend._gateway._transport._pool.connections))
+            time.sleep(0.1)
+        holder.release()
+        for thread in threads:
+            thread.join(WAIT + 10)
+        assert not errors, f"{len(errors)} of {THREADS} failed, e.g. {errors[0]!r}"
+        assert len(fences) == THREADS
+        assert fences == sorted(fences), "not granted in queue order"
+        assert most <= etcd_gateway.MAX_IN_FLIGHT + 2, f"{most} connections for {THREADS} waiting threads"
+    finally:
+        locks.close()
