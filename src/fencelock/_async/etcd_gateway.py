@@ -424,35 +424,6 @@ class AsyncGateway:
             if self._closed:
                 await self._close_after(response)
 
-    async def watch_delete(self, key: bytes, start_revision: int, wait: float) -> bool:
-        """Return when `key` is deleted at or after `start_revision` (True), or after about `wait` seconds with no
-        news (False).
-
-        Any fault ends the watch early and quietly (True): the look that follows meets it and reports it.
-        """
-        request = {"create_request": {"key": b64(key), "start_revision": start_revision, "filters": ["NOPUT"]}}
-        endpoint = self._endpoints[self._current]
-        timeout = httpx.Timeout(self._target.timeout, read=max(wait, 0.001))
-        opened: httpx.Response | None = None
-        try:
-            async with self._client().stream("POST", endpoint + "/v3/watch", content=json.dumps(request).encode(),
-                                         headers=self._headers(), timeout=timeout) as response:
-                opened = response
-                if response.status_code != 200:
-                    return True
-                async for line in response.aiter_lines():
-                    result = json.loads(line).get("result") if line.strip() else None
-                    if not isinstance(result, dict) or result.get("canceled") or result.get("events"):
-                        return True  # an error, a cancelled watch (e.g. compacted history), or the delete
-            return True
-        except httpx.ReadTimeout:
-            return False
-        except (httpx.HTTPError, httpx.StreamError, ValueError, RuntimeError):
-            return True
-        finally:
-            if self._closed:
-                await self._close_after(opened)
-
     async def watch_deletes(self, directory: bytes, start_revision: int, quiet: float,
                             deleted: Callable[[bytes, int], None]) -> bool:
         """Watch the deletes of every key under `directory` from `start_revision` on, calling `deleted(key,
