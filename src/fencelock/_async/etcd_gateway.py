@@ -10,6 +10,7 @@ import json
 import os
 import ssl
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import MissingExtra
@@ -21,7 +22,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         from exc
 
 from .._errors import BackendError
-from .._etcd.rules import GRANT_TRIES, b64, granted, number
+from .._etcd.rules import GRANT_TRIES, b64, granted, number, range_end, unb64
 from .._etcd.txn import Body
 from .._etcd.url import EtcdTarget
 from .._logic.admission import Admission, Urgency
@@ -423,31 +424,42 @@ class AsyncGateway:
             if self._closed:
                 await self._close_after(response)
 
-    async def watch_delete(self, key: bytes, start_revision: int, wait: float) -> bool:
-        """Return when `key` is deleted at or after `start_revision` (True), or after about `wait` seconds with no
-        news (False).
+    async def watch_deletes(self, directory: bytes, start_revision: int, quiet: float,
+                            deleted: Callable[[bytes, int], None]) -> bool:
+        """Watch the deletes of every key under `directory` from `start_revision` on, calling `deleted(key,
+        revision)` for each, in order, until the stream stays silent for `quiet` seconds after etcd confirmed the
+        watch (True: every delete up to the last one passed on was seen; a new watch may go on after it), or until
+        anything else ends it (False: a fault, a cancelled watch such as compacted history, a closed client).
 
-        Any fault ends the watch early and quietly (True): the look that follows meets it and reports it.
-        """
-        request = {"create_request": {"key": b64(key), "start_revision": start_revision, "filters": ["NOPUT"]}}
+        One connection for every waiter of a name (`AsyncEtcdBackend`'s shared watch), not counted among
+        `MAX_IN_FLIGHT`."""
+        request = {"create_request": {"key": b64(directory), "range_end": b64(range_end(directory)),
+                                      "start_revision": start_revision, "filters": ["NOPUT"]}}
         endpoint = self._endpoints[self._current]
-        timeout = httpx.Timeout(self._target.timeout, read=max(wait, 0.001))
+        timeout = httpx.Timeout(self._target.timeout, read=max(quiet, 0.001))
         opened: httpx.Response | None = None
+        created = False
         try:
             async with self._client().stream("POST", endpoint + "/v3/watch", content=json.dumps(request).encode(),
-                                         headers=self._headers(), timeout=timeout) as response:
+                                             headers=self._headers(), timeout=timeout) as response:
                 opened = response
                 if response.status_code != 200:
-                    return True
+                    return False
                 async for line in response.aiter_lines():
-                    result = json.loads(line).get("result") if line.strip() else None
-                    if not isinstance(result, dict) or result.get("canceled") or result.get("events"):
-                        return True  # an error, a cancelled watch (e.g. compacted history), or the delete
-            return True
-        except httpx.ReadTimeout:
+                    if not line.strip():
+                        continue
+                    result = json.loads(line).get("result")
+                    if not isinstance(result, dict) or result.get("canceled"):
+                        return False
+                    created = created or bool(result.get("created"))
+                    for event in result.get("events") or ():
+                        kv = event.get("kv") or {}
+                        deleted(unb64(kv.get("key")), number(kv.get("mod_revision")))
             return False
+        except httpx.ReadTimeout:
+            return created and not self._closed
         except (httpx.HTTPError, httpx.StreamError, ValueError, RuntimeError):
-            return True
+            return False
         finally:
             if self._closed:
                 await self._close_after(opened)

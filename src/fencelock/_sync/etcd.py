@@ -8,6 +8,7 @@ layout and what an answer means are in `fencelock._etcd.rules`. How and why: doc
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import partial
@@ -42,7 +43,7 @@ from .._logic.admission import Urgency
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
 from .._logic.timing import Clock, Deadline, lease_clock
-from ._concurrency import in_background, unless_given_up
+from ._concurrency import Runner, Signal, in_background, spawn, unless_given_up
 from .etcd_gateway import Gateway
 
 SPARE_LEASES = 16
@@ -58,6 +59,36 @@ TTL. The leases of waiters still queued get up to the URL's timeout first: their
 RENEWAL_BATCH = 1000
 """Leases of one watchdog batch handled together: keep-alive requests, then transactions checking their keys."""
 
+WAITER_REFRESH = 3
+"""A waiter refreshes its lease when a `1/WAITER_REFRESH` part of its TTL has passed since the last refresh (not at
+every look: with many waiters, those refreshes crowded out every other request). A grant refreshes it once more if
+it is older than `BLOCK_CAP`, so its validity counts from no earlier than before (decision
+2026-12-05-etcd-many-waiters)."""
+
+
+class _Wake:
+    """One waiter's place in its name's shared watch: `signal` is set once the key before its own, or its own, is
+    deleted, or once the watch ended without knowing (the waiter looks again)."""
+
+    __slots__ = ("before", "key", "signal", "token")
+
+    def __init__(self, token: str, key: bytes, before: bytes) -> None:
+        self.token, self.key, self.before = token, key, before
+        self.signal = Signal()
+
+
+class _SharedWatch:
+    """This client's one watch on a name's keys, shared by all its waiters on the name: one connection, however many
+    wait, and a delete wakes only the waiter right behind it (etcd's `concurrency.Mutex` does the same per waiter)."""
+
+    __slots__ = ("ended", "runner", "seen", "wakes")
+
+    def __init__(self, seen: int) -> None:
+        self.wakes: dict[bytes, set[_Wake]] = {}  # by each key whose delete wakes them (before, own)
+        self.seen = seen  # every delete up to this revision was passed on: the next watch starts after it
+        self.ended = False
+        self.runner: Runner | None = None
+
 
 @dataclass
 class _Held:
@@ -72,6 +103,8 @@ class _Held:
     releasing: bool = False  # a release went out (its answer may never have come)
     granted: bool = False    # a lease was granted on it (not a waiter any more)
     fresh_at: float = 0.0    # when the request that last started the lease's TTL (its grant, a refresh) went out
+    wake: _Wake | None = None  # its place in the name's shared watch, while it waits
+    seen: tuple[Kv | None, Kv | None, Kv | None, int] | None = None  # its last look, which `wake` watches on from
 
 
 class EtcdBackend:
@@ -90,6 +123,8 @@ class EtcdBackend:
         self._spare_pid = os.getpid()  # a forked child never shares its parent's spare leases
         self.renewal_requests = 0  # keep-alive requests the watchdog made (for benchmarks)
         self._version_checked = False  # (once per client, after its first grant: `_check_version`)
+        self._watches: dict[str, _SharedWatch] = {}  # by name: the shared watch of this client's waiters
+        self._watch_lock = threading.Lock()  # (never held across an await)
         self._closed = False
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
@@ -136,13 +171,22 @@ class EtcdBackend:
                 state = verdict(mine, value, owner)
                 if state is not Verdict.WAITING or before is None:
                     break
-            woke = unless_given_up(self._gateway.watch_delete(before.key, revision + 1,
-                                                                    deadline.remaining(self._clock())))
+            held.seen = (mine, owner, before, revision)
+            wake = self._watch(name, token, held, before.key, revision)
+            woke = unless_given_up(wake.signal.wait(deadline.remaining(self._clock())))
             if not woke:
                 break  # the wait ended with our predecessor still there (or our caller gave up): not granted
             # After a wake-up, look again, our own key first: it may have gone with our lease meanwhile.
+            self._unwatch(name, held)
             mine, owner, before, revision = self._look(name, held)
             state = verdict(mine, value, owner)
+        if state is not Verdict.WAITING:
+            self._unwatch(name, held)
+        # A waiter's lease is refreshed only now and then (`WAITER_REFRESH`): refresh it as it is granted, so its
+        # validity counts from no earlier than it did before. Gone: the next attempt queues again.
+        if state is Verdict.GRANTED and mine is not None and self._clock() - held.fresh_at > BLOCK_CAP and \
+                not self._refresh(held, name, Urgency.ONGOING):
+            return Attempt(False, 0, None)
         if state is Verdict.GRANTED and mine is not None:
             held.granted = True
             if not self._version_checked:
@@ -159,8 +203,14 @@ class EtcdBackend:
         if held is not None:
             # Refresh first: the validity of a lease won now counts from this refresh's sending. The attempt's later
             # requests go ahead of new work (`Urgency.ONGOING`): the lease's TTL runs while they wait their turn.
-            if not self._refresh(held, name, Urgency.ONGOING):
+            due = self._clock() - held.fresh_at >= held.seconds / WAITER_REFRESH
+            if due and not self._refresh(held, name, Urgency.ONGOING):
+                self._unwatch(name, held)
                 held = None  # our lease ended (we paused, or it was revoked), and took our key: queue again
+            elif held.rev and held.wake is not None and held.seen is not None and not held.wake.signal.is_set():
+                # Waiting still: the name's shared watch has seen neither our key nor our predecessor's deleted
+                # since our last look, so that look still holds (a held lease's grant looks again).
+                return (held, *held.seen)
             elif held.rev:
                 # Queued already: a look (a read) is enough, unless our key went (an operator removed it).
                 mine, owner, before, revision = self._look(name, held)
@@ -203,9 +253,83 @@ class EtcdBackend:
         """A waiter gives up (or was cancelled): revoke its lease, which deletes its key."""
         held = self._held.pop(token, None)
         if held is not None:
+            self._unwatch(name, held)
             if held.moving is not None:
                 self._revoke(held.moving[0], name)
             self._gateway.revoke(held.lease, name)
+
+    def _watch(self, name: str, token: str, held: _Held, before: bytes, revision: int) -> _Wake:
+        """`held`'s place in the name's shared watch, waiting for `before` (read at `revision`) to be deleted; the
+        watch starts with the first waiter and ends with the last."""
+        with self._watch_lock:
+            wake = held.wake
+            shared = self._watches.get(name)
+            if wake is not None and wake.before == before and shared is not None and not shared.ended:
+                return wake  # (still in place: a wake-up or the watch's end sets its signal)
+            wake = held.wake = _Wake(token, held.key, before)
+            if shared is None or shared.ended:
+                shared = self._watches[name] = _SharedWatch(revision)
+                shared.runner = spawn(partial(self._run_watch, name, shared), "fencelock-etcd-watch")
+            elif shared.seen > revision:
+                wake.signal.set()  # a delete after our look went by already: look again
+            for key in (before, held.key):
+                shared.wakes.setdefault(key, set()).add(wake)
+            return wake
+
+    def _unwatch(self, name: str, held: _Held) -> None:
+        with self._watch_lock:
+            wake, held.wake, held.seen = held.wake, None, None
+            shared = self._watches.get(name)
+            if wake is not None and shared is not None:
+                self._drop(shared, wake)
+
+    @staticmethod
+    def _drop(shared: _SharedWatch, wake: _Wake) -> None:
+        for key in (wake.before, wake.key):
+            wakes = shared.wakes.get(key)
+            if wakes is not None:
+                wakes.discard(wake)
+                if not wakes:
+                    del shared.wakes[key]
+
+    def _deleted(self, shared: _SharedWatch, key: bytes, revision: int) -> None:
+        """The shared watch saw `key` deleted at `revision`: wake the waiters behind it (and its own)."""
+        with self._watch_lock:
+            shared.seen = max(shared.seen, revision)
+            woken = shared.wakes.pop(key, set())
+            for wake in woken:
+                self._drop(shared, wake)
+        for wake in woken:
+            wake.signal.set()
+
+    def _run_watch(self, name: str, shared: _SharedWatch) -> None:
+        """The shared watch of a name: one stream after another while any of this client's waiters on the name
+        waits; each goes on after the last delete the one before passed on, so none is missed. A fault ends it:
+        every waiter looks again (and meets the fault), and the next one to wait starts a new watch."""
+        directory = name_dir(self._prefix, name)
+        try:
+            while True:
+                with self._watch_lock:
+                    for wakes in list(shared.wakes.values()):
+                        for wake in list(wakes):
+                            held = self._held.get(wake.token)
+                            if held is None or held.wake is not wake:
+                                self._drop(shared, wake)  # its acquisition ended or moved on
+                    if not shared.wakes or self._closed:
+                        break
+                    start = shared.seen + 1
+                if not self._gateway.watch_deletes(directory, start, BLOCK_CAP,
+                                                         partial(self._deleted, shared)):
+                    break
+        finally:
+            with self._watch_lock:
+                shared.ended = True
+                if self._watches.get(name) is shared:
+                    del self._watches[name]
+                woken = {wake for wakes in shared.wakes.values() for wake in wakes}
+                shared.wakes = {}
+            for wake in woken:
+                wake.signal.set()
 
     # ------------------------------------------------------------------------------------------ release
 
