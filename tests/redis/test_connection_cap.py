@@ -16,7 +16,8 @@ import pytest
 
 import fencelock
 import fencelock.aio
-from fencelock._async._transport import MAX_BLOCKING, MAX_OPEN
+from fencelock._async._transport import MAX_OPEN
+from fencelock._redis.channel import MAX_BLOCKING
 from fencelock.testing.servers import RedisServer
 
 MAXCLIENTS = MAX_OPEN + 36

@@ -30,6 +30,7 @@ from __future__ import annotations
 import select
 import ssl
 import threading
+import weakref
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import redis.exceptions
@@ -350,6 +351,50 @@ class ChannelBase:
     def not_sent(self, before: tuple[Any, float]) -> NotSent:
         """The reply of a request that this channel did not send, because `before` got no answer."""
         return NotSent(self.where, before)
+
+
+MAX_BLOCKING = 256
+"""Waits (BLPOP) one server's `Channel`, or one redis-py client, lets block there at once, each on a connection of
+its own (the waiters of one name share one: `waiting.py`). A wait beyond it sleeps in the client instead, a
+jittered `CROWDED_PAUSE` at most, then asks once without blocking: waiters on many names cost no more connections
+than the server and the client's file descriptors can give."""
+
+CROWDED_PAUSE = (0.5, 1.5)
+"""The range a wait beyond `MAX_BLOCKING` sleeps in, seconds (never past its own wait)."""
+
+
+class BlockingSlots:
+    """How many waits block now through each owner (a `Channel`, or a redis-py client), at most `MAX_BLOCKING`."""
+
+    def __init__(self) -> None:
+        self._counts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def take(self, owner: Any) -> bool:
+        """A slot for one more blocking wait through `owner`, if one is free (then `give_back` it once)."""
+        with self._lock:
+            count = self._counts.get(owner, 0)
+            if count >= MAX_BLOCKING:
+                return False
+            self._counts[owner] = count + 1
+            return True
+
+    def give_back(self, owner: Any) -> None:
+        with self._lock:
+            self._counts[owner] = max(self._counts.get(owner, 0) - 1, 0)
+
+    def forget(self, owner: Any) -> None:
+        """`owner`'s waits are gone without their slots (a forked child's copy of its parent's channel)."""
+        with self._lock:
+            self._counts.pop(owner, None)
+
+    def blocking(self, owner: Any) -> int:
+        with self._lock:
+            return self._counts.get(owner, 0)
+
+
+BLOCKING = BlockingSlots()
+"""The one count of blocking waits, shared by fencelock's own channels and by the clients users pass in."""
 
 
 class ScriptRequest(NamedTuple):

@@ -12,6 +12,8 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from .._redis.channel import (
+    BLOCKING,
+    CROWDED_PAUSE,
     KILL,
     REFUSE,
     RELOAD,
@@ -40,15 +42,6 @@ MAX_OPEN = 64
 """Connections one server's `Channel` keeps open for requests that do not block there (a waiter's BLPOP is apart):
 more requests at once wait their turn for one (`Channel.place`), so that no number of callers exhausts the
 server's connections or the client's file descriptors."""
-
-MAX_BLOCKING = 256
-"""Waits (BLPOP) one server's `Channel` lets block there at once, each on a connection of its own (the waiters of
-one name share one: `waiting.py`). A wait beyond it waits here instead, a jittered `CROWDED_PAUSE` at most, and
-then asks once without blocking: waiters on many names cost no more connections than the server and the client's
-file descriptors allow, at the price of a later hand-off for those."""
-
-CROWDED_PAUSE = (0.5, 1.5)
-"""The range a wait beyond `MAX_BLOCKING` sleeps in, seconds (never past its own wait)."""
 
 GAVE_UP: Any = object()
 """`Channel.place`'s answer to a request whose caller stopped waiting for it before a connection was free."""
@@ -81,7 +74,6 @@ class Channel(Connections):
     def __init__(self, client: Any) -> None:
         super().__init__(client)
         self._blocking: set[Any] = set()  # connections carrying a request that waits (BLPOP) first
-        self.waits = 0  # waits (BLPOP first) on their way or blocking here (`MAX_BLOCKING`)
         # Requests waiting for a connection (`place`), oldest first: a lease's renewals and releases, the others.
         self._queues: tuple[deque[_Queued], deque[_Queued]] = (deque(), deque())
         self._reserved = 0  # connections a request was given room to make, not yet made
@@ -91,7 +83,8 @@ class Channel(Connections):
 
     def _let_go(self) -> None:
         super()._let_go()
-        self._queues, self._reserved, self.waits = (deque(), deque()), 0, 0
+        self._queues, self._reserved = (deque(), deque()), 0
+        BLOCKING.forget(self)
         self._placing = set()
 
     def interrupt(self) -> None:
@@ -273,17 +266,13 @@ def _call_script(request: ScriptRequest, cache: Packed, generation: int,
     channel = request.channel
     if request.wake is None:
         return _send_script(request, cache, generation, before, abandoned, fresh, late)
-    with channel._queue_lock:
-        crowded = channel.waits >= MAX_BLOCKING
-        channel.waits += 0 if crowded else 1
-    if crowded:
+    if not BLOCKING.take(channel):
         sleep(min(request.wake[1], random.uniform(*CROWDED_PAUSE)))
         return _send_script(request._replace(wake=None), cache, generation, before, abandoned, fresh, late)
     try:
         return _send_script(request, cache, generation, before, abandoned, fresh, late)
     finally:
-        with channel._queue_lock:
-            channel.waits -= 1
+        BLOCKING.give_back(channel)
 
 
 def _send_script(request: ScriptRequest, cache: Packed, generation: int,

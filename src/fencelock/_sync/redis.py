@@ -8,8 +8,6 @@ turned into `BackendError` here, at this one boundary.
 from __future__ import annotations
 
 import random
-import threading
-import weakref
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from functools import partial
@@ -36,6 +34,8 @@ from .._events import emit
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
 from .._redis.channel import (
+    BLOCKING,
+    CROWDED_PAUSE,
     PATIENCE,
     Confirmed,
     WaitRefused,
@@ -66,7 +66,7 @@ from ._cluster import cluster_node, cluster_refresh, node_of, node_redis, primar
 from ._concurrency import given_up, in_background, sleep
 from ._connection import close_client
 from ._fanout import fan_out
-from ._transport import CROWDED_PAUSE, MAX_BLOCKING, Channel, call_script
+from ._transport import Channel, call_script
 
 AnyRedis = Redis | RedisCluster
 
@@ -569,11 +569,7 @@ def wait_for_wake(client: AnyRedis, wake_key: str, wait: float, *, name: str, wh
     if server_wait < MIN_BLOCK:
         sleep(wait)
         return 0
-    with _waits_lock:
-        crowded = _waits.get(client, 0) >= MAX_BLOCKING
-        if not crowded:
-            _waits[client] = _waits.get(client, 0) + 1
-    if crowded:  # as many waits as `MAX_BLOCKING` block on this server already: this one sleeps here instead
+    if not BLOCKING.take(client):  # as many waits as `MAX_BLOCKING` block through it already: this one sleeps
         sleep(min(wait, random.uniform(*CROWDED_PAUSE)))
         return 0
     redis: Any = client
@@ -586,14 +582,8 @@ def wait_for_wake(client: AnyRedis, wake_key: str, wait: float, *, name: str, wh
     except CLIENT_ERRORS:
         return None
     finally:
-        with _waits_lock:
-            _waits[client] -= 1
+        BLOCKING.give_back(client)
     return 0 if popped is None else int(popped[1])
-
-
-_waits: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-"""Waits blocking now through each redis-py client (`wait_for_wake`), held at most `MAX_BLOCKING` as on a `Channel`."""
-_waits_lock = threading.Lock()
 
 
 def refuses_wait(exc: ResponseError) -> bool:
