@@ -172,7 +172,7 @@ def test_no_command_runs_without_a_guardian_that_answered(standalone: RedisServe
     """A guardian that cannot be started (its file is gone), or that never answers its first line: fencelock
     releases the lock and exits 70 without starting the command, saying why."""
     import fencelock
-    from fencelock._cli import supervise
+    from fencelock._cli import guardian_link, supervise
     from fencelock._cli.exits import OnLost
 
     ran = tmp_path / "ran"
@@ -180,7 +180,7 @@ def test_no_command_runs_without_a_guardian_that_answered(standalone: RedisServe
     if guardian == "silent":
         script.write_text("import time\ntime.sleep(60)\n")
         monkeypatch.setattr(supervise, "GUARDIAN_START", 1.0)
-    monkeypatch.setattr(supervise, "GUARDIAN", script)
+    monkeypatch.setattr(guardian_link, "GUARDIAN", script)
     with fencelock.connect(standalone.url) as locks:
         ending = supervise.run(locks, name, ["touch", str(ran)], ttl=30.0, wait=0, busy_status=75,
                                on_lost=OnLost.TERM, grace=10.0)

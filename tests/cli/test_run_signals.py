@@ -244,16 +244,17 @@ def test_a_signal_between_the_grant_and_the_commands_start_means_the_command_nev
     import fencelock
     from fencelock._cli import supervise
     from fencelock._cli.exits import OnLost
+    from fencelock._cli.guardian_link import _Guardian
 
     marker = tmp_path / "ran"
-    start_guardian = supervise._Guardian.__init__
+    start_guardian = _Guardian.__init__
 
-    def guardian_then_sigterm(self: supervise._Guardian, on_lost: OnLost, grace: float, run_id: str,
+    def guardian_then_sigterm(self: _Guardian, on_lost: OnLost, grace: float, run_id: str,
                               titled: bool = True) -> None:
         start_guardian(self, on_lost, grace, run_id, titled)
         os.kill(os.getpid(), signal.SIGTERM)      # caught by fencelock's handler: this process lives on
 
-    monkeypatch.setattr(supervise._Guardian, "__init__", guardian_then_sigterm)
+    monkeypatch.setattr(_Guardian, "__init__", guardian_then_sigterm)
     with fencelock.connect(standalone.url) as locks:
         ending = supervise.run(locks, name, ["touch", str(marker)], ttl=30.0, wait=0, busy_status=75,
                                on_lost=OnLost.TERM, grace=10.0)

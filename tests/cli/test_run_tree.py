@@ -360,11 +360,11 @@ def test_without_process_group_popen_the_command_is_spawned_in_a_group_of_its_ow
     import functools
 
     import fencelock
-    from fencelock._cli import supervise
+    from fencelock._cli import children, supervise
     from fencelock._cli.exits import OnLost
 
     seen = tmp_path / "seen"
-    monkeypatch.setattr(supervise, "_spawn", functools.partial(supervise._spawn, posix_spawn=True))
+    monkeypatch.setattr(supervise, "_spawn", functools.partial(children._spawn, posix_spawn=True))
     # (a shell, not Python: Python ignores SIGPIPE itself at start)
     script = f"echo $$ $(ps -o pgid= -p $$) $(grep SigIgn /proc/self/status | cut -f2) > {seen}"
     with fencelock.connect(standalone.url) as locks:

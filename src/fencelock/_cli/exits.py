@@ -77,6 +77,7 @@ def after_loss(policy: OnLost, lost_at: float, now: float, grace: float, termed:
 
 
 KILL_WAIT = 5.0
+POLL = 0.05  # seconds between looks at the child, the lease and the signals (and the guardian's heartbeat)
 """Seconds to wait for a process group to vanish after SIGKILL (a process in uninterruptible sleep lingers)."""
 
 

@@ -31,16 +31,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import select
-import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 
 from .._errors import BackendError, LockLost, NotAcquired
@@ -49,16 +45,26 @@ from .._logic.timing import lease_clock
 from .._sync.client import Locks
 from .._sync.lease import Lease
 from . import exits, procs
-from .exits import KILL_MARGIN, KILL_WAIT, OnLost, Stopping, Trouble, after_exit, lease_trouble, shell_status, stop_step
+from .children import _alone_in_group, _cannot_run, _Child, _group_alive, _send, _spawn, _terminal
+from .exits import (
+    KILL_MARGIN,
+    KILL_WAIT,
+    POLL,
+    OnLost,
+    Stopping,
+    Trouble,
+    after_exit,
+    lease_trouble,
+    shell_status,
+    stop_step,
+)
+from .guardian_link import _Guardian
 from .show import describe, error, note
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TERMINAL_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
-POLL = 0.05  # seconds between looks at the child, the lease and the signals (and the guardian's heartbeat)
 SETTLE = 0.1  # seconds the rest of the group may take to end with its main process before it counts as left over
-GUARDIAN = Path(__file__).with_name("guardian.py")
 GUARDIAN_START = 10.0  # seconds the guardian may take to answer its first line before the run is given up
-TITLE = "fencelock run-guardian"  # the guardian's argv[0]: what `ps` shows of it
 
 
 class Interrupted(BaseException):
@@ -127,114 +133,6 @@ def _holder(locks: Locks, name: str) -> str:
     except BackendError:
         return ""
     return f" ({describe(status)})" if status.held else ""
-
-
-class _Guardian:
-    """fencelock's end of the guardian (see `guardian.py`): starts it, writes it lines, reads what it did to the
-    group, reaps it. Never raises: without a guardian, `run` still works, only without the backstop."""
-
-    def __init__(self, on_lost: OnLost, grace: float, run_id: str, titled: bool = True) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._pipe: int | None = None
-        self._back: int | None = None
-        self._pending = b""
-        self.failure = ""  # why there is no guardian although one is needed (then the command must not start)
-        self.exited = False  # it ended without answering
-        if on_lost is OnLost.IGNORE or not sys.executable:
-            return  # nothing to stop, whatever happens to fencelock
-        read, write = os.pipe()  # every end non-inheritable: the command never holds one
-        back_read, back_write = os.pipe()
-        try:
-            # `ps` shows `fencelock run-guardian ...`: argv[0] is a title, the interpreter is `executable`
-            argv = [TITLE if titled else sys.executable, "-E", "-s", str(GUARDIAN), on_lost.value, repr(grace),
-                    run_id]
-            self.proc = subprocess.Popen(argv, executable=sys.executable, stdin=read, stdout=back_write,
-                                         start_new_session=True)
-        except OSError as exc:
-            self.failure = f"it could not be started ({exc})"
-            os.close(write)
-            os.close(back_read)
-            return
-        finally:
-            os.close(read)
-            os.close(back_write)
-        os.set_blocking(write, False)  # a guardian that stopped reading never holds fencelock up
-        os.set_blocking(back_read, False)
-        self._pipe, self._back = write, back_read
-
-    def tell(self, line: str) -> None:
-        if self._pipe is None:
-            return
-        try:
-            os.write(self._pipe, f"{line}\n".encode())
-        except BlockingIOError:
-            pass  # its pipe is full: it is not reading; the next line may get through
-        except OSError:
-            os.close(self._pipe)
-            self._pipe = None
-            pid = self.proc.pid if self.proc is not None else "?"
-            note(f"the guardian (pid {pid}) is gone; if fencelock dies now, the command runs on")
-
-    def wait_ready(self, timeout: float) -> list[str]:
-        """Wait up to `timeout` seconds for the guardian's `ready` (its answer to the first `valid` line); sets
-        `failure` if none came. Returns the other lines read meanwhile."""
-        if self.proc is None or self._back is None:
-            return []
-        deadline = time.monotonic() + timeout
-        said: list[str] = []
-        while True:
-            lines = self.answers()
-            if "ready" in lines:
-                return said + [line for line in lines if line != "ready"]
-            said += lines
-            left = deadline - time.monotonic()
-            if self._back is None or self.proc.poll() is not None or left <= 0:
-                code = self.proc.poll()
-                self.exited = code is not None
-                self.failure = (f"it exited with status {code} without answering" if code is not None else
-                                f"it did not answer within {timeout:g} s")
-                return said
-            select.select([self._back], [], [], min(left, POLL))
-
-    def answers(self) -> list[str]:
-        """The lines the guardian wrote since the last look: `stop K` (it sent SIGTERM; SIGKILL due at K), `kill`."""
-        if self._back is None:
-            return []
-        while True:
-            try:
-                data = os.read(self._back, 65536)
-            except BlockingIOError:
-                break
-            except OSError:
-                data = b""
-            if not data:
-                os.close(self._back)
-                self._back = None
-                break
-            self._pending += data
-        *lines, self._pending = self._pending.split(b"\n")
-        return [line.decode(errors="replace").strip() for line in lines]
-
-    def close(self, done: bool) -> list[str]:
-        """Tell it `done` (nothing of the group runs) if so, close the pipe (end of file), and reap it. Returns
-        what it said it did that was not read yet."""
-        if done:
-            self.tell("done")
-        if self._pipe is not None:
-            os.close(self._pipe)
-            self._pipe = None
-        if self.proc is not None:
-            try:
-                self.proc.wait(timeout=1.0 if done else KILL_WAIT + 1.0)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
-        said = self.answers()  # all of it: the guardian has exited
-        if self._back is not None:
-            os.close(self._back)
-            self._back = None
-        return said
 
 
 class _Supervisor:
@@ -628,146 +526,6 @@ class _Supervisor:
         _send(self.group, signal.SIGCONT)
 
 
-def _cannot_run(program: str, exc: OSError) -> int:
-    """Say why `program` could not be started; the status a shell would give."""
-    if isinstance(exc, FileNotFoundError):
-        interpreter = _interpreter(program)
-        if interpreter is not None:
-            error(f"cannot run {program}: its interpreter {interpreter} (on its #! line) was not found",
-                  "fix the #! line, or install the interpreter")
-            return exits.NOT_EXECUTABLE
-        error(f"command not found: {program}", "give the full path, or check PATH")
-        return exits.NOT_FOUND
-    if isinstance(exc, PermissionError):
-        error(f"command is not executable: {program}", "check its mode (chmod +x) and its #! line")
-        return exits.NOT_EXECUTABLE
-    error(f"cannot run {program}: {exc}")
-    return exits.NOT_EXECUTABLE
-
-
-def _interpreter(program: str) -> str | None:
-    """The #! interpreter of `program` if the file exists and starts with one (then it is the one missing)."""
-    path = program if os.sep in program else shutil.which(program)
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as file:
-            first = file.readline(256)
-    except OSError:
-        return None
-    if not first.startswith(b"#!"):
-        return None
-    words = first[2:].decode(errors="replace").split()
-    return words[0] if words else None
-
-
-class _Child:
-    """The command's main process, as much of `subprocess.Popen` as the supervisor uses."""
-
-    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
-        self.pid = pid
-        self._returncode: int | None = None
-        self._popen = popen
-
-    @property
-    def returncode(self) -> int | None:
-        return self._returncode
-
-    @returncode.setter
-    def returncode(self, value: int | None) -> None:
-        """Reaped here: the Popen object learns it too (else it warns that its process still runs)."""
-        self._returncode = value
-        if self._popen is not None:
-            self._popen.returncode = value
-
-    def wait(self, timeout: float) -> int:
-        """Reap it within `timeout` seconds; `subprocess.TimeoutExpired` if it has not ended."""
-        deadline = time.monotonic() + timeout
-        while self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # pragma: no cover (reaped elsewhere)
-                self.returncode = 0
-                break
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-                break
-            if time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout)
-            time.sleep(POLL / 5)
-        return self.returncode
-
-
-def _spawn(argv: list[str], env: dict[str, str], *, posix_spawn: bool = sys.version_info < (3, 11)) -> _Child:
-    """Start the command as the leader of a process group of its own. Python 3.11+: Popen's `process_group`.
-    Before (`posix_spawn`): `os.posix_spawnp(setpgroup=0)`, never Popen's `preexec_fn`, which runs Python in the
-    forked child and may deadlock on a lock the renewal thread held at the fork; SIGPIPE and SIGXFSZ are reset to
-    their defaults, as Popen does, and PATH is read from `env`. OSError if it cannot be started."""
-    if not posix_spawn:
-        popen = subprocess.Popen(argv, env=env, process_group=0)  # type: ignore[call-overload,unused-ignore]
-        return _Child(popen.pid, popen)
-    program = argv[0]
-    if os.sep not in program:
-        found = shutil.which(program, path=env.get("PATH", os.defpath))
-        if found is None:
-            raise FileNotFoundError(2, "No such file or directory", program)
-        program = found
-    resets = [s for s in (getattr(signal, "SIGPIPE", None), getattr(signal, "SIGXFSZ", None)) if s is not None]
-    return _Child(os.posix_spawn(program, argv, env, setpgroup=0, setsigdef=resets))
-
-
-def _terminal() -> int | None:
-    """A descriptor of our controlling terminal, if our process group is its foreground group; else None."""
-    for fd in (0, 1, 2):
-        try:
-            if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
-                return fd
-        except OSError:
-            continue
-    return None
-
-
-def _alone_in_group() -> bool:
-    """Whether no other process shares our process group (a shell's job of its own, not a pipeline's member nor a
-    script's). Read from /proc; elsewhere, whether we lead our group."""
-    group, me = os.getpgrp(), os.getpid()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:  # pragma: no cover (no /proc)
-        return group == me
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as file:
-                fields = file.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[2] == str(group).encode() and fields[0] != b"Z":
-            return False
-    return True
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _send(group: int, signum: int | None) -> None:
-    """Send `signum` to every process of the command's group (None: nothing)."""
-    if signum is None or group <= 1:  # (killpg(1) would be kill(-1): every process we may signal)
-        return
-    try:
-        os.killpg(group, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _release(lease: Lease, name: str) -> bool:
     """Release after the child ended. False if the lease turned out lost; a server that cannot be reached is
     only a warning (the key expires by its TTL), since the command itself did its work."""
@@ -778,4 +536,3 @@ def _release(lease: Lease, name: str) -> bool:
     except BackendError as exc:
         note(f"could not release lock {name!r} ({exc}); it expires by itself within {lease.ttl:g} s")
     return True
-
