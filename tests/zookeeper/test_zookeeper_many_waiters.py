@@ -9,12 +9,9 @@ import threading
 import time
 from typing import Any
 
-import pytest
-
 from fencelock.testing.zookeeper import ZooKeeperDeployment
 
 
-@pytest.mark.xfail(strict=True, reason="every waiter lists the whole queue once per blocking period: O(N^2)")
 def test_asyncio_a_thousand_waiters_on_one_name_are_all_granted_in_turn(zk: ZooKeeperDeployment,
                                                                         name: str) -> None:
     """1,000 tasks queue behind a holder: all are granted, one at a time, in the queue's order (fences increase),
