@@ -209,7 +209,10 @@ class ZooKeeperBackend:
     def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0,
                           fair: bool = False) -> Attempt:
         """Join the queue (once per token), then: the holder is granted; a waiter watches its predecessor for
-        up to `wait` seconds, looking at the queue again after every change, and is refused when time is up."""
+        up to `wait` seconds, and is refused when time is up. The queue is listed when we join and when the node
+        ahead goes, never again while it stays: a later attempt of a waiter only checks (in one round trip) that
+        its own node and the one ahead still exist, so a hand-off costs a listing whatever the queue's length
+        (docs/decisions/2026-12-05-zookeeper-many-waiters.md)."""
         self._forked()
         key = (name, token)
         deadline = Deadline.after(wait, self._clock())
@@ -221,31 +224,42 @@ class ZooKeeperBackend:
             if node is None:
                 node = self._join(session, directory, key, ttl_ms)
                 self._queued[key] = node
-            where, before = position(self._children(session, directory, name), token)
-            if where is Position.GONE:
-                # Our node vanished while we waited (its session expired, or it was deleted): queue again, once.
-                self._queued.pop(key, None)
-                node = None
-                if requeued:
-                    return Attempt(False, 0, None)
-                requeued = True
-                continue
-            if where is Position.HOLDER:
-                if node.waited:
-                    # The node's write time tells operators when its TTL ends (`status`): restart it now. Not
-                    # awaited: the hand-off does not wait for it, and the next renewal writes it anyway.
-                    session.client.set_async(node.path, node.data(ttl_ms))
-                self._grant(key, node, ttl_ms)
-                return Attempt(True, node.czxid, None)
+            before = node.before
+            if before is None:
+                where, before = position(self._children(session, directory, name), token)
+                if where is Position.GONE:
+                    # Our node vanished while we waited (its session expired, or it was deleted): queue again, once.
+                    self._queued.pop(key, None)
+                    node = None
+                    if requeued:
+                        return Attempt(False, 0, None)
+                    requeued = True
+                    continue
+                if where is Position.HOLDER:
+                    if node.waited:
+                        # The node's write time tells operators when its TTL ends (`status`): restart it now. Not
+                        # awaited: the hand-off does not wait for it, and the next renewal writes it anyway.
+                        session.client.set_async(node.path, node.data(ttl_ms))
+                    self._grant(key, node, ttl_ms)
+                    return Attempt(True, node.czxid, None)
+                node.before = before
             node.waited = True
             now = self._clock()
             if deadline.expired(now) or before is None:
                 return Attempt(False, 0, None)
-            wakeup = Wakeup()
-            watched = self._czxid(session, f"{directory}/{child_name(before)}", name,
-                                        watch=lambda _event, w=wakeup: w.set())
-            if watched is not None and unless_given_up(wakeup.wait(deadline.remaining(now))) is None:
+            wakeup = node.wakeup = Wakeup()
+            # Both go out before either answer is awaited (one round trip): ours first, so that a node ahead
+            # seen to exist was there after ours was (a queue only loses nodes ahead of ours).
+            own = session.client.exists_async(node.path)
+            watched = self._czxid(session, f"{directory}/{child_name(before)}", name, watch=node.woken)
+            if self._call(session, own, name, "exists") is None or watched is None:
+                node.before = None  # ours is gone, or the one ahead is: list the queue again
+                continue
+            woken = unless_given_up(wakeup.wait(deadline.remaining(now)))
+            if woken is None:
                 return Attempt(False, 0, None)  # our caller gave up (cancelled): its undo takes our node out
+            if woken:
+                node.before = None  # the node ahead changed (deleted): list the queue again
 
     def _join(self, session: ZKSession, directory: str, key: tuple[str, str], ttl_ms: int) -> Node:
         """Our node in the queue: the one an earlier create of this token made, else a new one."""

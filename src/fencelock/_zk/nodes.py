@@ -7,6 +7,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._logic.timing import Clock, Deadline, lease_clock
 from .rules import Child, child_name, encode_lease
@@ -27,9 +28,18 @@ class Node:
     fence: int = 0            # 0: its czxid
     moving: ZKSession | None = None  # a move to this session went out and its outcome is unknown
     releasing: bool = False   # a release went out (its answer may never have come)
+    before: Child | None = None  # waiting: the node ahead of it, last seen in a listing (None: list again)
+    wakeup: Any = None        # waiting: what `woken` sets (the current attempt's `Wakeup`)
 
     def __post_init__(self) -> None:
         self.fence = self.fence or self.czxid
+
+    def woken(self, _event: Any = None) -> None:
+        """The watch on the node ahead fired (kazoo's thread). One bound method per node: kazoo keeps a set of
+        watchers per path, so the attempts of one waiter add one watcher to the node ahead, not one each."""
+        wakeup = self.wakeup
+        if wakeup is not None:
+            wakeup.set()
 
     @property
     def path(self) -> str:
