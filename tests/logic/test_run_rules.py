@@ -201,8 +201,8 @@ def test_whenever_fencelock_falls_silent_the_guardian_kills_before_the_validity_
         raise AssertionError("the guardian never killed")
     if valid_for > KILL_MARGIN / 2:
         assert now < valid_until
-    else:
-        assert now == start
+    else:  # at once (its backstop, the validity's end less half the margin, is already past, but for rounding)
+        assert now - start < 1e-9
 
 
 def test_the_guardian_follows_what_fencelock_already_sent() -> None:
