@@ -133,7 +133,9 @@ class Cell:
 def random_cell(rng: random.Random, kinds: list[str]) -> tuple[str, Cell]:
     """A soak cell: any backend, front end, fault and request, the k-th matching request, a random hold-back."""
     kind = rng.choice(kinds)
-    requests = [r for r in REQUESTS if not (kind == "redlock" and r == "acquire_fair")]
-    cell = Cell(rng.choice(["sync", "async"]), rng.choice(FAULTS), rng.choice(requests), nth=1,
+    faults = {"zookeeper": ZOOKEEPER_FAULTS, "etcd": ETCD_FAULTS}.get(kind, FAULTS)
+    requests = {"zookeeper": ZOOKEEPER_REQUESTS, "etcd": ETCD_REQUESTS}.get(
+        kind, [r for r in REQUESTS if not (kind == "redlock" and r == "acquire_fair")])
+    cell = Cell(rng.choice(["sync", "async"]), rng.choice(faults), rng.choice(requests), nth=1,
                 held_back=rng.uniform(0.3, 0.8))
     return kind, cell

@@ -182,12 +182,13 @@ def test_cancel_at_every_request(kind: str, request_name: str, request: pytest.F
 
 
 def test_soak(request: pytest.FixtureRequest, redis_rig: Rig, cluster_rig: Rig, redlock_rig: Rig,
-              durable_rig: Rig) -> None:
-    """Random cells (`--seed`) for `--duration` seconds; without --duration, one of them."""
+              durable_rig: Rig, zookeeper_rig: Rig, etcd_rig: Rig) -> None:
+    """Random cells (`--seed`) of every row for `--duration` seconds; without --duration, one of them."""
     seed = int(request.config.getoption("seed", SEED))
     duration = float(request.config.getoption("duration", 0.0))
     rng = random.Random(seed)
-    rigs = {"redis": redis_rig, "cluster": cluster_rig, "redlock": redlock_rig, "durable": durable_rig}
+    rigs = {"redis": redis_rig, "cluster": cluster_rig, "redlock": redlock_rig, "durable": durable_rig,
+            "zookeeper": zookeeper_rig, "etcd": etcd_rig}
     end = time.monotonic() + duration
     failures = []
     runs = 0

@@ -13,7 +13,16 @@ from typing import Any
 
 from .._errors import MissingExtra
 from .._logic.timing import lease_clock
-from .rules import Session, child_name, encode_number, handshake_limit, may_return, queue, reconnect_wait
+from .rules import (
+    Session,
+    child_name,
+    encode_number,
+    handshake_limit,
+    may_return,
+    queue,
+    reconnect_every,
+    reconnect_wait,
+)
 from .url import ZooKeeperTarget
 
 try:
@@ -66,14 +75,14 @@ class ZKSession:
         self.session_id: int | None = None  # the server's id (its nodes' ephemeralOwner), from the last handshake
         self.state = Session.LOST
         self.down_since: float | None = None  # lease_clock() when its connection last dropped (None: up)
-        self.silent = False  # its last connection was dropped by us: a request got no answer (`unanswered`)
         self.ready = threading.Event()  # set once a connection has negotiated its timeout
         self.abandoned: set[tuple[str, str]] = set()  # (lock path, token): nodes to delete when we can
         # Each member gets its share of the URL's timeout to connect and answer (`handshake_limit`).
         limit = handshake_limit(target.timeout, len(target.hosts))
         self.client = KazooClient(hosts=target.hosts_string, timeout=requested_ms / 1000.0,
                                   handler=_Handler(limit),
-                                  connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0))
+                                  connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2,
+                                                              max_delay=reconnect_every(target.timeout)))
         watch_handshakes(self.client, limit, self._negotiated)
         self.client.add_listener(self._changed)
         self.client.start_async()
@@ -89,7 +98,6 @@ class ZKSession:
         self.state = _STATES.get(state, Session.SUSPENDED)
         if self.state is Session.CONNECTED:
             self.down_since = None
-            self.silent = False
             for directory, token in list(self.abandoned):
                 self._sweep(directory, token)
         elif self.down_since is None and self.ready.is_set():
@@ -113,13 +121,12 @@ class ZKSession:
 
     def reconnect_wait(self, timeout: float) -> float:
         """Seconds an attempt may wait for this session's connection to come back (`rules.reconnect_wait`)."""
-        return reconnect_wait(timeout, self.down_since, lease_clock(), self.negotiated_ms or 0, silent=self.silent)
+        return reconnect_wait(timeout, self.down_since, lease_clock(), self.negotiated_ms or 0)
 
     def unanswered(self) -> None:
         """A request got no answer within the URL's timeout: drop the connection, so that kazoo moves the session
         to another member (`drop_connection`). While kazoo is already reconnecting, there is nothing to drop."""
         if self.state is Session.CONNECTED:
-            self.silent = True
             drop_connection(self.client)
 
     # -- deleting nodes, now or after a reconnect ---------------------------------------------------------
