@@ -87,9 +87,11 @@ def check_claims(result: Burst, kept: Callable[[list[Any]], list[float | None]],
     """No two granted leases of one name both claim validity, and none claims more than the server keeps for its
     token (`kept`: seconds left per lease, None if its token is not there; `rounding`: the server's own)."""
     leases = [o.lease for o in result.granted()]
-    claims = [lease.remaining() for lease in leases]  # (before the servers: what they keep only falls since)
-    held = [lease.held for lease in leases]
     left = kept(leases)
+    # (after the servers: a claim only falls since, so one read later than the server's answer is never favoured;
+    # read before, a slow server read, as etcd's one lease at a time, would make the server look short)
+    claims = [lease.remaining() for lease in leases]
+    held = [lease.held for lease in leases]
     by_name: dict[str, list[Any]] = {}
     for lease, claim, is_held in zip(leases, claims, held, strict=True):
         if claim > 0 and is_held:
