@@ -1,0 +1,122 @@
+"""A burst of acquires queued inside one asyncio client, a fault injected while they wait, and what must hold after
+it (issue 14, decision 2026-12-05-queued-faults): shared by the Redis, Redlock and etcd tests of queued faults.
+
+`burst` starts `ours` acquires through one client (`locks`) and, at once, a competing client's acquires of part of
+the same names; once requests wait in the client's queue (`queued() > 0`), it injects `fault`, and collects each
+call's outcome. The checks read the servers through the test's own clients (`kept`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fencelock import LockError
+
+
+@dataclass
+class Outcome:
+    client: str
+    name: str
+    lease: Any = None
+    error: BaseException | None = None
+    cancelled: bool = False
+    took: float = 0.0
+
+
+@dataclass
+class Burst:
+    outcomes: list[Outcome]
+    queued_at_fault: int
+    tasks: list[asyncio.Task[Outcome]]
+
+    def granted(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.lease is not None]
+
+
+async def _one(client: str, locks: Any, name: str, ttl: float, wait: float) -> Outcome:
+    outcome = Outcome(client, name)
+    started = time.monotonic()
+    try:
+        outcome.lease = await locks.acquire(name, ttl=ttl, wait=wait, renew=False)
+    except asyncio.CancelledError:
+        outcome.cancelled = True
+        raise
+    except BaseException as exc:  # (checked: every error must be a fencelock error naming the lock)
+        outcome.error = exc
+    finally:
+        outcome.took = time.monotonic() - started
+    return outcome
+
+
+async def burst(locks: Any, rival: Any, names: list[str], contested: int, ttl: float, wait: float,
+                queued: Callable[[], int], fault: Callable[[list[asyncio.Task[Outcome]]], Awaitable[None]],
+                limit: float) -> Burst:
+    """`names` acquired through `locks`, the first `contested` of them at once through `rival` too; `fault` runs
+    (given `locks`' tasks) once `queued()` shows requests waiting in the client. Every call ends within `limit`."""
+    ours = [asyncio.ensure_future(_one("ours", locks, name, ttl, wait)) for name in names]
+    theirs = [asyncio.ensure_future(_one("rival", rival, name, ttl, wait)) for name in names[:contested]]
+    deadline = time.monotonic() + 5.0
+    while queued() == 0 and time.monotonic() < deadline:  # noqa: ASYNC110 (the client's own state: no event)
+        await asyncio.sleep(0.001)
+    depth = queued()
+    await fault(ours)
+    _, pending = await asyncio.wait([*ours, *theirs], timeout=limit)
+    assert not pending, f"{len(pending)} calls still running {limit} s after the burst began"
+    outcomes: list[Outcome] = []
+    for task, name in zip([*ours, *theirs], [*names, *names[:contested]], strict=True):
+        if task.cancelled():
+            outcomes.append(Outcome("ours", name, cancelled=True))
+        else:
+            outcomes.append(task.result())
+    return Burst(outcomes, depth, ours)
+
+
+def check_errors(result: Burst, limit: float) -> None:
+    """Every call that failed raised a fencelock error naming its lock, and ended within `limit`."""
+    foreign = [(o.name, repr(o.error)) for o in result.outcomes
+               if o.error is not None and not (isinstance(o.error, LockError) and o.error.name == o.name)]
+    assert not foreign, f"errors that are not a fencelock error naming the lock: {foreign[:5]}"
+    slow = [(o.name, round(o.took, 2)) for o in result.outcomes if o.took > limit]
+    assert not slow, f"calls that took longer than {limit} s: {slow[:5]}"
+
+
+def check_claims(result: Burst, kept: Callable[[list[Any]], list[float | None]], rounding: float = 0.001) -> None:
+    """No two granted leases of one name both claim validity, and none claims more than the server keeps for its
+    token (`kept`: seconds left per lease, None if its token is not there; `rounding`: the server's own)."""
+    leases = [o.lease for o in result.granted()]
+    left = kept(leases)
+    # (after the servers: a claim only falls since, so one read later than the server's answer is never favoured;
+    # read before, a slow server read, as etcd's one lease at a time, would make the server look short)
+    claims = [lease.remaining() for lease in leases]
+    held = [lease.held for lease in leases]
+    by_name: dict[str, list[Any]] = {}
+    for lease, claim, is_held in zip(leases, claims, held, strict=True):
+        if claim > 0 and is_held:
+            by_name.setdefault(lease.name, []).append(lease)
+    twice = [name for name, valid in by_name.items() if len(valid) > 1]
+    assert not twice, f"names with two leases that both claim validity: {twice[:5]}"
+    over = [(lease.name, round(claim, 3), server) for lease, claim, is_held, server
+            in zip(leases, claims, held, left, strict=True)
+            if claim > 0 and is_held and (server is None or claim > server + rounding)]
+    assert not over, f"remaining() above what the server keeps (name, claimed, kept): {over[:5]}"
+
+
+async def settle(check: Callable[[], Any], timeout: float = 5.0) -> Any:
+    """`check()` once it is true (the client's background give-backs have run), else its last value."""
+    deadline = time.monotonic() + timeout
+    value = check()
+    while not value and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+        value = check()
+    return value
+
+
+async def release_all(result: Burst) -> None:
+    for o in result.granted():
+        try:
+            await o.lease.release()
+        except LockError:
+            pass

@@ -1,0 +1,130 @@
+"""Faults while requests are queued in one etcd client for their turn among `MAX_IN_FLIGHT` (issue 14, decision
+2026-12-05-queued-faults).
+
+One asyncio client starts far more acquires than its 8 requests in flight, a competing client acquires part of the
+same names (its waiters share a watch per name), and while requests wait for their turn: the server is paused
+(SIGSTOP for a second, then SIGCONT), half the queued callers are cancelled, or the client is closed. The server,
+read by the test, shows: no two leases of a name claim validity, none claims more than its etcd lease keeps (whole
+seconds), errors are fencelock errors naming the lock within a bound, a held lease is kept or reported lost, no
+key of a call that failed or was cancelled outlives its TTL, and the admission slots drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import fencelock.aio
+from fencelock._etcd.rules import name_dir, range_end
+from fencelock.testing.etcd import EtcdServer
+from tests._queued_faults import Burst, Outcome, burst, check_claims, check_errors, release_all, settle
+from tests.etcd.helpers import b64, lease_ttl
+
+TTL = 2.0
+COUNT = 240
+CONTESTED = 60
+WAIT = 1.0
+LIMIT = 20.0
+"""A bound on every call: well below the 30 s queue bound, above a request's timeouts after a pause."""
+
+
+def _keys(server: EtcdServer, stem: str) -> dict[str, tuple[str, int]]:
+    """Each holder's or waiter's key of the names starting with `stem`: its value (a lease's token) -> (key, etcd
+    lease)."""
+    start = name_dir("fencelock", stem)[:-1]
+    answer = server.request("/v3/kv/range", {"key": b64(start), "range_end": b64(range_end(start))})
+    found = {}
+    for kv in answer.get("kvs", []):
+        key = base64.b64decode(kv["key"]).decode()
+        if key.count("/") > 1:  # (inside a name's directory: a holder's or a waiter's; not a release's fence key)
+            found[base64.b64decode(kv["value"]).decode()] = (key, int(kv.get("lease", 0)))
+    return found
+
+
+def _kept(server: EtcdServer, stem: str) -> Any:
+    def kept(leases: list[Any]) -> list[float | None]:
+        keys = _keys(server, stem)
+        left: list[float | None] = []
+        for lease in leases:
+            found = keys.get(lease.token)
+            ttl = lease_ttl(server, found[1]) if found is not None else -1
+            left.append(float(ttl) if ttl >= 0 else None)  # (0: less than a second left)
+        return left
+    return kept
+
+
+@pytest.mark.parametrize("fault", ["pause_long", "pause_cancel", "pause_close", "cancel"])
+def test_a_fault_while_etcd_requests_are_queued(own_etcd_server: EtcdServer, fault: str) -> None:
+    server = own_etcd_server
+    stem = f"eq:{fault}:"
+    names = [f"{stem}{i}" for i in range(COUNT)]
+    lost = threading.Event()
+
+    async def inject(tasks: list[asyncio.Task[Outcome]], locks: Any) -> None:
+        if fault.startswith("pause"):
+            server.pause()
+            closing = None
+            if fault.endswith(("cancel", "close")):  # (while it is paused: callers queued behind hanging requests)
+                await asyncio.sleep(0.3)
+                if fault.endswith("cancel"):
+                    for task in tasks[::2]:
+                        task.cancel()
+                else:
+                    closing = asyncio.ensure_future(locks.aclose())
+            await asyncio.sleep(3.5 if fault.endswith("long") else 1.0)  # (long: past the keeper's TTL)
+            server.resume()
+            if closing is not None:
+                await closing
+        elif fault == "cancel":
+            for task in tasks[::2]:
+                task.cancel()
+        else:
+            await locks.aclose()
+
+    async def main() -> tuple[Burst, bool, float, str]:
+        async with fencelock.aio.connect(server.url) as locks, fencelock.aio.connect(server.url) as rival:
+            keeper = await locks.acquire(f"keeper:{fault}", ttl=3.0, wait=0, renew=True,
+                                         on_lost=lambda lease: lost.set())
+            gateway = locks.backend._gateway  # type: ignore[attr-defined]
+
+            def queued() -> int:
+                return int(gateway._admission.waiting)
+
+            result = await burst(locks, rival, names, CONTESTED, TTL, WAIT, queued,
+                                 lambda tasks: inject(tasks, locks), LIMIT)
+            check_errors(result, LIMIT)
+            await asyncio.to_thread(check_claims, result, _kept(server, stem), 1.0)
+            kept = keeper.held
+            state, after = "", 0.0
+            if not fault.endswith("close"):
+                def idle() -> bool:
+                    return bool(gateway._admission.out == 0 and gateway._admission.waiting == 0)
+                if not await settle(idle):
+                    state = f"out={gateway._admission.out} waiting={gateway._admission.waiting}"
+                started = time.monotonic()
+                again = await locks.acquire(f"after:{fault}", ttl=TTL, wait=1.0)  # (the same client, not rebuilt)
+                await again.release()
+                after = time.monotonic() - started
+                with contextlib.suppress(fencelock.LockLost):  # (raised when the fault did make it lost)
+                    await keeper.release()
+            await release_all(result)
+            return result, kept, after, state
+
+    result, kept, after, state = asyncio.run(main())
+    assert result.queued_at_fault > 0, "no request waited for its turn when the fault came"
+    assert kept != lost.is_set(), f"the keeper: held={kept}, on_lost fired={lost.is_set()}"
+    if fault == "cancel":
+        assert kept, "the held lease was lost through a fault that does not stop its server"
+    if not fault.endswith("close"):
+        assert len(result.granted()) > CONTESTED, "the burst was not served"
+    assert not state, f"the admission did not drain: {state}"
+    assert after < 2.0
+    time.sleep(TTL + 1.2)  # (etcd's TTLs are whole seconds, rounded up)
+    left = _keys(server, stem)
+    assert not left, f"keys left beyond their TTL: {sorted(key for key, _ in left.values())[:5]}"

@@ -1,0 +1,160 @@
+"""Faults while Redlock rounds are queued in one client for their turn (issue 14, decision
+2026-12-05-queued-faults).
+
+One asyncio client starts more acquires at once than its `ROUNDS_AT_ONCE` turns, a competing client acquires part of
+the same names, and while rounds wait for their turn: one node is stalled (SIGSTOP for a second, then SIGCONT),
+every client connection of one node is killed, half the queued callers are cancelled, or the client is closed. A
+test client reading every node checks: no two leases of a name claim validity, none claims more than every quorum
+node keeps (PTTL), errors are fencelock errors naming their lock and come within a bound, a held lease is kept or
+reported lost, no key (a minority's either) outlives its TTL, and the turns and channels drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import fencelock.aio
+from fencelock._redis.channel import BLOCKING
+from fencelock._redis.keys import redis_keys
+from fencelock.testing.servers import RedisNodes
+from tests._queued_faults import Burst, Outcome, burst, check_claims, check_errors, release_all, settle
+from tests.conftest import initialise_redlock
+
+TTL = 1.0
+COUNT = 600
+CONTESTED = 150
+WAIT = 1.0
+LIMIT = 15.0
+
+
+@pytest.fixture
+def nodes() -> Iterator[RedisNodes]:
+    started = RedisNodes(3).start()
+    initialise_redlock(started.urls)
+    try:
+        yield started
+    finally:
+        for node in started.nodes:
+            if node.paused:
+                node.resume()
+        started.close()
+
+
+def _kept(nodes: RedisNodes) -> Any:
+    def kept(leases: list[Any]) -> list[float | None]:
+        held: list[list[float]] = [[] for _ in leases]
+        for node in nodes.nodes:
+            client: Any = node.client()
+            pipe = client.pipeline(transaction=False)
+            for lease in leases:
+                key = redis_keys(lease.name, "fencelock").lock
+                pipe.get(key)
+                pipe.pttl(key)
+            replies = pipe.execute()
+            for k, lease in enumerate(leases):
+                value, pttl = replies[2 * k], replies[2 * k + 1]
+                token = value.decode() if isinstance(value, bytes) else value
+                if token == lease.token and pttl > 0:
+                    held[k].append(pttl / 1000.0)
+        # (a lease claims validity only while a quorum, 2 of 3, keeps its token: it may claim the least of them)
+        return [sorted(h, reverse=True)[1] if len(h) >= 2 else None for h in held]
+    return kept
+
+
+def _left_keys(nodes: RedisNodes, names: list[str]) -> list[tuple[int, str, int]]:
+    left = []
+    for i, node in enumerate(nodes.nodes):
+        client: Any = node.client()
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            pipe.pttl(redis_keys(name, "fencelock").lock)
+        left += [(i, name, pttl) for name, pttl in zip(names, pipe.execute(), strict=True) if pttl != -2]
+    return left
+
+
+def _idle(backend: Any) -> bool:
+    return (backend._turns.running == 0 and len(backend._turns) == 0
+            and all(ch._reserved == 0 and not ch._queues[0] and not ch._queues[1] and not ch._placing
+                    and BLOCKING.blocking(ch) == 0 for ch in backend._channels))
+
+
+def _state(backend: Any) -> str:
+    return (f"turns running={backend._turns.running} waiting={len(backend._turns)}; channels "
+            + ", ".join(f"reserved={ch._reserved} queued={len(ch._queues[0])}+{len(ch._queues[1])} "
+                        f"placing={len(ch._placing)} blocking={BLOCKING.blocking(ch)}" for ch in backend._channels))
+
+
+@pytest.mark.parametrize("fault", ["stall", "stall_long", "stall_cancel", "kill", "close"])
+def test_a_fault_while_redlock_rounds_are_queued(nodes: RedisNodes, fault: str) -> None:
+    names = [f"rq:{fault}:{i}" for i in range(COUNT)]
+    lost = threading.Event()
+    stalled = nodes.nodes[1]
+
+    async def inject(tasks: list[asyncio.Task[Outcome]], locks: Any) -> None:
+        if fault.startswith("stall"):
+            stalled.pause()
+            closing = None
+            if fault.endswith(("cancel", "close")):  # (while it is paused: callers queued behind hanging requests)
+                await asyncio.sleep(0.3)
+                if fault.endswith("cancel"):
+                    for task in tasks[::2]:
+                        task.cancel()
+                else:
+                    closing = asyncio.ensure_future(locks.aclose())
+            await asyncio.sleep(3.5 if fault.endswith("long") else 1.0)  # (long: past the keeper's TTL)
+            stalled.resume()
+            if closing is not None:
+                await closing
+        elif fault == "kill":
+            admin: Any = stalled.client()
+            admin.client_kill_filter(_type="normal")
+        elif fault == "cancel":
+            for task in tasks[::2]:
+                task.cancel()
+        else:
+            await locks.aclose()
+
+    async def main() -> tuple[Burst, bool, float, str]:
+        async with fencelock.aio.connect(nodes.urls) as locks, fencelock.aio.connect(nodes.urls) as rival:
+            keeper = await locks.acquire(f"keeper:{fault}", ttl=3.0, wait=0, renew=True,
+                                         on_lost=lambda lease: lost.set())
+            backend = locks.backend
+
+            def queued() -> int:
+                return len(backend._turns)  # type: ignore[attr-defined]
+
+            result = await burst(locks, rival, names, CONTESTED, TTL, WAIT, queued,
+                                 lambda tasks: inject(tasks, locks), LIMIT)
+            check_errors(result, LIMIT)
+            check_claims(result, _kept(nodes))
+            kept = keeper.held
+            state, after = "", 0.0
+            if not fault.endswith("close"):
+                state = _state(backend) if not await settle(lambda: _idle(backend)) else ""
+                started = time.monotonic()
+                again = await locks.acquire(f"after:{fault}", ttl=TTL, wait=1.0)  # (the same client, not rebuilt)
+                await again.release()
+                after = time.monotonic() - started
+                with contextlib.suppress(fencelock.LockLost):  # (raised when the fault did make it lost)
+                    await keeper.release()
+            await release_all(result)
+            return result, kept, after, state
+
+    result, kept, after, state = asyncio.run(main())
+    assert result.queued_at_fault > 0, "no round waited for its turn when the fault came"
+    assert kept != lost.is_set(), f"the keeper: held={kept}, on_lost fired={lost.is_set()}"
+    if not fault.endswith("close"):
+        assert kept, "the held lease was lost through a fault that leaves a quorum"
+        assert len(result.granted()) > CONTESTED, "the burst was not served"
+    assert not state, f"the client did not drain: {state}"
+    assert after < 2.0
+    time.sleep(TTL + 0.2)  # (no key, a minority's either, of a call that failed or was cancelled, outlives its TTL)
+    left = _left_keys(nodes, names)
+    assert not left, f"keys left beyond their TTL (node, name, PTTL): {left[:5]}"
