@@ -191,6 +191,6 @@ def test_an_attempt_waits_for_its_session_one_request_timeout_and_never_past_the
     assert reconnect_wait(2.0, 99.0, 100.0, 1_500) == 0.5      # the session's timeout ends first: an outage then
     assert reconnect_wait(2.0, 90.0, 100.0, 2_000) == 0.0      # down longer than the session lives: no wait
     assert reconnect_wait(2.0, None, 100.0, 2_000) == 2.0      # kazoo dropped it, the listener has not said so yet
-
+    assert reconnect_wait(2.0, 99.9, 100.0, 10_000, silent=True) == 0.0  # a silent member already cost a timeout
     assert reconnect_every(0.25) == 0.125  # kazoo tries again twice within one attempt's wait for it...
     assert reconnect_every(10.0) == 1.0    # ...and never less often than once a second

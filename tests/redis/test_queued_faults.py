@@ -182,21 +182,23 @@ def test_a_fault_while_threads_are_queued_in_the_sync_client(server: RedisServer
         channel: Any = locks.backend._channel  # type: ignore[attr-defined]
         threads = [threading.Thread(target=one, args=("ours", locks, name)) for name in names]
         threads += [threading.Thread(target=one, args=("rival", rival, name)) for name in names[:contested]]
+        admin: Any = server.client()
+        admin.ping()  # (connected before the server stops)
+        server.pause()  # the calls pile up: MAX_OPEN in flight, the rest queued in the client
         for thread in threads:
             thread.start()
         start.wait()
         depth = 0
         deadline = time.monotonic() + 5.0
         while depth == 0 and time.monotonic() < deadline:
-            time.sleep(0)  # (threads fill and drain the queue quickly: look as often as the GIL lets us)
+            time.sleep(0.005)
             depth = max(depth, len(channel._queues[0]) + len(channel._queues[1]), len(channel._placing))
         if fault == "pause":
-            server.pause()
             time.sleep(1.0)
             server.resume()
         else:
-            admin: Any = server.client()
-            admin.client_kill_filter(_type="normal")
+            server.resume()
+            admin.client_kill_filter(_type="normal")  # (every connection, the in-flight ones among them)
         for thread in threads:
             thread.join(LIMIT)
         assert not [thread for thread in threads if thread.is_alive()], f"calls still running after {LIMIT} s"

@@ -165,12 +165,16 @@ def may_return(connected: bool, down_since: float | None, now: float, timeout_ms
     return down_since is not None and now - down_since < timeout_ms / 1000.0
 
 
-def reconnect_wait(timeout: float, down_since: float | None, now: float, timeout_ms: int) -> float:
+def reconnect_wait(timeout: float, down_since: float | None, now: float, timeout_ms: int, *,
+                   silent: bool = False) -> float:
     """Seconds an acquire attempt whose session has no connection waits for it before it reports the fault: as
-    long as one request may take (the URL's `timeout`: a momentary drop, or the end of a fault, is ridden out
-    within one attempt, even with `wait=0`; kazoo tries to connect at least twice in that time, `reconnect_every`),
-    and never past the session's own timeout since the connection dropped (`may_return`): a fault that lasts
-    longer is an outage. The acquire's `wait` bounds its further attempts (`retry_after`)."""
+    long as one request may take (the URL's `timeout`: a momentary drop is ridden out within one attempt, even
+    with `wait=0`), and never past the session's own timeout since the connection dropped (`may_return`): a fault
+    that lasts longer is an outage. Not at all if fencelock itself dropped the connection because its member was
+    `silent` (a request got no answer within `timeout`): that fault already cost one timeout. The acquire's
+    `wait` bounds its further attempts (`retry_after`)."""
+    if silent:
+        return 0.0
     if down_since is None:
         return timeout
     return max(0.0, min(timeout, down_since + timeout_ms / 1000.0 - now))
@@ -178,7 +182,7 @@ def reconnect_wait(timeout: float, down_since: float | None, now: float, timeout
 
 def reconnect_every(timeout: float) -> float:
     """The longest pause, seconds, between kazoo's tries to connect a session again: half the URL's `timeout` (at
-    most 1 s), so that an attempt waiting `reconnect_wait` for a server that came back sees it connected."""
+    most 1 s), so that a session whose server came back is connected again within about one request's time."""
     return min(1.0, timeout / 2)
 
 

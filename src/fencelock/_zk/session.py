@@ -75,6 +75,7 @@ class ZKSession:
         self.session_id: int | None = None  # the server's id (its nodes' ephemeralOwner), from the last handshake
         self.state = Session.LOST
         self.down_since: float | None = None  # lease_clock() when its connection last dropped (None: up)
+        self.silent = False  # its last connection was dropped by us: a request got no answer (`unanswered`)
         self.ready = threading.Event()  # set once a connection has negotiated its timeout
         self.abandoned: set[tuple[str, str]] = set()  # (lock path, token): nodes to delete when we can
         # Each member gets its share of the URL's timeout to connect and answer (`handshake_limit`).
@@ -98,6 +99,7 @@ class ZKSession:
         self.state = _STATES.get(state, Session.SUSPENDED)
         if self.state is Session.CONNECTED:
             self.down_since = None
+            self.silent = False
             for directory, token in list(self.abandoned):
                 self._sweep(directory, token)
         elif self.down_since is None and self.ready.is_set():
@@ -121,12 +123,13 @@ class ZKSession:
 
     def reconnect_wait(self, timeout: float) -> float:
         """Seconds an attempt may wait for this session's connection to come back (`rules.reconnect_wait`)."""
-        return reconnect_wait(timeout, self.down_since, lease_clock(), self.negotiated_ms or 0)
+        return reconnect_wait(timeout, self.down_since, lease_clock(), self.negotiated_ms or 0, silent=self.silent)
 
     def unanswered(self) -> None:
         """A request got no answer within the URL's timeout: drop the connection, so that kazoo moves the session
         to another member (`drop_connection`). While kazoo is already reconnecting, there is nothing to drop."""
         if self.state is Session.CONNECTED:
+            self.silent = True
             drop_connection(self.client)
 
     # -- deleting nodes, now or after a reconnect ---------------------------------------------------------
