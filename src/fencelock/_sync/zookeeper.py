@@ -82,6 +82,7 @@ class ZooKeeperBackend:
         self._queued: dict[tuple[str, str], Node] = {}   # waiting, by (name, token)
         self._held: dict[tuple[str, str], Node] = {}     # granted, by (name, token)
         self._sent: set[tuple[str, str]] = set()          # a create went out, no answer yet: a retry looks first
+        self._unanswered: set[tuple[str, str]] = set()    # acquires that met a request unanswered (`reconnect_wait`)
         self._directories: set[str] = set()               # lock paths known to exist
         self._root_made = False                           # the root path exists (made or found)
         self._expiry = Expiry(self._expire, self._clock)
@@ -98,7 +99,7 @@ class ZooKeeperBackend:
                 return
             self._pid = os.getpid()
             self._sessions, self._server_min_ms = {}, None
-            self._queued, self._held, self._sent = {}, {}, set()
+            self._queued, self._held, self._sent, self._unanswered = {}, {}, set(), set()
             self._expiry = Expiry(self._expire, self._clock)
 
     # -- sessions -----------------------------------------------------------------------------------------
@@ -218,6 +219,17 @@ class ZooKeeperBackend:
         deadline = Deadline.after(wait, self._clock())
         node = self._queued.get(key)
         session = node.session if node is not None else self._session_for(ttl_ms, name)
+        silent = session.silent
+        try:
+            return self._attempt(session, key, ttl_ms, deadline, node)
+        except BackendError:
+            if session.silent and not silent:
+                self._unanswered.add(key)  # this call met the silence: its later attempts do not wait it out
+            raise
+
+    def _attempt(self, session: ZKSession, key: tuple[str, str], ttl_ms: int, deadline: Deadline,
+                       node: Node | None) -> Attempt:
+        name, token = key
         directory = lock_path(self._root, name)
         requeued = False
         while True:
@@ -277,8 +289,8 @@ class ZooKeeperBackend:
                 if stat is not None:
                     self._sent.discard(key)
                     return Node(session, directory, own, int(stat.czxid))
-        if not session.live.is_set() and not wait_thread_event(session.live,
-                                                                     session.reconnect_wait(self._timeout)):
+        if not session.live.is_set() and not wait_thread_event(
+                session.live, session.reconnect_wait(self._timeout, met_silence=key in self._unanswered)):
             # Not connected again in time. A create now would wait in kazoo's queue and might reach the server
             # after we gave up.
             raise BackendError(f"the session with {self.shown} is {session.state.value}: not queueing now",
@@ -321,6 +333,7 @@ class ZooKeeperBackend:
     def _grant(self, key: tuple[str, str], node: Node, ms: int) -> None:
         self._queued.pop(key, None)
         self._sent.discard(key)
+        self._unanswered.discard(key)
         node.expires = Deadline.after(ms / 1000.0, self._clock())
         with self._lock:
             self._held[key] = node
@@ -355,6 +368,7 @@ class ZooKeeperBackend:
             session = node.session if node is not None else self._some_session(name)
             session.abandon(lock_path(self._root, name), token, done.set)
         self._sent.discard(key)
+        self._unanswered.discard(key)
         if not done.wait(self._timeout):
             raise BackendError(f"leaving the queue of {self.shown} got no answer; retried at reconnect", name=name)
 

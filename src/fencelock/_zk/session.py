@@ -121,9 +121,11 @@ class ZKSession:
         """Whether a fault on this session is worth waiting out (`fencelock._zk.rules.may_return`)."""
         return may_return(self.connected, self.down_since, lease_clock(), self.negotiated_ms or 0)
 
-    def reconnect_wait(self, timeout: float) -> float:
-        """Seconds an attempt may wait for this session's connection to come back (`rules.reconnect_wait`)."""
-        return reconnect_wait(timeout, self.down_since, lease_clock(), self.negotiated_ms or 0, silent=self.silent)
+    def reconnect_wait(self, timeout: float, *, met_silence: bool) -> float:
+        """Seconds an attempt may wait for this session's connection to come back (`rules.reconnect_wait`);
+        `met_silence`: an earlier attempt of the same call had a request go unanswered here."""
+        return reconnect_wait(timeout, self.down_since, lease_clock(), self.negotiated_ms or 0,
+                              silent=self.silent and met_silence)
 
     def unanswered(self) -> None:
         """A request got no answer within the URL's timeout: drop the connection, so that kazoo moves the session
