@@ -120,3 +120,32 @@ async def release_all(result: Burst) -> None:
             await o.lease.release()
         except LockError:
             pass
+
+
+async def inject(fault: str, tasks: list[asyncio.Task[Outcome]], locks: Any, *, pause: Callable[[], None],
+                 resume: Callable[[], None], kill: Callable[[], object] | None = None) -> None:
+    """The fault named `fault` while `tasks` are queued in `locks`: `pause*` stops the server (`pause`) for 1 s,
+    or 3.5 s (`_long`, past the keeper's TTL), cancelling every other caller (`_cancel`) or closing the client
+    (`_close`) meanwhile; `kill` kills its connections; `cancel` cancels every other caller; `close` closes."""
+    if fault.startswith(("pause", "stall")):
+        pause()
+        closing = None
+        if fault.endswith(("cancel", "close")):  # (while it is paused: callers queued behind hanging requests)
+            await asyncio.sleep(0.3)
+            if fault.endswith("cancel"):
+                for task in tasks[::2]:
+                    task.cancel()
+            else:
+                closing = asyncio.ensure_future(locks.aclose())
+        await asyncio.sleep(3.5 if fault.endswith("long") else 1.0)
+        resume()
+        if closing is not None:
+            await closing
+    elif fault == "kill":
+        assert kill is not None, "this backend has no kill fault"
+        kill()
+    elif fault == "cancel":
+        for task in tasks[::2]:
+            task.cancel()
+    else:
+        await locks.aclose()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import threading
 import time
 from typing import Any
@@ -23,7 +24,15 @@ import pytest
 import fencelock.aio
 from fencelock._etcd.rules import name_dir, range_end
 from fencelock.testing.etcd import EtcdServer
-from tests._queued_faults import Burst, Outcome, burst, check_claims, check_errors, release_all, settle
+from tests._queued_faults import (
+    Burst,
+    burst,
+    check_claims,
+    check_errors,
+    inject,
+    release_all,
+    settle,
+)
 from tests.etcd.helpers import b64, lease_ttl
 
 TTL = 2.0
@@ -66,26 +75,7 @@ def test_a_fault_while_etcd_requests_are_queued(own_etcd_server: EtcdServer, fau
     names = [f"{stem}{i}" for i in range(COUNT)]
     lost = threading.Event()
 
-    async def inject(tasks: list[asyncio.Task[Outcome]], locks: Any) -> None:
-        if fault.startswith("pause"):
-            server.pause()
-            closing = None
-            if fault.endswith(("cancel", "close")):  # (while it is paused: callers queued behind hanging requests)
-                await asyncio.sleep(0.3)
-                if fault.endswith("cancel"):
-                    for task in tasks[::2]:
-                        task.cancel()
-                else:
-                    closing = asyncio.ensure_future(locks.aclose())
-            await asyncio.sleep(3.5 if fault.endswith("long") else 1.0)  # (long: past the keeper's TTL)
-            server.resume()
-            if closing is not None:
-                await closing
-        elif fault == "cancel":
-            for task in tasks[::2]:
-                task.cancel()
-        else:
-            await locks.aclose()
+    fault_at = functools.partial(inject, fault, pause=server.pause, resume=server.resume)
 
     async def main() -> tuple[Burst, bool, float, str]:
         async with fencelock.aio.connect(server.url) as locks, fencelock.aio.connect(server.url) as rival:
@@ -97,7 +87,7 @@ def test_a_fault_while_etcd_requests_are_queued(own_etcd_server: EtcdServer, fau
                 return int(gateway._admission.waiting)
 
             result = await burst(locks, rival, names, CONTESTED, TTL, WAIT, queued,
-                                 lambda tasks: inject(tasks, locks), LIMIT)
+                                 lambda tasks: fault_at(tasks, locks), LIMIT)
             check_errors(result, LIMIT)
             await asyncio.to_thread(check_claims, result, _kept(server, stem), 1.0)
             kept = keeper.held

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +26,16 @@ import fencelock.aio
 from fencelock._redis.channel import BLOCKING
 from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisServer
-from tests._queued_faults import Burst, Outcome, burst, check_claims, check_errors, release_all, settle
+from tests._queued_faults import (
+    Burst,
+    Outcome,
+    burst,
+    check_claims,
+    check_errors,
+    inject,
+    release_all,
+    settle,
+)
 
 TTL = 1.0
 """The burst's leases (not renewed): short, so that a key left behind must be gone by the end of the test."""
@@ -88,29 +98,8 @@ def test_a_fault_while_acquires_are_queued_in_the_client(server: RedisServer, fa
     names = [f"q:{fault}:{i}" for i in range(COUNT)]
     lost = threading.Event()
 
-    async def inject(tasks: list[asyncio.Task[Outcome]], locks: Any) -> None:
-        if fault.startswith("pause"):
-            server.pause()
-            closing = None
-            if fault.endswith(("cancel", "close")):  # (while it is paused: callers queued behind hanging requests)
-                await asyncio.sleep(0.3)
-                if fault.endswith("cancel"):
-                    for task in tasks[::2]:
-                        task.cancel()
-                else:
-                    closing = asyncio.ensure_future(locks.aclose())
-            await asyncio.sleep(3.5 if fault.endswith("long") else 1.0)  # (long: past the keeper's TTL)
-            server.resume()
-            if closing is not None:
-                await closing
-        elif fault == "kill":
-            admin: Any = server.client()
-            admin.client_kill_filter(_type="normal")
-        elif fault == "cancel":
-            for task in tasks[::2]:
-                task.cancel()
-        else:
-            await locks.aclose()
+    fault_at = functools.partial(inject, fault, pause=server.pause, resume=server.resume,
+                       kill=lambda: server.client().client_kill_filter(_type="normal"))
 
     async def main() -> tuple[Burst, bool, float, str]:
         async with fencelock.aio.connect(server.url) as locks, fencelock.aio.connect(server.url) as rival:
@@ -122,7 +111,7 @@ def test_a_fault_while_acquires_are_queued_in_the_client(server: RedisServer, fa
                 return len(channel._queues[0]) + len(channel._queues[1])
 
             result = await burst(locks, rival, names, CONTESTED, TTL, WAIT, queued,
-                                 lambda tasks: inject(tasks, locks), LIMIT)
+                                 lambda tasks: fault_at(tasks, locks), LIMIT)
             check_errors(result, LIMIT)
             check_claims(result, _kept(server))
             kept = keeper.held

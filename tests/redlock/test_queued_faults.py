@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +25,15 @@ import fencelock.aio
 from fencelock._redis.channel import BLOCKING
 from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisNodes
-from tests._queued_faults import Burst, Outcome, burst, check_claims, check_errors, release_all, settle
+from tests._queued_faults import (
+    Burst,
+    burst,
+    check_claims,
+    check_errors,
+    inject,
+    release_all,
+    settle,
+)
 from tests.conftest import initialise_redlock
 
 TTL = 1.0
@@ -97,29 +106,8 @@ def test_a_fault_while_redlock_rounds_are_queued(nodes: RedisNodes, fault: str) 
     lost = threading.Event()
     stalled = nodes.nodes[1]
 
-    async def inject(tasks: list[asyncio.Task[Outcome]], locks: Any) -> None:
-        if fault.startswith("stall"):
-            stalled.pause()
-            closing = None
-            if fault.endswith(("cancel", "close")):  # (while it is paused: callers queued behind hanging requests)
-                await asyncio.sleep(0.3)
-                if fault.endswith("cancel"):
-                    for task in tasks[::2]:
-                        task.cancel()
-                else:
-                    closing = asyncio.ensure_future(locks.aclose())
-            await asyncio.sleep(3.5 if fault.endswith("long") else 1.0)  # (long: past the keeper's TTL)
-            stalled.resume()
-            if closing is not None:
-                await closing
-        elif fault == "kill":
-            admin: Any = stalled.client()
-            admin.client_kill_filter(_type="normal")
-        elif fault == "cancel":
-            for task in tasks[::2]:
-                task.cancel()
-        else:
-            await locks.aclose()
+    fault_at = functools.partial(inject, fault, pause=stalled.pause, resume=stalled.resume,
+                       kill=lambda: stalled.client().client_kill_filter(_type="normal"))
 
     async def main() -> tuple[Burst, bool, float, str]:
         async with fencelock.aio.connect(nodes.urls) as locks, fencelock.aio.connect(nodes.urls) as rival:
@@ -131,7 +119,7 @@ def test_a_fault_while_redlock_rounds_are_queued(nodes: RedisNodes, fault: str) 
                 return len(backend._turns)  # type: ignore[attr-defined]
 
             result = await burst(locks, rival, names, CONTESTED, TTL, WAIT, queued,
-                                 lambda tasks: inject(tasks, locks), LIMIT)
+                                 lambda tasks: fault_at(tasks, locks), LIMIT)
             check_errors(result, LIMIT)
             check_claims(result, _kept(nodes))
             kept = keeper.held
