@@ -290,6 +290,23 @@ def test_grants_above_2_53_hand_out_every_digit_of_a_strictly_increasing_fence(
         locks.close()
 
 
+@pytest.mark.parametrize("stored", [2**53 - 1, 2**63 - 10], ids=["2^53", "2^63"])
+def test_a_release_after_a_later_grant_above_2_53_says_taken_not_gone(
+        redis_or_cluster: Any, name: str, stored: int) -> None:
+    """Our key gone, and the counter one above our fence: someone was granted the lock after us. As doubles,
+    2^53 + 1 read as 2^53, so release() said the lease expired with nobody after it."""
+    raw = redis_or_cluster.raw()
+    keys = redis_keys(name)
+    raw.set(keys.fence, stored)
+    with fencelock.connect(redis_or_cluster.target) as locks:
+        lease = locks.acquire(name, ttl=5.0, wait=0)
+        assert lease.fence == stored + 1
+        raw.delete(keys.lock)  # our key expired, another holder was granted fence + 1 and released it
+        raw.set(keys.fence, lease.fence + 1)
+        with pytest.raises(fencelock.LockLost, match="taken by another holder"):
+            lease.release()
+
+
 @pytest.mark.parametrize("value", [b"abc", b"1.5", b"", b"99999999999999999999999"])
 def test_a_fence_key_that_holds_no_fence_is_a_backend_error_naming_the_lock(
         redis_or_cluster: Any, value: bytes) -> None:

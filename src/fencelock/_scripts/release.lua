@@ -15,6 +15,9 @@
 --          0             the key is gone and no later grant exists (it expired; nobody else took the lock)
 --          -1            someone else holds the lock, or held it after us (the fence counter moved on)
 --
+-- Fences are compared as decimal strings (INCR's and the client's: no sign, no leading zeros), shorter first:
+-- as doubles, 2^53 + 1 and 2^53 are one number, and a later grant above 2^53 would read as "nobody after us".
+--
 -- The wake-ups are pushed here, in the same step as the delete: the next waiter never depends on the releasing
 -- process being scheduled again after the release (on a busy machine that can take tens of milliseconds).
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -35,7 +38,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   end
   return 1
 end
-if redis.call('EXISTS', KEYS[1]) == 0 and tonumber(redis.call('GET', KEYS[2]) or '0') <= tonumber(ARGV[2]) then
+local counter = redis.call('GET', KEYS[2]) or '0'
+if redis.call('EXISTS', KEYS[1]) == 0 and (#counter < #ARGV[2] or (#counter == #ARGV[2] and counter <= ARGV[2])) then
   return 0
 end
 return -1
