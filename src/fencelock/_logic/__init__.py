@@ -12,6 +12,7 @@ Rules every backend shares:
 - `lease`:     a lease's life (valid until, due, renewal in flight, lost), shared by the lease and the watchdog;
 - `outcomes`:  what a server's answer means for a lease;
 - `waiting`:   one client's waiters on one name, and which of them may talk to the server;
+- `admission`: which of one client's requests goes out next (at most a few at once, by urgency);
 - `fencing`:   the rule a resource applies to fencing tokens;
 - `status`:    what an operator sees of one lock (`Locks.status()`, `list()`, `force_release()`);
 - `urls`:      parsing lock-service URLs (the Redis schemes, and the option and redaction rules etcd and
