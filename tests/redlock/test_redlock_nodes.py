@@ -266,12 +266,16 @@ def test_a_quorum_granted_after_the_ttl_ran_out_is_given_back_and_tried_again_no
         given_back = ["redlock_acquire", "redlock_release"]
         rules: list[Rule] = []
         since = 0.0
-        start = time.monotonic()
 
         def warmed() -> None:
-            # The warm lease's release returns at a quorum: wait until every node got it, so it is not read as this
-            # name's give-back (CI once saw it first on a late node).
-            _until_runs_start(proxies, start, given_back)
+            # The warm lease's release returns at a quorum: wait until it ran on every node (its key gone), so that
+            # no part of it is read as this name's give-back. (CI saw it: on a node that had not loaded the script,
+            # the release's EVAL after NOSCRIPT came after `since`.)
+            deadline = time.monotonic() + 3.0
+            while any(lock_value(node.client(), f"{name}:warm") is not None for node in five.nodes):
+                assert time.monotonic() < deadline, "the warm lease's release never reached every node"
+                time.sleep(0.01)
+            time.sleep(0.05)  # (and its reply passed the proxy)
 
         def arm() -> None:
             # After a first grant (another name): the client knows the nodes' floor, so its first proposal for the
