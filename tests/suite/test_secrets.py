@@ -38,6 +38,11 @@ AWKWARD = [SECRET, f"{SECRET}/x", f"{SECRET}?x", f"{SECRET}#x", f"{SECRET}@x", f
 CLOSED = free_port()  # nothing listens here: requests fail fast with a BackendError
 
 
+def _shown(url: str) -> str:
+    """A test id without the port (chosen per process: pytest-xdist's workers must collect the same ids)."""
+    return url.replace(str(CLOSED), "PORT")
+
+
 def _forms(scheme: str, host: str) -> list[str]:
     """Every way of writing `scheme` URLs with the password in them, valid and malformed."""
     forms: list[str] = []
@@ -102,7 +107,7 @@ def every_log_record(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
             _clean_error(record.exc_info[1], f"log record {record.name}")
 
 
-@pytest.mark.parametrize("url", URLS)
+@pytest.mark.parametrize("url", URLS, ids=_shown)
 def test_no_password_in_any_message_or_repr_sync(url: str) -> None:
     _clean(redact(url), "redact()")
     for parse in (parse_redis_url, parse_etcd_url, parse_zookeeper_url):
@@ -128,7 +133,7 @@ def test_no_password_in_any_message_or_repr_sync(url: str) -> None:
         locks.close()
 
 
-@pytest.mark.parametrize("url", [u for u in URLS if "redis" in u or "etcd" in u][::3])
+@pytest.mark.parametrize("url", [u for u in URLS if "redis" in u or "etcd" in u][::3], ids=_shown)
 def test_no_password_in_any_message_or_repr_asyncio(url: str) -> None:
     async def main() -> None:
         try:
@@ -158,7 +163,7 @@ def _cli(args: list[str], capsys: pytest.CaptureFixture[str], env_url: str | Non
     return status
 
 
-@pytest.mark.parametrize("url", URLS[::2])
+@pytest.mark.parametrize("url", URLS[::2], ids=_shown)
 def test_no_password_in_cli_output(url: str, capsys: pytest.CaptureFixture[str],
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     assert _cli(["status", "--url", url, "secrets:probe"], capsys) in (2, 69)
@@ -172,7 +177,7 @@ MISPLACED = [url for url in URLS if not url.startswith("user:")]
 (`user:pw@h:1`, with none, cannot be told from a name)."""
 
 
-@pytest.mark.parametrize("url", MISPLACED[::2])
+@pytest.mark.parametrize("url", MISPLACED[::2], ids=_shown)
 def test_a_server_url_given_where_the_lock_name_goes_is_refused_unshown(url: str,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """`fencelock run URL NAME -- ...` (the URL in the lock name's place): exit 2, before anything is sent, saying
