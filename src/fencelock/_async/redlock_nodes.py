@@ -54,12 +54,12 @@ from .._redis.redlock import (
 from .._scripts import REDLOCK_GATE, REDLOCK_MARK
 from ._concurrency import Handle, given_up, now, start, wait_first
 from ._fanout import fan_out
-from .redis import CLIENT_ERRORS, run_script
+from .redis_commands import CLIENT_ERRORS, run_script
 
 
 class RedlockNodes:
-    """Who each node is and its gate, for `AsyncRedlockBackend` (its base): the backend sets the attributes
-    declared here, then calls `_init_nodes`."""
+    """Who each node is and its gate: a base class of `AsyncRedlockBackend`, which sets the attributes declared
+    here, then calls `_init_nodes`."""
 
     _nodes: list[Redis]
     _n: int

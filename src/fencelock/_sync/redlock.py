@@ -69,7 +69,7 @@ from ._connection import close_client
 from ._fanout import fan_out
 from ._multiplex import run_scripts
 from ._transport import Channel, call_script
-from .redis import (
+from .redis_commands import (
     BATCH,
     MIN_BLOCK,
     run_script,
