@@ -1,8 +1,8 @@
 """Redlock's round, tally, heal and repair decisions, driven with no server.
 
-The backend (`_async/redlock.py`) sends what these functions say and feeds the replies back; each test states
-one branch of a decision. The last tests run whole attempts and heals against `NodeModel` nodes on a fake clock,
-the way the backend strings the functions together.
+The backend (`_async/redlock.py`, `_async/redlock_nodes.py`) sends what these functions say and feeds the replies
+back; each test states one branch of a decision. The last tests run whole attempts and heals against `NodeModel`
+nodes on a fake clock, the way the backend strings the functions together.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from .._redis.redlock import DEFAULT_REPAIR_DELAY, check_node_count
 from .._zk.url import parse_zookeeper_url
 from ._cluster import cluster_from_url
 from .client import AsyncLocks
-from .redis import CLIENT_ERRORS, AsyncRedisBackend, socket_timeout
+from .redis import AsyncRedisBackend
+from .redis_commands import CLIENT_ERRORS, socket_timeout
 from .redlock import AsyncRedlockBackend
 
 

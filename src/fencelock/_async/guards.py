@@ -16,7 +16,7 @@ from .._logic.args import check_name, check_text
 from .._logic.fencing import check_fence, check_value
 from .._redis.keys import PREFIX, check_data_key, tag
 from .._scripts import GUARD_SET
-from .redis import CLIENT_ERRORS, run_script
+from .redis_commands import CLIENT_ERRORS, run_script
 
 
 class AsyncRedisGuard:

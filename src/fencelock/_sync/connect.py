@@ -24,7 +24,8 @@ from .._redis.redlock import DEFAULT_REPAIR_DELAY, check_node_count
 from .._zk.url import parse_zookeeper_url
 from ._cluster import cluster_from_url
 from .client import Locks
-from .redis import CLIENT_ERRORS, RedisBackend, socket_timeout
+from .redis import RedisBackend
+from .redis_commands import CLIENT_ERRORS, socket_timeout
 from .redlock import RedlockBackend
 
 

@@ -2,41 +2,23 @@
 """The Redis backend (single node, or Redis Cluster): it carries the scripts' bytes and nothing else.
 
 Every decision (deadlines, validity, what an answer means) is made in `fencelock._logic`; every redis-py error is
-turned into `BackendError` here, at this one boundary.
+turned into `BackendError` here, at this one boundary (with `redis_commands.py`, the commands Redlock shares). The
+watchdog's batched renewals are its base's, `RedisRenewal` (`redis_renewal.py`).
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Sequence
-from fnmatch import fnmatchcase
 from functools import partial
 from typing import Any
 
-from redis import Redis, RedisCluster
-from redis.crc import key_slot
-from redis.exceptions import (
-    AskError,
-    ClusterDownError,
-    ClusterError,
-    MasterDownError,
-    NoScriptError,
-    ReadOnlyError,
-    RedisClusterException,
-    RedisError,
-    ResponseError,
-    TryAgainError,
-)
+from redis import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from .._errors import BackendError, NotDurable
-from .._events import emit
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
 from .._redis.channel import (
-    BLOCKING,
-    CROWDED_PAUSE,
-    PATIENCE,
     Confirmed,
     WaitRefused,
     closed_under,
@@ -46,15 +28,13 @@ from .._redis.channel import (
     set_up_failed,
 )
 from .._redis.durability import Durability, Unsupported
-from .._redis.eviction import eviction_risk
 from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
-from .._redis.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
+from .._redis.keys import PREFIX, fair_keys, redis_keys
 from .._redis.resp import utf8
 from .._scripts import (
     ACQUIRE,
     EVICTION,
     EXTEND,
-    EXTEND_MANY,
     FAIR_ACQUIRE,
     FAIR_LEAVE,
     FORCE_RELEASE,
@@ -62,33 +42,27 @@ from .._scripts import (
     STATUS,
     Lua,
 )
-from ._cluster import cluster_node, cluster_refresh, node_of, node_redis, primary_of, ready_node
+from ._cluster import cluster_node, cluster_refresh, ready_node
 from ._concurrency import given_up, in_background, sleep
 from ._connection import close_client
-from ._fanout import fan_out
 from ._transport import Channel, call_script
-
-AnyRedis = Redis | RedisCluster
-
-CLIENT_ERRORS = (RedisError, RedisClusterException)
-"""Everything redis-py raises for a server or network fault (cluster errors do not derive from RedisError)."""
-
-
-MIN_BLOCK = 0.002
-"""Seconds. BLPOP rounds its timeout down to milliseconds, and 0 means "block for ever": never ask for less."""
-
-BATCH = 100
-"""Leases per renewal script call (as Redisson batches them)."""
-
-SCAN_COUNT = 1000
-"""Keys SCAN looks at per call: small steps, so that listing locks never blocks the server (never KEYS)."""
-
-SERVER_TIMER = 0.1
-"""Seconds. A server ends a blocking command's timeout only on its next timer tick (1/hz; hz is 10 by default),
-so BLPOP(t) returns up to this late. We ask for that much less, and sleep through the last stretch instead."""
+from .redis_commands import (
+    CLIENT_ERRORS,
+    MIN_BLOCK,
+    SERVER_TIMER,
+    AnyRedis,
+    backend_error,
+    refuses_wait,
+    run_script,
+    scan_names,
+    socket_timeout,
+    wait_refused,
+    warn_if_evicting,
+)
+from .redis_renewal import RedisRenewal
 
 
-class RedisBackend:
+class RedisBackend(RedisRenewal):
     """Locks kept in one Redis (or one Redis Cluster), with the scripts in `fencelock/_scripts/`."""
 
     def __init__(self, client: AnyRedis, *, owns_client: bool, prefix: str = PREFIX, shown: str = "",
@@ -146,7 +120,7 @@ class RedisBackend:
             try:
                 ready_node(self._client, utf8(keys[:1])[0])
             except CLIENT_ERRORS as exc:
-                raise _backend_error(exc, f"{lua.name} failed on {self.shown}", name) from exc
+                raise backend_error(exc, f"{lua.name} failed on {self.shown}", name) from exc
             try:
                 return run_script(self._client, lua, keys, args, name=name, where=self.shown)
             except BackendError as exc:  # a connection closed under it: again once, where that is safe
@@ -158,7 +132,7 @@ class RedisBackend:
             return resent(lua, run_script(self._client, lua, keys, args, name=name, where=self.shown))
         reply = call_script(self._channel, lua, keys, args, wake)
         if isinstance(reply, Exception) and not isinstance(reply, WaitRefused):  # (that one: `_unless_refused`)
-            raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
+            raise backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
         return reply
 
     def _run_confirmed(self, durability: Durability, lua: Lua, name: str, keys: list[str], args: list[Any],
@@ -187,7 +161,7 @@ class RedisBackend:
             else:
                 break
         if isinstance(reply, Exception) and not isinstance(reply, WaitRefused):
-            raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
+            raise backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
         assert isinstance(reply, (Confirmed, WaitRefused))
         return reply
 
@@ -208,7 +182,7 @@ class RedisBackend:
                                f"(Redis >= 7.2) with appendonly yes, and the server answered: {exc}",
                                name=name) from exc
         except CLIENT_ERRORS as exc:
-            raise _backend_error(exc, f"checking {durability.shown} failed on {self.shown}", name) from exc
+            raise backend_error(exc, f"checking {durability.shown} failed on {self.shown}", name) from exc
         self._probed = True
 
     def _durable_grant(self, durability: Durability, name: str, token: str, fence: int,
@@ -304,7 +278,7 @@ class RedisBackend:
             return reply
         moved = isinstance(reply, ResponseError) and not refuses_wait(reply)
         if self._interrupted or not (moved or isinstance(reply, RedisConnectionError)):
-            raise _backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
+            raise backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
         try:
             cluster_refresh(self._client)
         except CLIENT_ERRORS:
@@ -369,124 +343,6 @@ class RedisBackend:
                          f"({durability.shown}: {durability.wanted()} wanted, {got}); the lease keeps the validity "
                          "it had", name=name, wanted=durability.wanted(), got=got)
 
-    def renewal_group(self, name: str) -> object:
-        """Which server renews `name` (the watchdog sends a batch per server): on a Cluster, the primary of its
-        slot as the client last read the layout (None: one Redis, or not known)."""
-        if not self._cluster:
-            return None
-        node = node_of(self._client, redis_keys(name, self._prefix).lock.encode())
-        return None if node is None else node.name
-
-    def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
-        """The watchdog's batch: (name, token, fence, ttl_ms) each; True extended, False not ours, None no answer.
-
-        Leases go in script calls of at most `BATCH` (on a Cluster, one slot per call). All the calls for one
-        server travel in one pipeline: one round trip however many leases are due. A Cluster's primaries are
-        asked at once, each bounded by its own socket timeout, so a stalled one delays none of the others.
-        """
-        groups: dict[int, list[int]] = {}
-        for i, (name, _, _, _) in enumerate(leases):
-            slot = key_slot(redis_keys(name, self._prefix).lock.encode()) if self._cluster else 0
-            groups.setdefault(slot, []).append(i)
-        calls: list[list[int]] = []
-        for members in groups.values():
-            calls.extend(members[start:start + BATCH] for start in range(0, len(members), BATCH))
-        results: list[bool | None] = [None] * len(leases)
-        if not self._cluster:
-            self._extend_pipelined(self._client, calls, leases, results, self._durability)
-            return results
-        if self._durability is not None:  # confirmed per slot, over the slot primary's own connections
-            for members in calls:
-                _apply(results, members, self._extend_call(leases, members))
-            return results
-        by_node: dict[str, tuple[Any, list[list[int]]]] = {}
-        for members in calls:
-            node = node_of(self._client, redis_keys(leases[members[0]][0], self._prefix).lock.encode())
-            if node is not None:  # (not known: no answer; the next renewal reads the layout again)
-                by_node.setdefault(node.name, (node, []))[1].append(members)
-        jobs = [partial(self._extend_on_node, node, node_calls, leases, results)
-                for node, node_calls in by_node.values()]
-        timeout = socket_timeout(self._client) or PATIENCE
-        fan_out(jobs, 2 * timeout + 1.0, lambda done: len(done) == len(jobs))
-        return results
-
-    def _extend_on_node(self, node: Any, calls: list[list[int]], leases: list[tuple[str, str, int, int]],
-                              results: list[bool | None]) -> None:
-        """One Cluster primary's share of a batch, pipelined on a plain client of that node (redis-py sends no
-        script in a cluster pipeline). A slot that moved answers MOVED: the layout is read again for the next."""
-        try:
-            moved = self._extend_pipelined(node_redis(self._client, node, self._node_clients), calls,
-                                                 leases, results, None)
-            if moved:
-                cluster_refresh(self._client)
-        except Exception:  # (anything: those leases just got no answer)
-            return
-
-    def _extend_pipelined(self, client: Any, calls: list[list[int]], leases: list[tuple[str, str, int, int]],
-                                results: list[bool | None], durability: Durability | None) -> bool:
-        """`calls` in one pipeline on `client` (one server), their answers spread over `results`. True if a slot
-        answered MOVED or ASK (it is served elsewhere now)."""
-        moved = False
-        for attempt in range(2):
-            pipe = client.pipeline(transaction=False)
-            for members in calls:
-                keys, args = self._extend_args(leases, members)
-                pipe.evalsha(EXTEND_MANY.sha, len(keys), *utf8(keys), *utf8(args))
-            if durability is not None:  # the whole batch's writes, confirmed at once
-                pipe.execute_command(*durability.command)
-            self.renewal_requests += len(calls)
-            try:
-                replies = pipe.execute(raise_on_error=False)
-            except CLIENT_ERRORS:
-                return moved
-            if durability is not None and not self._batch_confirmed(replies.pop()):
-                return moved  # not confirmed: no answer counted (the leases keep the validity they had)
-            missing = []
-            for members, reply in zip(calls, replies, strict=True):
-                if isinstance(reply, NoScriptError):
-                    missing.append(members)
-                else:
-                    moved = moved or isinstance(reply, AskError)
-                    _apply(results, members, reply)
-            if not missing or attempt:
-                break
-            # The server lost its scripts (restart, failover, SCRIPT FLUSH): load once, then send again what
-            # failed, still in one pipeline, rather than one call after another.
-            try:
-                client.script_load(EXTEND_MANY.source.encode("utf-8"))
-            except CLIENT_ERRORS:
-                break
-            calls = missing
-        return moved
-
-    def _batch_confirmed(self, confirmation: Any) -> bool:
-        assert self._durability is not None
-        try:
-            return self._durability.confirmed(confirmation)
-        except Unsupported:
-            return False
-
-    def _extend_args(self, leases: list[tuple[str, str, int, int]], members: list[int]) -> tuple[list[str], list[Any]]:
-        keys: list[str] = []
-        args: list[Any] = []
-        for i in members:
-            name, token, _, ttl = leases[i]
-            lease_keys = redis_keys(name, self._prefix)
-            keys += [lease_keys.lock, lease_keys.fence]
-            args += [token, ttl, fence_keep_ms(self._fence_retention, ttl)]
-        return keys, args
-
-    def _extend_call(self, leases: list[tuple[str, str, int, int]], members: list[int]) -> Any:
-        keys, args = self._extend_args(leases, members)
-        self.renewal_requests += 1
-        try:
-            reply = self._run(EXTEND_MANY, leases[members[0]][0], keys, args, confirm=True)
-        except BackendError as exc:
-            return exc
-        if isinstance(reply, Confirmed):
-            return reply.reply if self._batch_confirmed(reply.confirmation) else NotDurable("not confirmed")
-        return reply
-
     # -- operators (fencelock status / list / release --force) --------------------------------------------------
 
     def status(self, name: str) -> LockStatus:
@@ -538,149 +394,3 @@ class RedisBackend:
         if self._owns_client:
             client: Any = self._client
             close_client(client)
-
-
-def warn_if_evicting(reply: Any, name: str, backend: str, where: str) -> None:
-    """Tell every listener, at WARNING, that the server at `where` may evict held locks, if its `eviction`
-    script's `reply` says so."""
-    risk = eviction_risk(reply)
-    if risk is not None:
-        emit("evicting", name, backend, "acquire", error=f"{where}: {risk}")
-
-
-def _apply(results: list[bool | None], members: list[int], reply: Any) -> None:
-    """Spread one batch script's answers (1 extended, 0 not ours) over the leases it carried."""
-    if isinstance(reply, Exception):
-        return
-    for i, code in zip(members, reply, strict=True):
-        results[i] = int(code) == 1
-
-
-def wait_for_wake(client: AnyRedis, wake_key: str, wait: float, *, name: str, where: str) -> int | None:
-    """Block until a release pushes to `wake_key` or about `wait` seconds pass.
-
-    Returns the fence the release pushed (0: no wake-up came), or None if the server failed. The server ends
-    BLPOP only on a timer tick, so it is asked for `SERVER_TIMER` less and the rest is slept. A fault ends the
-    wait early: the next attempt meets it and reports it. A server that refuses BLPOP itself (`refuses_wait`)
-    raises `BackendError` naming `name`, with its message: waiting cannot work there. Beyond `MAX_BLOCKING` waits
-    blocking through `client` at once, it sleeps a jittered pause instead (0: no wake-up came).
-    """
-    server_wait = wait - SERVER_TIMER
-    if server_wait < MIN_BLOCK:
-        sleep(wait)
-        return 0
-    if not BLOCKING.take(client):  # as many waits as `MAX_BLOCKING` block through it already: this one sleeps
-        sleep(min(wait, random.uniform(*CROWDED_PAUSE)))
-        return 0
-    redis: Any = client
-    try:
-        popped = redis.blpop(utf8([wake_key]), timeout=server_wait)
-    except ResponseError as exc:
-        if refuses_wait(exc):
-            raise wait_refused(exc, where, name) from exc
-        return None
-    except CLIENT_ERRORS:
-        return None
-    finally:
-        BLOCKING.give_back(client)
-    return 0 if popped is None else int(popped[1])
-
-
-def refuses_wait(exc: ResponseError) -> bool:
-    """The server answered BLPOP with an error that comes again at every try (NOPERM, an unknown or renamed
-    command, a proxy that does not block), not one of a Cluster's passing states (a moving slot, a failover)."""
-    return not isinstance(exc, (AskError, TryAgainError, ClusterDownError, ReadOnlyError, MasterDownError))
-
-
-def wait_refused(exc: ResponseError, where: str, name: str) -> BackendError:
-    """The error of a waiter whose server refused BLPOP (decision 2026-12-04-wait-refused)."""
-    error = BackendError(f"{where} refused the wait for a release (BLPOP): {exc}; fencelock needs BLPOP on its "
-                         "keys to wait (wait=0 needs none)", name=name)
-    error.__cause__ = exc
-    return error
-
-
-def scan_names(client: AnyRedis, pattern: str, prefix: str, *, where: str, cluster: bool) -> set[str]:
-    """The names of the lock keys on `client` that match `pattern` (fnmatch), found by SCAN, never KEYS.
-
-    On a Cluster, SCAN runs on every primary node (each holds its own slots' keys). Keys come back as bytes
-    whatever the client's `decode_responses`: one that is not UTF-8 is not fencelock's, and is skipped.
-    """
-    match = scan_match(pattern, prefix).encode("utf-8")
-    redis: Any = client
-    names: set[str] = set()
-    try:
-        if cluster:
-            keys = redis.scan_iter(match=match, count=SCAN_COUNT, target_nodes=RedisCluster.PRIMARIES,
-                                   NEVER_DECODE=True)
-        else:
-            keys = redis.scan_iter(match=match, count=SCAN_COUNT, NEVER_DECODE=True)
-        for key in keys:
-            name = name_of_lock_key(key, prefix)
-            if name is not None and fnmatchcase(name, pattern):
-                names.add(name)
-    except CLIENT_ERRORS as exc:
-        raise BackendError(f"listing the locks matching {pattern!r} failed on {where}: {type(exc).__name__}: "
-                           f"{exc}") from exc
-    return names
-
-
-def run_script(client: AnyRedis, lua: Lua, keys: Sequence[str | bytes], args: list[Any], *, name: str,
-                     where: str) -> Any:
-    """EVALSHA `lua`; on NOSCRIPT (restart, failover, SCRIPT FLUSH) EVAL it, which also caches it again. Keys and
-    str arguments go as UTF-8 whatever the client's encoding (`resp.utf8`). Sent once (`send_once`): whether it
-    goes again is fencelock's rule, never the client's retry policy."""
-    keys, args = utf8(keys), utf8(args)
-    try:
-        try:
-            return send_once(client, keys[0], "EVALSHA", lua.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return send_once(client, keys[0], "EVAL", lua.source.encode("utf-8"), len(keys), *keys, *args)
-    except CLIENT_ERRORS as exc:
-        raise _backend_error(exc, f"{lua.name} failed on {where}", name) from exc
-
-
-def send_once(client: AnyRedis, key: bytes, *command: Any) -> Any:
-    """`command` on `client`'s server for `key`, sent once: a redis-py client's `Retry` (a user's client may
-    have one that sends any command again after a reply that did not come) is never applied. One Redis: on a
-    connection of the client's pool, written and read here. A Cluster: addressed to the slot's primary, which
-    redis-py's cluster client never retries (it still follows MOVED and ASK: the command did not run there).
-    (decision 2026-12-05-client-retry-policy)"""
-    if isinstance(client, RedisCluster):
-        cluster: Any = client
-        return cluster.execute_command(*command, target_nodes=primary_of(cluster, key))
-    pool: Any = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        conn.send_command(*command)
-        return conn.read_response()
-    except ResponseError:
-        raise  # (the server's answer: the connection is fine)
-    except BaseException:
-        conn.disconnect()  # its reply may still come: never read by another command
-        raise
-    finally:
-        pool.release(conn)
-
-
-def _backend_error(exc: Exception, what: str, name: str) -> BackendError:
-    if migrating(exc):
-        return BackendError(f"{what}: the lock's hash slot is being moved between Redis Cluster primaries, and its "
-                            "keys are split between them for now (TRYAGAIN); try again once the move is done "
-                            f"({type(exc).__name__}: {exc})", name=name)
-    return BackendError(f"{what}: {type(exc).__name__}: {exc}", name=name)
-
-
-def migrating(exc: Exception) -> bool:
-    """The error of a script on keys whose Cluster slot is being migrated: TRYAGAIN (some keys moved, some not),
-    or redis-py's "TTL exhausted" after following the redirections (ASK, TRYAGAIN) as many times as it does."""
-    return isinstance(exc, TryAgainError) or (isinstance(exc, ClusterError) and "TTL exhausted" in str(exc))
-
-
-def socket_timeout(client: AnyRedis) -> float | None:
-    if isinstance(client, RedisCluster):
-        kwargs: dict[str, Any] = client.nodes_manager.connection_kwargs
-    else:
-        kwargs = client.connection_pool.connection_kwargs
-    timeout = kwargs.get("socket_timeout")
-    return None if timeout is None else float(timeout)
