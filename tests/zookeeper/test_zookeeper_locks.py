@@ -377,7 +377,7 @@ def test_asyncio_a_waiter_cancelled_while_it_watches_leaves_the_queue_at_once(zk
                                                                               name: str) -> None:
     """A cancelled waiter stops waiting for its predecessor's watch with the cancellation: its node leaves the queue
     then, not when the wait (up to `BLOCK_CAP`) would have ended."""
-    from fencelock._async.zookeeper import BLOCK_CAP
+    from fencelock._async.zookeeper_queue import BLOCK_CAP
 
     async def main() -> None:
         holder, waiter = zk.aconnect(), zk.aconnect()

@@ -7,8 +7,6 @@ layout and what an answer means are in `fencelock._etcd.rules`. How and why: doc
 from __future__ import annotations
 
 import os
-import threading
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import partial
 from typing import Any
@@ -42,8 +40,9 @@ from .._logic.admission import Urgency
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
 from .._logic.timing import Clock, Deadline, lease_clock
-from ._concurrency import Runner, Signal, in_background, spawn, unless_given_up
+from ._concurrency import in_background, unless_given_up
 from .etcd_gateway import AsyncGateway
+from .etcd_waiting import AsyncSharedWatches, Held
 
 SPARE_LEASES = 16
 """Leases a client keeps, per TTL, from acquisitions it released, for its next acquisitions: a spare lease needs a
@@ -65,47 +64,6 @@ it is older than `BLOCK_CAP`, so its validity counts from no earlier than before
 2026-12-05-etcd-many-waiters)."""
 
 
-class _Wake:
-    """One waiter's place in its name's shared watch: `signal` is set once the key before its own, or its own, is
-    deleted, or once the watch ended without knowing (the waiter looks again)."""
-
-    __slots__ = ("before", "key", "signal", "token")
-
-    def __init__(self, token: str, key: bytes, before: bytes) -> None:
-        self.token, self.key, self.before = token, key, before
-        self.signal = Signal()
-
-
-class _SharedWatch:
-    """This client's one watch on a name's keys, shared by all its waiters on the name: one connection, however many
-    wait, and a delete wakes only the waiter right behind it (etcd's `concurrency.Mutex` does the same per waiter)."""
-
-    __slots__ = ("ended", "runner", "seen", "wakes")
-
-    def __init__(self, seen: int) -> None:
-        self.wakes: dict[bytes, set[_Wake]] = {}  # by each key whose delete wakes them (before, own)
-        self.seen = seen  # every delete up to this revision was passed on: the next watch starts after it
-        self.ended = False
-        self.runner: Runner | None = None
-
-
-@dataclass
-class _Held:
-    """One acquisition's lease and key on the server (from its first attempt until it is released or gives up)."""
-
-    key: bytes
-    lease: int
-    seconds: int      # the lease's TTL as the server granted it
-    asked: int        # the lease's TTL as we asked for it
-    rev: int = 0      # our key's create revision, once known
-    moving: tuple[int, int, int] | None = None  # a move to this (lease, seconds, asked) went out, outcome unknown
-    releasing: bool = False  # a release went out (its answer may never have come)
-    granted: bool = False    # a lease was granted on it (not a waiter any more)
-    fresh_at: float = 0.0    # when the request that last started the lease's TTL (its grant, a refresh) went out
-    wake: _Wake | None = None  # its place in the name's shared watch, while it waits
-    seen: tuple[Kv | None, Kv | None, Kv | None, int] | None = None  # its last look, which `wake` watches on from
-
-
 class AsyncEtcdBackend:
     """Locks in etcd, one lease and one key per acquisition (see `fencelock._etcd.rules` for the layout)."""
 
@@ -117,14 +75,13 @@ class AsyncEtcdBackend:
         self.block_cap = BLOCK_CAP
         self.supports_fair = True   # every waiter queues in arrival order; fair=True changes nothing
         self.always_queues = True
-        self._held: dict[str, _Held] = {}   # by token: the leases of acquisitions in progress or held
+        self._held: dict[str, Held] = {}   # by token: the leases of acquisitions in progress or held
         self._spare: dict[int, list[tuple[int, int]]] = {}  # asked TTL: (lease, granted TTL), carrying no key
         self._spare_pid = os.getpid()  # a forked child never shares its parent's spare leases
         self.renewal_requests = 0  # keep-alive requests the watchdog made (for benchmarks)
         self._version_checked = False  # (once per client, after its first grant: `_check_version`)
-        self._watches: dict[str, _SharedWatch] = {}  # by name: the shared watch of this client's waiters
-        self._watch_lock = threading.Lock()  # (never held across an await)
         self._closed = False
+        self._watches = AsyncSharedWatches(self._gateway, prefix, self._held, lambda: self._closed)
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
         return retry_after(failures, self._gateway.transient(exc), self._gateway.endpoints)
@@ -142,7 +99,7 @@ class AsyncEtcdBackend:
         ttls, sent_at = await self._gateway.keepalive([lease], name, urgency)
         return sent_at if ttls[lease] > 0 else None
 
-    async def _refresh(self, held: _Held, name: str, urgency: Urgency) -> bool:
+    async def _refresh(self, held: Held, name: str, urgency: Urgency) -> bool:
         """Refresh an acquisition's lease for an attempt (its validity counts from this sending): False if the
         server no longer has it."""
         sent_at = await self._alive(held.lease, name, urgency)
@@ -171,16 +128,16 @@ class AsyncEtcdBackend:
                 if state is not Verdict.WAITING or before is None:
                     break
             held.seen = (mine, owner, before, revision)
-            wake = self._watch(name, token, held, before.key, revision)
+            wake = self._watches.watch(name, token, held, before.key, revision)
             woke = await unless_given_up(wake.signal.wait(deadline.remaining(self._clock())))
             if not woke:
                 break  # the wait ended with our predecessor still there (or our caller gave up): not granted
             # After a wake-up, look again, our own key first: it may have gone with our lease meanwhile.
-            self._unwatch(name, held)
+            self._watches.unwatch(name, held)
             mine, owner, before, revision = await self._look(name, held)
             state = verdict(mine, value, owner)
         if state is not Verdict.WAITING:
-            self._unwatch(name, held)
+            self._watches.unwatch(name, held)
         # A waiter's lease is refreshed only now and then (`WAITER_REFRESH`): refresh it as it is granted, so its
         # validity counts from no earlier than it did before. Gone: the next attempt queues again.
         if state is Verdict.GRANTED and mine is not None and self._clock() - held.fresh_at > BLOCK_CAP and \
@@ -195,7 +152,7 @@ class AsyncEtcdBackend:
         return Attempt(False, 0, None)
 
     async def _join(self, name: str, token: str,
-                    ttl_ms: int) -> tuple[_Held, Kv | None, Kv | None, Kv | None, int]:
+                    ttl_ms: int) -> tuple[Held, Kv | None, Kv | None, Kv | None, int]:
         """Our lease, refreshed (or granted), and our key, put if it is absent; then our key, the holder's, and
         (when known) our predecessor's with the revision it was read at."""
         held = self._held.get(token)
@@ -204,7 +161,7 @@ class AsyncEtcdBackend:
             # requests go ahead of new work (`Urgency.ONGOING`): the lease's TTL runs while they wait their turn.
             due = self._clock() - held.fresh_at >= held.seconds / WAITER_REFRESH
             if due and not await self._refresh(held, name, Urgency.ONGOING):
-                self._unwatch(name, held)
+                self._watches.unwatch(name, held)
                 held = None  # our lease ended (we paused, or it was revoked), and took our key: queue again
             elif held.rev and held.wake is not None and held.seen is not None and not held.wake.signal.is_set():
                 # Waiting still: the name's shared watch has seen neither our key nor our predecessor's deleted
@@ -219,7 +176,7 @@ class AsyncEtcdBackend:
         if held is None:
             spare = self._take_spare(seconds)
             if spare is not None:
-                held = _Held(lock_key(self._prefix, name, spare[0]), spare[0], spare[1], seconds)
+                held = Held(lock_key(self._prefix, name, spare[0]), spare[0], spare[1], seconds)
                 self._held[token] = held
                 if not await self._refresh(held, name, Urgency.NEW):
                     held = None  # it ran out while spare
@@ -229,7 +186,7 @@ class AsyncEtcdBackend:
             # no key on it, which its TTL ends (see `AsyncGateway.grant`).
             # New work: it waits its turn behind the attempts under way; the lease's validity counts from its sending.
             lease, granted_s, sent_at = await self._gateway.grant(seconds, name, Urgency.NEW)
-            held = _Held(lock_key(self._prefix, name, lease), lease, granted_s, seconds, fresh_at=sent_at)
+            held = Held(lock_key(self._prefix, name, lease), lease, granted_s, seconds, fresh_at=sent_at)
             self._held[token] = held  # before the put: a retry after a lost answer finds its key by lease and token
         if self._closed:  # close() is revoking its waiters' leases: queue no key that it would miss
             self._held.pop(token, None)
@@ -242,7 +199,7 @@ class AsyncEtcdBackend:
             held.rev = mine.create_revision
         return held, mine, owner, None, 0
 
-    async def _look(self, name: str, held: _Held) -> tuple[Kv | None, Kv | None, Kv | None, int]:
+    async def _look(self, name: str, held: Held) -> tuple[Kv | None, Kv | None, Kv | None, int]:
         """Our key, the holder's, and our predecessor's (the newest key older than ours), at one revision."""
         answer = await self._gateway.txn(txn.look(held.key, name_dir(self._prefix, name), held.rev), "acquire", name,
                                          Urgency.ONGOING)
@@ -252,83 +209,10 @@ class AsyncEtcdBackend:
         """A waiter gives up (or was cancelled): revoke its lease, which deletes its key."""
         held = self._held.pop(token, None)
         if held is not None:
-            self._unwatch(name, held)
+            self._watches.unwatch(name, held)
             if held.moving is not None:
                 await self._revoke(held.moving[0], name)
             await self._gateway.revoke(held.lease, name)
-
-    def _watch(self, name: str, token: str, held: _Held, before: bytes, revision: int) -> _Wake:
-        """`held`'s place in the name's shared watch, waiting for `before` (read at `revision`) to be deleted; the
-        watch starts with the first waiter and ends with the last."""
-        with self._watch_lock:
-            wake = held.wake
-            shared = self._watches.get(name)
-            if wake is not None and wake.before == before and shared is not None and not shared.ended:
-                return wake  # (still in place: a wake-up or the watch's end sets its signal)
-            wake = held.wake = _Wake(token, held.key, before)
-            if shared is None or shared.ended:
-                shared = self._watches[name] = _SharedWatch(revision)
-                shared.runner = spawn(partial(self._run_watch, name, shared), "fencelock-etcd-watch")
-            elif shared.seen > revision:
-                wake.signal.set()  # a delete after our look went by already: look again
-            for key in (before, held.key):
-                shared.wakes.setdefault(key, set()).add(wake)
-            return wake
-
-    def _unwatch(self, name: str, held: _Held) -> None:
-        with self._watch_lock:
-            wake, held.wake, held.seen = held.wake, None, None
-            shared = self._watches.get(name)
-            if wake is not None and shared is not None:
-                self._drop(shared, wake)
-
-    @staticmethod
-    def _drop(shared: _SharedWatch, wake: _Wake) -> None:
-        for key in (wake.before, wake.key):
-            wakes = shared.wakes.get(key)
-            if wakes is not None:
-                wakes.discard(wake)
-                if not wakes:
-                    del shared.wakes[key]
-
-    def _deleted(self, shared: _SharedWatch, key: bytes, revision: int) -> None:
-        """The shared watch saw `key` deleted at `revision`: wake the waiters behind it (and its own)."""
-        with self._watch_lock:
-            shared.seen = max(shared.seen, revision)
-            woken = shared.wakes.pop(key, set())
-            for wake in woken:
-                self._drop(shared, wake)
-        for wake in woken:
-            wake.signal.set()
-
-    async def _run_watch(self, name: str, shared: _SharedWatch) -> None:
-        """The shared watch of a name: one stream after another while any of this client's waiters on the name
-        waits; each goes on after the last delete the one before passed on, so none is missed. A fault ends it:
-        every waiter looks again (and meets the fault), and the next one to wait starts a new watch."""
-        directory = name_dir(self._prefix, name)
-        try:
-            while True:
-                with self._watch_lock:
-                    for wakes in list(shared.wakes.values()):
-                        for wake in list(wakes):
-                            held = self._held.get(wake.token)
-                            if held is None or held.wake is not wake:
-                                self._drop(shared, wake)  # its acquisition ended or moved on
-                    if not shared.wakes or self._closed:
-                        break
-                    start = shared.seen + 1
-                if not await self._gateway.watch_deletes(directory, start, BLOCK_CAP,
-                                                         partial(self._deleted, shared)):
-                    break
-        finally:
-            with self._watch_lock:
-                shared.ended = True
-                if self._watches.get(name) is shared:
-                    del self._watches[name]
-                woken = {wake for wakes in shared.wakes.values() for wake in wakes}
-                shared.wakes = {}
-            for wake in woken:
-                wake.signal.set()
 
     # ------------------------------------------------------------------------------------------ release
 
@@ -367,7 +251,7 @@ class AsyncEtcdBackend:
         except IndexError:
             return None
 
-    def _keep_spare(self, held: _Held) -> bool:
+    def _keep_spare(self, held: Held) -> bool:
         """Keep the lease of a released acquisition (its key is deleted) for a next one, if there is room."""
         spare = self._spare.setdefault(held.asked, [])
         if self._spare_pid != os.getpid() or len(spare) >= SPARE_LEASES:
@@ -397,19 +281,19 @@ class AsyncEtcdBackend:
             await self._lost(name, token, held, alive)
         return ours
 
-    async def _ours(self, name: str, keys: list[tuple[str, int, _Held]]) -> list[bool]:
+    async def _ours(self, name: str, keys: list[tuple[str, int, Held]]) -> list[bool]:
         """Whether each key still holds its token and fence, and is on its lease (one transaction)."""
         answer = await self._gateway.txn(txn.check([held.key for _, _, held in keys]), "extend", name,
                                          Urgency.RENEWAL)
         return txn.still_ours(answer, [(token, fence, held.lease) for token, fence, held in keys])
 
-    async def _lost(self, name: str, token: str, held: _Held, lease_alive: bool) -> None:
+    async def _lost(self, name: str, token: str, held: Held, lease_alive: bool) -> None:
         """Our key is gone or not ours: forget the acquisition, and end its lease if it still runs."""
         self._held.pop(token, None)
         if lease_alive:
             await self._revoke(held.lease, name)
 
-    async def _move(self, name: str, token: str, fence: int, ttl_ms: int, held: _Held) -> bool:
+    async def _move(self, name: str, token: str, fence: int, ttl_ms: int, held: Held) -> bool:
         """Extend past the lease's own TTL, or far below it (`keepalive_suffices`): put our key on a new lease of the
         new TTL (its create revision, the fence, stays), then revoke the old lease. A move whose answer never came is
         settled by reading the key (`_settle`): a lease our key may be on is never revoked."""
@@ -438,7 +322,7 @@ class AsyncEtcdBackend:
         await self._revoke(old, name)
         return True
 
-    async def _settle(self, name: str, token: str, fence: int, held: _Held) -> bool | None:
+    async def _settle(self, name: str, token: str, fence: int, held: Held) -> bool | None:
         """After a move whose answer never came: read which lease our key is on, and keep that one. True: the new
         one (adopted; the old one is ended); False: the old one (the new one is ended); None: our key is gone or is
         not ours (the acquisition is forgotten, and both leases are ended)."""

@@ -431,7 +431,7 @@ class AsyncGateway:
         watch (True: every delete up to the last one passed on was seen; a new watch may go on after it), or until
         anything else ends it (False: a fault, a cancelled watch such as compacted history, a closed client).
 
-        One connection for every waiter of a name (`AsyncEtcdBackend`'s shared watch), not counted among
+        One connection for every waiter of a name (`etcd_waiting.AsyncSharedWatches`), not counted among
         `MAX_IN_FLIGHT`."""
         request = {"create_request": {"key": b64(directory), "range_end": b64(range_end(directory)),
                                       "start_revision": start_revision, "filters": ["NOPUT"]}}

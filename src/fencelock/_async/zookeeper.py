@@ -1,55 +1,40 @@
-"""The ZooKeeper backend: an ephemeral sequential node per acquisition, FIFO, fenced by the node's czxid.
-
-Sessions (one per session timeout, from the TTL) are `fencelock._zk.session`'s; kazoo's requests are awaited through
-`_kazoo.thread_result`, so this one file is the source of both front ends. How and why: docs/design/zookeeper.md.
-"""
+"""The ZooKeeper backend: an ephemeral sequential node per acquisition, FIFO, fenced by the node's czxid. Here release,
+extend and the operators' calls; `zookeeper_queue` joins and waits, `zookeeper_requests` runs the sessions' requests
+(kazoo's, awaited through `_kazoo`: one source for both front ends). How and why: docs/design/zookeeper.md."""
 
 from __future__ import annotations
 
 import fnmatch
-import os
-import threading
 import time
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from .._errors import BackendError, MissingExtra
-from .._logic.args import DEFAULT_TTL, ttl_ms
-from .._logic.outcomes import Attempt, Released, gone
+from .._logic.outcomes import Released, gone
 from .._logic.status import LockStatus
-from .._logic.timing import Clock, Deadline, lease_clock
-from .._zk.nodes import Expiry, Node
+from .._logic.timing import Deadline
+from .._zk.nodes import Node
 from .._zk.rules import (
-    Position,
     Session,
     child_name,
     decode_lease,
     decode_name,
     decode_number,
     encode_lease,
-    encode_name,
     find_own,
     lease_remaining,
     lock_path,
-    node_prefix,
-    position,
     queue,
     renewal_answer,
-    retry_after,
-    root_path,
-    session_timeout_ms,
     session_too_long,
     ttl_fits,
 )
-from .._zk.session import CLIENT_ERRORS, SessionFault, ZKSession, stop
-from .._zk.url import ZooKeeperTarget
-from ._concurrency import unless_given_up
-from ._kazoo import Wakeup, thread_result, wait_thread_event
+from .._zk.session import SessionFault, ZKSession, stop
 from ._threads import blocking
+from .zookeeper_queue import AsyncZooKeeperQueue
 
 try:
-    from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, SessionExpiredError
+    from kazoo.exceptions import NoNodeError
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise MissingExtra("zookeeper:// URLs need kazoo, which the zookeeper extra installs: "
                        "pip install 'fencelock[zookeeper]'") from exc
@@ -58,318 +43,9 @@ SCAN_BATCH = 1000
 """Lock names whose queues `list()` asks for at once (one round trip for many idle names, never an unbounded
 burst of requests)."""
 
-BLOCK_CAP = 2.0
-"""Seconds a waiter waits for its predecessor's watch before it looks at the queue again. Watches are reliable
-on a live session; this only bounds the wait after one was dropped with a connection."""
 
-
-class AsyncZooKeeperBackend:
+class AsyncZooKeeperBackend(AsyncZooKeeperQueue):
     """Locks kept as ephemeral sequential nodes in ZooKeeper (docs/design/zookeeper.md)."""
-
-    def __init__(self, target: ZooKeeperTarget, *, prefix: str, clock: Clock = lease_clock) -> None:
-        self._target = target
-        self._clock = clock  # the client's: waits and the TTLs of held nodes are counted on it
-        self._timeout = target.timeout
-        self._root = root_path(target.chroot, encode_name(prefix))
-        self.shown = f"zookeeper at {target.hosts_string}{target.chroot}"
-        self.block_cap = BLOCK_CAP
-        self.supports_fair = True   # every waiter is served in arrival order, fair=True or not
-        self.always_queues = True
-        self._lock = threading.Lock()
-        self._sessions: dict[int, ZKSession] = {}
-        self._server_min_ms: int | None = None
-        self._queued: dict[tuple[str, str], Node] = {}   # waiting, by (name, token)
-        self._held: dict[tuple[str, str], Node] = {}     # granted, by (name, token)
-        self._sent: set[tuple[str, str]] = set()          # a create went out, no answer yet: a retry looks first
-        self._unanswered: set[tuple[str, str]] = set()    # acquires that met a request unanswered (`reconnect_wait`)
-        self._directories: set[str] = set()               # lock paths known to exist
-        self._root_made = False                           # the root path exists (made or found)
-        self._expiry = Expiry(self._expire, self._clock)
-        self._closed = False
-        self._pid = os.getpid()
-
-    def _forked(self) -> None:
-        """In a forked child, kazoo's threads are gone and the sessions are the parent's: start afresh, and never
-        close or touch what the parent holds (a close from here would end the parent's sessions)."""
-        if os.getpid() == self._pid:
-            return
-        with self._lock:
-            if os.getpid() == self._pid:
-                return
-            self._pid = os.getpid()
-            self._sessions, self._server_min_ms = {}, None
-            self._queued, self._held, self._sent, self._unanswered = {}, {}, set(), set()
-            self._expiry = Expiry(self._expire, self._clock)
-
-    # -- sessions -----------------------------------------------------------------------------------------
-
-    async def _session_for(self, ms: int, name: str | None, *, lease: bool = True) -> ZKSession:
-        """The session for leases of `ms`, connected once (within the URL's timeout). `lease`: a lease will claim
-        `ms` on it, so a session the server keeps for less is a ValueError (nothing else is sent)."""
-        self._forked()
-        requested = session_timeout_ms(ms, self._server_min_ms)
-        with self._lock:
-            if self._closed:
-                raise BackendError(f"this client of {self.shown} is closed", name=name)
-            session = self._sessions.get(requested)
-            if session is None:
-                session = self._sessions[requested] = ZKSession(self._target, requested)
-        if not session.ready.is_set() and not await wait_thread_event(session.ready, self._timeout):
-            raise BackendError(f"cannot reach {self.shown} within {self._timeout} s", name=name)
-        negotiated = session.negotiated_ms or 0
-        if negotiated > requested:
-            # The server raised our timeout to its minimum: every TTL up to it can share this session.
-            with self._lock:
-                if self._server_min_ms is None or negotiated > self._server_min_ms:
-                    self._server_min_ms = negotiated
-                self._sessions.setdefault(negotiated, session)
-        if lease and not ttl_fits(ms, negotiated):
-            raise ValueError(f"ttl {ms / 1000} s is longer than the longest session {self.shown} grants "
-                             f"({negotiated / 1000} s, its maxSessionTimeout): use a shorter ttl, or raise "
-                             f"maxSessionTimeout in the server's zoo.cfg (by default 20 x tickTime, 40 s) "
-                             f"(lock {name!r})")
-        return session
-
-    async def _some_session(self, name: str | None) -> ZKSession:
-        """A connected session for requests that belong to no lease (operators, clean-up)."""
-        self._forked()
-        for session in list(self._sessions.values()):
-            if session.connected:
-                return session
-        return await self._session_for(ttl_ms(DEFAULT_TTL), name, lease=False)
-
-    # -- requests -----------------------------------------------------------------------------------------
-
-    async def _call(self, session: ZKSession, result: Any, name: str | None, what: str) -> Any:
-        """Await one kazoo request sent on `session`; a fault is a `BackendError` (NoNodeError, NodeExistsError
-        pass: callers decide). A request with no answer within the timeout drops the session's connection."""
-        try:
-            return await thread_result(result, self._timeout)
-        except (NoNodeError, NodeExistsError):
-            raise
-        except CLIENT_ERRORS as exc:
-            if isinstance(exc, TimeoutError):  # no answer in time (our bridge's timeout)
-                session.unanswered()
-            error = BackendError(f"{what} failed on {self.shown}: {type(exc).__name__}: {exc}", name=name)
-            if isinstance(exc, (ConnectionLoss, SessionExpiredError, TimeoutError)):
-                # Its session had (or now has) no connection: the fault may pass (`retry_after`, `_reconnected`).
-                fault = SessionFault(session, dropped=isinstance(exc, ConnectionLoss))
-                fault.__cause__ = exc
-                raise error from fault
-            raise error from exc
-
-    async def _reconnected(self, session: ZKSession, exc: BackendError) -> bool:
-        """Whether a request that failed with `exc` may go again now: its connection dropped under it while its
-        session lives on (a reset, a server that closed it, a member that went away), and kazoo connected the
-        session again within the URL's timeout. Only for requests that may be sent twice (reads, a release, an
-        extend: docs/decisions/2026-12-05-zookeeper-dropped-connections.md)."""
-        fault = exc.__cause__
-        if self._closed or not isinstance(fault, SessionFault) or not fault.dropped:
-            return False
-        return await wait_thread_event(session.live, self._timeout)
-
-    async def _again(self, session: ZKSession, send: Callable[[], Any], name: str | None, what: str) -> Any:
-        """Send a request that may be sent twice (`send()` makes it); if its connection dropped under it, send it
-        once more on the session's next connection (`_reconnected`)."""
-        try:
-            return await self._call(session, send(), name, what)
-        except BackendError as exc:
-            if not await self._reconnected(session, exc):
-                raise
-        return await self._call(session, send(), name, what)
-
-    async def _children(self, session: ZKSession, directory: str, name: str | None, *,
-                        again: bool = False) -> list[str]:
-        """The children of `directory` ([] if it does not exist). `again`: sent once more after a dropped
-        connection (`_again`); an acquire's own tries do that within its wait instead."""
-        send = partial(session.client.get_children_async, directory)
-        try:
-            if again:
-                children: list[str] = await self._again(session, send, name, "listing")
-            else:
-                children = await self._call(session, send(), name, "listing")
-        except NoNodeError:
-            return []
-        return children
-
-    async def _czxid(self, session: ZKSession, path: str, name: str, watch: Any = None) -> int | None:
-        stat = await self._call(session, session.client.exists_async(path, watch=watch), name, "exists")
-        return None if stat is None else int(stat.czxid)
-
-    def retry_after(self, exc: BackendError, failures: int) -> float | None:
-        """Transient faults are tried again within the acquire's `wait` (`fencelock._zk.rules.retry_after`): a
-        session without a connection, a request dropped with its connection or unanswered, a session that
-        expired (kazoo opens a new one; the attempt queues again in it)."""
-        fault = exc.__cause__
-        transient = isinstance(fault, SessionFault) and fault.session.may_return() and not self._closed
-        return retry_after(failures, transient)  # a closed client's sessions never come back
-
-    # -- acquire ------------------------------------------------------------------------------------------
-
-    async def try_acquire(self, name: str, token: str, ttl_ms: int, wait: float = 0.0,
-                          fair: bool = False) -> Attempt:
-        """Join the queue (once per token), then: the holder is granted; a waiter watches its predecessor for
-        up to `wait` seconds, and is refused when time is up. The queue is listed when we join and when the node
-        ahead goes, never again while it stays: a later attempt of a waiter only checks (in one round trip) that
-        its own node and the one ahead still exist, so a hand-off costs a listing whatever the queue's length
-        (docs/decisions/2026-12-05-zookeeper-many-waiters.md)."""
-        self._forked()
-        key = (name, token)
-        deadline = Deadline.after(wait, self._clock())
-        node = self._queued.get(key)
-        session = node.session if node is not None else await self._session_for(ttl_ms, name)
-        silent = session.silent
-        try:
-            return await self._attempt(session, key, ttl_ms, deadline, node)
-        except BackendError:
-            if session.silent and not silent:
-                self._unanswered.add(key)  # this call met the silence: its later attempts do not wait it out
-            raise
-
-    async def _attempt(self, session: ZKSession, key: tuple[str, str], ttl_ms: int, deadline: Deadline,
-                       node: Node | None) -> Attempt:
-        name, token = key
-        directory = lock_path(self._root, name)
-        requeued = False
-        while True:
-            if node is None:
-                node = await self._join(session, directory, key, ttl_ms)
-                self._queued[key] = node
-            before = node.before
-            if before is None:
-                where, before = position(await self._children(session, directory, name), token)
-                if where is Position.GONE:
-                    # Our node vanished while we waited (its session expired, or it was deleted): queue again, once.
-                    self._queued.pop(key, None)
-                    node = None
-                    if requeued:
-                        return Attempt(False, 0, None)
-                    requeued = True
-                    continue
-                if where is Position.HOLDER:
-                    if node.waited:
-                        # The node's write time tells operators when its TTL ends (`status`): restart it now. Not
-                        # awaited: the hand-off does not wait for it, and the next renewal writes it anyway.
-                        session.client.set_async(node.path, node.data(ttl_ms))
-                    self._grant(key, node, ttl_ms)
-                    return Attempt(True, node.czxid, None)
-                node.before = before
-            node.waited = True
-            now = self._clock()
-            if deadline.expired(now) or before is None:
-                return Attempt(False, 0, None)
-            wakeup = node.wakeup = Wakeup()
-            # Both go out before either answer is awaited (one round trip): ours first, so that a node ahead
-            # seen to exist was there after ours was (a queue only loses nodes ahead of ours).
-            own = session.client.exists_async(node.path)
-            watched = await self._czxid(session, f"{directory}/{child_name(before)}", name, watch=node.woken)
-            if await self._call(session, own, name, "exists") is None or watched is None:
-                node.before = None  # ours is gone, or the one ahead is: list the queue again
-                continue
-            woken = await unless_given_up(wakeup.wait(deadline.remaining(now)))
-            if woken is None:
-                return Attempt(False, 0, None)  # our caller gave up (cancelled): its undo takes our node out
-            if woken:
-                node.before = None  # the node ahead changed (deleted): list the queue again
-
-    async def _join(self, session: ZKSession, directory: str, key: tuple[str, str], ttl_ms: int) -> Node:
-        """Our node in the queue: the one an earlier create of this token made, else a new one."""
-        name, token = key
-        if key in self._sent:
-            own = find_own(await self._children(session, directory, name), token)
-            if own is not None:
-                # The earlier create went through: rewrite its node with this attempt's TTL, so that the server's
-                # copy of the TTL (the node's write time) counts from this attempt too, as the lease's validity does.
-                try:
-                    stat = await self._call(session, session.client.set_async(f"{directory}/{child_name(own)}",
-                                                                              encode_lease(ttl_ms)), name, "create")
-                except NoNodeError:
-                    stat = None  # gone meanwhile (its session expired, or an operator deleted it): create anew
-                if stat is not None:
-                    self._sent.discard(key)
-                    return Node(session, directory, own, int(stat.czxid))
-        if not session.live.is_set() and not await wait_thread_event(
-                session.live, session.reconnect_wait(self._timeout, met_silence=key in self._unanswered)):
-            # Not connected again in time. A create now would wait in kazoo's queue and might reach the server
-            # after we gave up.
-            raise BackendError(f"the session with {self.shown} is {session.state.value}: not queueing now",
-                               name=name) from SessionFault(session)
-        for _ in range(2):
-            if directory not in self._directories:
-                # Made here, not by the create's `makepath`: kazoo would send that create again after making the
-                # path, behind any listing we sent meanwhile, which then could not see our node.
-                await self._make_directory(session, directory, name)
-            self._sent.add(key)
-            request = session.client.create_async(f"{directory}/{node_prefix(token)}", encode_lease(ttl_ms),
-                                                  ephemeral=True, sequence=True, include_data=True)
-            try:
-                path, stat = await self._call(session, request, name, "create")
-                self._sent.discard(key)  # answered: from now on our node is known
-                break
-            except NoNodeError:
-                self._directories.discard(directory)  # deleted by an operator: make it again
-        else:
-            raise BackendError(f"the lock's path on {self.shown} vanished twice while queueing", name=name)
-        own = find_own([path.rsplit("/", 1)[1]], token)
-        if own is None:  # pragma: no cover - ZooKeeper names sequential nodes as documented
-            raise BackendError(f"unexpected node name {path!r} from {self.shown}", name=name)
-        return Node(session, directory, own, int(stat.czxid))
-
-    async def _make_directory(self, session: ZKSession, directory: str, name: str) -> None:
-        """The lock's persistent node: one create once the root is known to exist (kazoo's ensure_path would
-        ask for every level first), and the root's whole path before that."""
-        client = session.client
-        for path in ([] if self._root_made else [self._root]) + [directory]:
-            try:
-                await self._call(session, client.create_async(path), name, "creating the lock's path")
-            except NodeExistsError:
-                pass
-            except NoNodeError:
-                await self._call(session, client.ensure_path_async(path), name, "creating the lock's path")
-        self._root_made = True
-        self._directories.add(directory)
-
-    def _grant(self, key: tuple[str, str], node: Node, ms: int) -> None:
-        self._queued.pop(key, None)
-        self._sent.discard(key)
-        self._unanswered.discard(key)
-        node.expires = Deadline.after(ms / 1000.0, self._clock())
-        with self._lock:
-            self._held[key] = node
-        self._expiry.schedule(key, node)
-
-    def _expire(self, key: tuple[str, str], node: Node) -> None:
-        """The expiry thread: the TTL of a held node ran out unextended; delete it (as Redis expires a key)."""
-        with self._lock:
-            if self._held.get(key) is not node:
-                return
-            if not node.expires.expired(self._clock()):
-                again = True
-            else:
-                again = False
-                del self._held[key]
-        if again:
-            self._expiry.schedule(key, node)
-        else:
-            node.delete(record=True)
-
-    # -- leaving ------------------------------------------------------------------------------------------
-
-    async def leave(self, name: str, token: str) -> None:
-        """A waiter gives up (deadline, cancellation, failure): its node goes now, or at the next reconnect."""
-        self._forked()
-        key = (name, token)
-        node = self._queued.pop(key, None)
-        done = Wakeup()
-        if node is not None and key not in self._sent:
-            node.delete(done.set)  # our one node: its path is known
-        else:  # a create may have gone out without its answer: look for every node of ours
-            session = node.session if node is not None else await self._some_session(name)
-            session.abandon(lock_path(self._root, name), token, done.set)
-        self._sent.discard(key)
-        self._unanswered.discard(key)
-        if not await done.wait(self._timeout):
-            raise BackendError(f"leaving the queue of {self.shown} got no answer; retried at reconnect", name=name)
 
     # -- release, extend ----------------------------------------------------------------------------------
 

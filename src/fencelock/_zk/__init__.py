@@ -1,4 +1,5 @@
-"""ZooKeeper's side shared by both front ends (the backend itself is `_async/zookeeper.py`):
+"""ZooKeeper's side shared by both front ends (the backend itself is `_async/zookeeper.py`, on
+`_async/zookeeper_queue.py` and `_async/zookeeper_requests.py`):
 
 - `url`:     `zookeeper://` URLs;
 - `rules`:   pure: node paths, queue order, sessions for TTLs, what a renewal means;
