@@ -24,7 +24,6 @@ from .._events import emit
 from .._logic.args import DEFAULT_TTL
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, majority_status, split_views
-from .._redis.channel import Held, ScriptRequest, Unwritten
 from .._redis.keys import PREFIX, RedisKeys, fair_keys, fence_match, redis_keys
 from .._redis.redlock import (
     DEFAULT_REPAIR_DELAY,
@@ -84,6 +83,7 @@ from .._redis.redlock import (
     verdict,
 )
 from .._redis.redlock_turns import TURN_LIMIT, Turns, turn_error
+from .._redis.request import Held, ScriptRequest, Unwritten
 from .._scripts import (
     EVICTION,
     FORCE_RELEASE,

@@ -33,10 +33,12 @@ from .._errors import BackendError, NotDurable
 from .._events import emit
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
-from .._redis.channel import (
-    BLOCKING,
-    CROWDED_PAUSE,
-    PATIENCE,
+from .._redis.channel import BLOCKING, CROWDED_PAUSE, PATIENCE
+from .._redis.durability import Durability, Unsupported
+from .._redis.eviction import eviction_risk
+from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
+from .._redis.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
+from .._redis.request import (
     Confirmed,
     WaitRefused,
     closed_under,
@@ -45,10 +47,6 @@ from .._redis.channel import (
     resent,
     set_up_failed,
 )
-from .._redis.durability import Durability, Unsupported
-from .._redis.eviction import eviction_risk
-from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
-from .._redis.keys import PREFIX, fair_keys, name_of_lock_key, redis_keys, scan_match
 from .._redis.resp import utf8
 from .._scripts import (
     ACQUIRE,
