@@ -1,5 +1,5 @@
-"""The wire rule both front ends' transports call (`_redis/channel.py`): the order rule's decision (`turn`), a request's
-bytes encoded once (`packed`), and what a reply means; driven by plain futures, with no server."""
+"""The wire rule both front ends' transports call (`_redis/order.py`, `_redis/request.py`): the order rule's decision
+(`turn`), a request's bytes encoded once (`packed`), and what a reply means; driven by plain futures, with no server."""
 
 from __future__ import annotations
 
@@ -9,25 +9,27 @@ from typing import Any
 from redis.connection import Connection
 from redis.exceptions import NoScriptError, ResponseError
 
-from fencelock._redis.channel import (
+from fencelock._redis.order import (
     KILL,
     REFUSE,
-    RELOAD,
     SEND,
     WAIT,
+    NotSent,
+    end,
+    orphaned,
+    turn,
+)
+from fencelock._redis.request import (
+    RELOAD,
     Closed,
     Confirmed,
-    NotSent,
     Resent,
     ScriptRequest,
     confirmed_reply,
-    end,
-    orphaned,
     outcome,
     packed,
     reading,
     server_error,
-    turn,
 )
 from fencelock._scripts import Lua
 

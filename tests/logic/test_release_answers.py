@@ -6,8 +6,8 @@ import pytest
 
 from fencelock._logic.lease import LeaseState
 from fencelock._logic.outcomes import Released, gone
-from fencelock._redis.channel import Resent, ScriptRequest, release_answer, reply_of
 from fencelock._redis.redlock import NO_ANSWER, UNSURE, node_code, release_outcome
+from fencelock._redis.request import Resent, ScriptRequest, release_answer, reply_of
 from fencelock._scripts import RELEASE, STATUS
 
 

@@ -21,6 +21,8 @@ import fencelock
 from fencelock._async import _multiplex as async_multiplex
 from fencelock._async import _transport as async_transport
 from fencelock._redis import channel as _channel
+from fencelock._redis import order as _order
+from fencelock._redis import request as _request
 from fencelock._redis.keys import redis_keys
 from fencelock._scripts import Lua
 from fencelock._sync import _connection as sync_connection
@@ -44,7 +46,7 @@ def test_a_late_reply_is_read_for_its_own_request_and_a_silent_connection_is_dro
     channel = sync_transport.Channel(redis.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}"))
 
     def ask(value: str, timeout: float = 2.0) -> tuple[Any, Any]:
-        done, handles = sync_multiplex.run_scripts([_channel.ScriptRequest(channel, ECHO, [], [value])], timeout,
+        done, handles = sync_multiplex.run_scripts([_request.ScriptRequest(channel, ECHO, [], [value])], timeout,
                                                 _one)
         return done.get(0), handles[0]
 
@@ -77,7 +79,7 @@ def test_asyncio_a_late_reply_is_read_for_its_own_request_and_a_silent_connectio
 
         async def ask(value: str, timeout: float = 2.0) -> tuple[Any, Any]:
             done, handles = await async_multiplex.run_scripts(
-                [_channel.ScriptRequest(channel, ECHO, [], [value])], timeout, _one)
+                [_request.ScriptRequest(channel, ECHO, [], [value])], timeout, _one)
             return done.get(0), handles[0]
 
         assert (await ask("warm"))[0] == b"warm"
@@ -124,7 +126,7 @@ def test_a_request_that_gets_its_thread_after_close_makes_no_connection(own_serv
     gate = threading.Event()
     busy = [channel.submit(gate.wait, 10.0) for _ in range(sync_connection.LANE_WORKERS)]  # the server's every thread
     try:
-        done, handles = sync_multiplex.run_scripts([_channel.ScriptRequest(channel, ECHO, [], ["late"])], 0.05,
+        done, handles = sync_multiplex.run_scripts([_request.ScriptRequest(channel, ECHO, [], ["late"])], 0.05,
                                                 _one)
         assert done == {}  # no idle connection: the request waits for a thread to connect it
         channel.close()
@@ -146,7 +148,7 @@ def test_asyncio_closing_a_channel_while_a_request_connects_leaves_no_connection
         client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout=2")
         channel = async_transport.Channel(client)
         request = asyncio.ensure_future(async_multiplex.run_scripts(
-            [_channel.ScriptRequest(channel, ECHO, [], ["late"])], 2.0, _one))
+            [_request.ScriptRequest(channel, ECHO, [], ["late"])], 2.0, _one))
         await asyncio.sleep(0)  # the request has started to connect
         await channel.aclose()
         _, handles = await request
@@ -368,24 +370,24 @@ def _finished(result: Any = None, *, error: BaseException | None = None, cancell
 
 
 def test_the_order_rule_waits_for_the_latest_request_that_was_sent_and_only_an_answer_lets_the_next_go() -> None:
-    """`_redis/channel.py`'s rule, which both twins' channels follow: a request that was not sent is never waited for,
+    """`_redis/order.py`'s rule, which both twins' channels follow: a request that was not sent is never waited for,
     the one it waited for is; a reply or the server's own error is an answer, a network failure is not."""
     channel = _channel.ChannelBase(redis.Redis(host="127.0.0.1", port=1, socket_timeout=0.5))
     assert channel.where == "127.0.0.1:1"
     sent: Any = concurrent.futures.Future()  # in flight
     skipped = _finished(channel.not_sent((sent, 0.5)))
-    assert _channel.last_sent((skipped, 0.5))[0] is sent
-    assert _channel.last_sent((_finished(channel.not_sent((skipped, 0.5))), 0.5))[0] is sent  # a chain of them
+    assert _order.last_sent((skipped, 0.5))[0] is sent
+    assert _order.last_sent((_finished(channel.not_sent((skipped, 0.5))), 0.5))[0] is sent  # a chain of them
     channel.track("caller", skipped, 0.1)
     assert channel.in_flight("caller") == (sent, 0.5)  # the one actually sent, still in flight
     assert channel.in_flight("someone else") is None  # callers are not ordered with each other
     sent.set_result(b"reply")
     assert channel.in_flight("caller") is None  # its reply came: nothing to wait for
-    assert _channel.answered((sent, 0.5))
-    assert _channel.answered((_finished(redis.ResponseError("WRONGTYPE")), 0.5))  # the server's own answer
-    assert not _channel.answered((_finished(redis.ConnectionError("reset")), 0.5))
-    assert not _channel.answered((_finished(error=RuntimeError("crashed")), 0.5))
-    assert not _channel.answered((_finished(cancelled=True), 0.5))
+    assert _order.answered((sent, 0.5))
+    assert _order.answered((_finished(redis.ResponseError("WRONGTYPE")), 0.5))  # the server's own answer
+    assert not _order.answered((_finished(redis.ConnectionError("reset")), 0.5))
+    assert not _order.answered((_finished(error=RuntimeError("crashed")), 0.5))
+    assert not _order.answered((_finished(cancelled=True), 0.5))
     slow: Any = concurrent.futures.Future()
     channel.track("slow", slow, 0.1)
     assert channel.in_flight("slow") == (slow, 0.5)  # waited for as long as the socket timeout, not 0.1 s
@@ -406,17 +408,17 @@ def test_asyncio_a_request_waiting_for_its_predecessor_is_never_sent_once_its_ca
     async def main() -> None:
         client = redis.asyncio.Redis.from_url(f"{own_server.url}?socket_timeout={SOCKET_TIMEOUT}")
         channel = async_transport.Channel(client)
-        warm, _ = await async_multiplex.run_scripts([_channel.ScriptRequest(channel, ECHO, [], ["warm"])], 2.0,
+        warm, _ = await async_multiplex.run_scripts([_request.ScriptRequest(channel, ECHO, [], ["warm"])], 2.0,
                                                  _one)
         assert warm == {0: b"warm"}
         handles: list[Any] = []
 
         async def caller() -> None:
             done, sent = await async_multiplex.run_scripts(
-                [_channel.ScriptRequest(channel, ECHO, [], ["late"])], 0.02, _one)
+                [_request.ScriptRequest(channel, ECHO, [], ["late"])], 0.02, _one)
             assert done == {}  # in flight: this task's next request there waits for its reply
             handles.extend(sent)
-            await async_multiplex.run_scripts([_channel.ScriptRequest(channel, SET, [key], ["sent"])], 2.0, _one)
+            await async_multiplex.run_scripts([_request.ScriptRequest(channel, SET, [key], ["sent"])], 2.0, _one)
 
         own_server.pause()
         try:

@@ -1,5 +1,5 @@
 """A redis-py client passed in never lends its `Retry` to fencelock's requests: a release, a forced release or a
-grant goes to the server once per fencelock's own rule (`_redis/channel.py`), never again because redis-py's retry
+grant goes to the server once per fencelock's own rule (`_redis/request.py`), never again because redis-py's retry
 policy re-sent it after a reply that did not come. Sent twice, a release's second answer ("gone") was read as a
 loss and reported `LockLost` for a release that had worked; a forced release sent twice could delete the next
 holder's key.

@@ -22,7 +22,8 @@ import pytest
 
 import fencelock
 import fencelock.aio
-from fencelock._cli.commands import run_cli, server_url_like
+from fencelock._cli.commands import run_cli
+from fencelock._cli.options import server_url_like
 from fencelock._etcd.url import parse_etcd_url
 from fencelock._logic.urls import parse_redis_url, redact
 from fencelock._zk.url import parse_zookeeper_url

@@ -1,5 +1,5 @@
 """The commands a `Channel` sends of its own on a connection: `CLIENT ID` at connect, `CLIENT KILL ID` of a
-connection a request was dropped with (the order rule in `_redis/channel.py`)."""
+connection a request was dropped with (the order rule in `_redis/order.py`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from .._redis.channel import kill_command, killed
+from .._redis.order import kill_command, killed
 
 
 async def client_id(conn: Any) -> int | None:

@@ -11,7 +11,8 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from .._redis.channel import ChannelBase, Closed, Refused, closed_by_peer
+from .._redis.channel import ChannelBase, closed_by_peer
+from .._redis.request import Closed, Refused
 
 
 class Connections(ChannelBase):

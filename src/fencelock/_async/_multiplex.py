@@ -7,12 +7,8 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._redis.channel import (
-    Held,
-    Packed,
-    ScriptRequest,
-    maintains,
-)
+from .._redis.channel import maintains
+from .._redis.request import Held, Packed, ScriptRequest
 from ._concurrency import Handle, _caller, _keep
 from ._fanout import _gather
 from ._transport import _call_script

@@ -10,28 +10,28 @@ from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from .._redis.channel import (
-    BLOCKING,
-    CROWDED_PAUSE,
+from .._redis.channel import BLOCKING, CROWDED_PAUSE, maintains
+from .._redis.order import (
     KILL,
     REFUSE,
-    RELOAD,
     WAIT,
-    Held,
     Orphan,
+    end,
+    orphaned,
+    turn,
+)
+from .._redis.request import (
+    RELOAD,
+    Held,
     Packed,
     ScriptRequest,
     Unwritten,
     encode,
-    end,
-    maintains,
     may_resend,
-    orphaned,
     outcome,
     packed,
     reading,
     reconnect,
-    turn,
 )
 from ._admin import client_id, kill
 from ._concurrency import Handle, Signal, given_up, now, sleep, wait_first

@@ -17,18 +17,10 @@ from redis.exceptions import ResponseError
 from .._errors import BackendError, NotDurable
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
-from .._redis.channel import (
-    Confirmed,
-    WaitRefused,
-    closed_under,
-    goes_again,
-    release_answer,
-    resent,
-    set_up_failed,
-)
 from .._redis.durability import Durability, Unsupported
 from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
 from .._redis.keys import PREFIX, fair_keys, redis_keys
+from .._redis.request import Confirmed, WaitRefused, closed_under, goes_again, release_answer, resent, set_up_failed
 from .._redis.resp import utf8
 from .._scripts import (
     ACQUIRE,

@@ -10,10 +10,11 @@ from redis.crc import key_slot
 from redis.exceptions import AskError, NoScriptError
 
 from .._errors import BackendError, NotDurable
-from .._redis.channel import PATIENCE, Confirmed
+from .._redis.channel import PATIENCE
 from .._redis.durability import Durability, Unsupported
 from .._redis.fences import fence_keep_ms
 from .._redis.keys import redis_keys
+from .._redis.request import Confirmed
 from .._redis.resp import utf8
 from .._scripts import EXTEND_MANY, Lua
 from ._cluster import cluster_refresh, node_of, node_redis

@@ -20,7 +20,6 @@ from .._errors import BackendError, NotIndependent, QuorumUnavailable
 from .._logic.args import DEFAULT_TTL
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, majority_status, split_views
-from .._redis.channel import ScriptRequest, Unwritten
 from .._redis.keys import PREFIX, RedisKeys, fair_keys, redis_keys
 from .._redis.redlock import (
     DEFAULT_REPAIR_DELAY,
@@ -54,6 +53,7 @@ from .._redis.redlock import (
     unavailable_pause,
 )
 from .._redis.redlock_turns import TURN_LIMIT, Turns, turn_error
+from .._redis.request import ScriptRequest, Unwritten
 from .._scripts import (
     EVICTION,
     FORCE_RELEASE,

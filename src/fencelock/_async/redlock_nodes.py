@@ -16,7 +16,6 @@ from redis.exceptions import ReadOnlyError
 
 from .._errors import BackendError, NotIndependent, QuorumUnavailable
 from .._events import emit
-from .._redis.channel import Held
 from .._redis.keys import fence_match
 from .._redis.redlock import (
     GATE_TIMEOUT,
@@ -51,6 +50,7 @@ from .._redis.redlock import (
     unavailable,
     verdict,
 )
+from .._redis.request import Held
 from .._scripts import REDLOCK_GATE, REDLOCK_MARK
 from ._concurrency import Handle, given_up, now, start, wait_first
 from ._fanout import fan_out

@@ -1,7 +1,9 @@
-"""fencelock run's command as a process group: starting it, signalling its group, the terminal's foreground."""
+"""fencelock run's command as a process group: starting it, signalling its group and what left it, finding
+whether any of it runs, the terminal's foreground."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -9,8 +11,9 @@ import subprocess
 import sys
 import time
 
-from . import exits
+from . import exits, procs
 from .exits import POLL
+from .guardian_link import _Guardian
 from .show import error
 
 
@@ -152,3 +155,84 @@ def _send(group: int, signum: int | None) -> None:
         os.killpg(group, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+class _CommandGroup:
+    """The command's processes as `supervise._Supervisor` (which sets these attributes) sees them: its process
+    group and what left it, and the terminal's foreground handed to the group and taken back."""
+
+    group: int  # the command's process group (its main process's pid), 0 before it started
+    run_id: str  # in the command's environment (`procs.MARKER`): how its processes that left the group are known
+    child: _Child | None
+    children: set[int]  # fencelock's children before the command started: never reaped here
+    guardian: _Guardian | None
+    terminal: int | None  # our terminal's descriptor, while the command's group has it
+
+    def _frozen(self) -> bool:
+        """Whether a process of the command's group is stopped (SIGSTOP, or a Ctrl-Z it was left in)."""
+        found = procs.snapshot()
+        return procs.any_stopped(procs.in_group(found, self.group) + self._strays(found))
+
+    def _strays(self, found: list[procs.Proc]) -> list[procs.Proc]:
+        """The live processes of the command that left its group (setsid, setpgid, a daemon's double fork): below
+        fencelock (a subreaper stays above them) and marked with this run's id (not another child of this process:
+        the guardian, or whatever else a program that calls `run` started)."""
+        skip = frozenset([self.guardian.proc.pid] if self.guardian is not None and self.guardian.proc else [])
+        return [p for p in procs.descendants(found, os.getpid(), skip)
+                if p.live and p.pgid != self.group and procs.marked(p.pid, self.run_id)]
+
+    def _send_all(self, signum: int) -> None:
+        """Send `signum` to the command's group and to every process of the command that left it."""
+        _send(self.group, signum)
+        for stray in self._strays(procs.snapshot()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(stray.pid, signum)
+
+    def _alive(self) -> bool:
+        """Whether anything of the command runs: a live process in its group or below fencelock (zombies are
+        not: those fencelock inherited are reaped here). Without /proc, whether the group has a process."""
+        found = procs.snapshot()
+        if not found:
+            return _group_alive(self.group)
+        keep = {self.child.pid if self.child is not None else 0,
+                self.guardian.proc.pid if self.guardian is not None and self.guardian.proc else 0, *self.children}
+        for orphan in found:  # zombies fencelock inherited as a subreaper: reaped, or they would count as live
+            if orphan.ppid == os.getpid() and not orphan.live and orphan.pid not in keep:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(orphan.pid, os.WNOHANG)
+        return bool(procs.in_group(found, self.group) or self._strays(found))
+
+    def _wait_gone(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for nothing of the command to run; whether nothing does."""
+        deadline = time.monotonic() + timeout
+        while self._alive():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL / 5)
+        return True
+
+    def _hand_terminal(self) -> None:
+        """Make the command's group the terminal's foreground group, as a shell does for a job, so that Ctrl-C
+        (and the rest of what a terminal sends) reaches the whole command, and the command can read the terminal.
+        Only where our own process group has the terminal's foreground."""
+        fd = _terminal()
+        if fd is None:
+            return
+        try:
+            os.tcsetpgrp(fd, self.group)
+        except OSError:
+            return
+        self.terminal = fd
+        _send(self.group, signal.SIGCONT)  # in case it read the terminal before it was its own: it was stopped
+
+    def _take_terminal_back(self) -> None:
+        fd, self.terminal = self.terminal, None
+        if fd is None:
+            return
+        previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group asking for the terminal
+        try:
+            os.tcsetpgrp(fd, os.getpgrp())
+        except OSError:
+            pass
+        finally:
+            signal.signal(signal.SIGTTOU, previous)

@@ -54,6 +54,14 @@ def shell_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+@dataclass(frozen=True)
+class Ending:
+    """What fencelock exits with: `status`, or by dying of `signal` once all is done (the command died of it)."""
+
+    status: int
+    signal: int | None = None
+
+
 class OnLost(str, Enum):
     TERM = "term"      # SIGTERM at once, SIGKILL after the grace period
     KILL = "kill"      # SIGKILL at once

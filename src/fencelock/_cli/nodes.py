@@ -7,7 +7,8 @@ import sys
 
 from .._redis.redlock import NodesReport
 from . import exits
-from .commands import _connect, cli, json_option, repair_delay_option, url_option
+from .commands import cli
+from .options import _connect, json_option, repair_delay_option, url_option
 from .show import out, paint, seconds
 
 

@@ -36,7 +36,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import FrameType
 
 from .._errors import BackendError, LockLost, NotAcquired
@@ -45,11 +44,12 @@ from .._logic.timing import lease_clock
 from .._sync.client import Locks
 from .._sync.lease import Lease
 from . import exits, procs
-from .children import _alone_in_group, _cannot_run, _Child, _group_alive, _send, _spawn, _terminal
+from .children import _alone_in_group, _cannot_run, _Child, _CommandGroup, _send, _spawn, _terminal
 from .exits import (
     KILL_MARGIN,
     KILL_WAIT,
     POLL,
+    Ending,
     OnLost,
     Stopping,
     Trouble,
@@ -73,14 +73,6 @@ class Interrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
-
-
-@dataclass(frozen=True)
-class Ending:
-    """What fencelock exits with: `status`, or by dying of `signal` once all is done (the command died of it)."""
-
-    status: int
-    signal: int | None = None
 
 
 def _not_ignored(signums: Sequence[int]) -> tuple[int, ...]:
@@ -135,8 +127,9 @@ def _holder(locks: Locks, name: str) -> str:
     return f" ({describe(status)})" if status.held else ""
 
 
-class _Supervisor:
-    """One run of the command: start it, watch it, stop it as `exits` says, and release the lock after it."""
+class _Supervisor(_CommandGroup):
+    """One run of the command: start it, watch it, stop it as `exits` says, and release the lock after it. Its
+    processes (its group, what left it) and the terminal's hand-over are `children._CommandGroup`'s."""
 
     def __init__(self, lease: Lease, name: str, command: Sequence[str], lost: threading.Event, on_lost: OnLost,
                  grace: float, forwarded: tuple[int, ...], service: str) -> None:
@@ -338,51 +331,6 @@ class _Supervisor:
         if self.guardian is not None:
             self.guardian.tell(f"valid {self.valid_until!r} {KILL_MARGIN!r}")
 
-    def _frozen(self) -> bool:
-        """Whether a process of the command's group is stopped (SIGSTOP, or a Ctrl-Z it was left in)."""
-        found = procs.snapshot()
-        return procs.any_stopped(procs.in_group(found, self.group) + self._strays(found))
-
-    # -- the command's processes: its group, and what left it ---------------------------------------------------
-
-    def _strays(self, found: list[procs.Proc]) -> list[procs.Proc]:
-        """The live processes of the command that left its group (setsid, setpgid, a daemon's double fork): below
-        fencelock (a subreaper stays above them) and marked with this run's id (not another child of this process:
-        the guardian, or whatever else a program that calls `run` started)."""
-        skip = frozenset([self.guardian.proc.pid] if self.guardian is not None and self.guardian.proc else [])
-        return [p for p in procs.descendants(found, os.getpid(), skip)
-                if p.live and p.pgid != self.group and procs.marked(p.pid, self.run_id)]
-
-    def _send_all(self, signum: int) -> None:
-        """Send `signum` to the command's group and to every process of the command that left it."""
-        _send(self.group, signum)
-        for stray in self._strays(procs.snapshot()):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(stray.pid, signum)
-
-    def _alive(self) -> bool:
-        """Whether anything of the command runs: a live process in its group or below fencelock (zombies are
-        not: those fencelock inherited are reaped here). Without /proc, whether the group has a process."""
-        found = procs.snapshot()
-        if not found:
-            return _group_alive(self.group)
-        keep = {self.child.pid if self.child is not None else 0,
-                self.guardian.proc.pid if self.guardian is not None and self.guardian.proc else 0, *self.children}
-        for orphan in found:  # zombies fencelock inherited as a subreaper: reaped, or they would count as live
-            if orphan.ppid == os.getpid() and not orphan.live and orphan.pid not in keep:
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(orphan.pid, os.WNOHANG)
-        return bool(procs.in_group(found, self.group) or self._strays(found))
-
-    def _wait_gone(self, timeout: float) -> bool:
-        """Wait up to `timeout` seconds for nothing of the command to run; whether nothing does."""
-        deadline = time.monotonic() + timeout
-        while self._alive():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(POLL / 5)
-        return True
-
     def _step(self, step: exits.Stop, trouble: Trouble, now: float, frozen: bool = False) -> None:
         before, self.stopping, self.next_at = self.stopping, step.state, step.next_at
         if step.signal is None:
@@ -462,33 +410,7 @@ class _Supervisor:
                     return
             time.sleep(self._pause())
 
-    # -- the terminal, and stops ------------------------------------------------------------------------------
-
-    def _hand_terminal(self) -> None:
-        """Make the command's group the terminal's foreground group, as a shell does for a job, so that Ctrl-C
-        (and the rest of what a terminal sends) reaches the whole command, and the command can read the terminal.
-        Only where our own process group has the terminal's foreground."""
-        fd = _terminal()
-        if fd is None:
-            return
-        try:
-            os.tcsetpgrp(fd, self.group)
-        except OSError:
-            return
-        self.terminal = fd
-        _send(self.group, signal.SIGCONT)  # in case it read the terminal before it was its own: it was stopped
-
-    def _take_terminal_back(self) -> None:
-        fd, self.terminal = self.terminal, None
-        if fd is None:
-            return
-        previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group asking for the terminal
-        try:
-            os.tcsetpgrp(fd, os.getpgrp())
-        except OSError:
-            pass
-        finally:
-            signal.signal(signal.SIGTTOU, previous)
+    # -- stops: Ctrl-Z, and reading the terminal --------------------------------------------------------------
 
     def _child_stopped(self, signum: int) -> None:
         """The command's main process stopped. Wanting the terminal while we have it: it gets it. Stopped from the

@@ -7,7 +7,10 @@
 - `redlock_acquire`: quorum, proposals, rounds, release and extend outcomes: the fencing rule;
 - `redlock_heal`: gates, heal plans, repair, node states and the verdict: a node that lost its data;
 - `redlock_node`: `NodeModel`, one node as the Lua scripts keep it (their specification);
-- `channel`:    the wire rule of the transport (`_transport.py`) and the sync select loop: a request, the
-                per-node order rule, how a reply is read and what it means;
+- `channel`:    what the transport's channels (`_transport.py`) share of a server's connections: their settings,
+                each caller's latest request, idle connections fit to use, the count of blocking waits;
+- `order`:      the per-node order rule (`turn`): a request waits for, is refused after, or ends the connection of
+                the caller's previous request there;
+- `request`:    one script request: its bytes, how its reply is read and what it means, when it may go again;
 - `resp`:       the RESP codec.
 """

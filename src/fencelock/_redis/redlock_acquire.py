@@ -36,7 +36,7 @@ from redis.exceptions import (
 
 from .._logic.outcomes import Released
 from .._logic.timing import backoff
-from .channel import Resent
+from .request import Resent
 
 DEFAULT_REPAIR_DELAY = 60.0
 """Seconds a node that lost its data stays out before it is repaired: must exceed the longest TTL in use."""

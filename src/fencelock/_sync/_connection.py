@@ -15,7 +15,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._redis import resp
-from .._redis.channel import ChannelBase, Closed, Refused, closed_by_peer, server_error
+from .._redis.channel import ChannelBase, closed_by_peer
+from .._redis.request import Closed, Refused, server_error
 from ._concurrency import T
 
 LANE_WORKERS = 8

@@ -13,22 +13,18 @@ from typing import Any, NamedTuple
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._redis.channel import (
-    KILL,
+from .._redis.channel import readable
+from .._redis.order import KILL, SEND, WAIT, orphaned, turn
+from .._redis.request import (
     RELOAD,
-    SEND,
-    WAIT,
     Packed,
     ScriptRequest,
     Unwritten,
     encode,
     may_resend,
-    orphaned,
     outcome,
     packed,
-    readable,
     reading,
-    turn,
 )
 from ._concurrency import Handle
 from ._concurrency import caller as sender
