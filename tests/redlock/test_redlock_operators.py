@@ -39,7 +39,11 @@ def test_a_lock_held_on_a_node_that_does_not_answer_is_never_called_free(three: 
     a, b = three.servers[0], three.servers[1]
     urls = three.urls()
     locks = fencelock.connect(urls)
-    locks.acquire(name + ":warm", ttl=1.0, wait=2.0).release()
+    warm = locks.acquire(name + ":warm", ttl=1.0, wait=2.0)
+    try:
+        warm.release()
+    except fencelock.QuorumUnavailable:  # (its 0.15 s node timeout, on a busy machine: the error says to go again)
+        warm.release()
     with three.cut(2):
         held = locks.acquire(name, ttl=30.0, wait=0)
     assert locks.status(name).held
