@@ -1,6 +1,6 @@
 """A burst of rounds through one Redlock client (issue 14), decided without I/O: which rounds may start (`Turns`), a
 wait for replies that the client overslept (`overslept`), and a lease's validity counted from the start of the round
-that was granted, not from the time it waited before it (`Attempt.held_back`), on a fake clock."""
+that was granted, not from the time it waited before it (`Attempt.valid_from`), on a fake clock."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def test_time_held_back_before_the_granted_round_does_not_count_against_the_leas
     assert p.start() == Try(0.0, None)
     began = clock.now
     clock.now += 3.2
-    assert p.answered(Attempt(True, 7, None, held_back=3.0)) == Grant(7, validity_end(10.0, began + 3.0))
+    assert p.answered(Attempt(True, 7, None, valid_from=began + 3.0)) == Grant(7, validity_end(10.0, began + 3.0))
 
 
 def test_a_round_granted_after_waiting_longer_than_the_ttl_is_still_a_grant() -> None:
@@ -156,8 +156,9 @@ def test_a_round_granted_after_waiting_longer_than_the_ttl_is_still_a_grant() ->
     clock = FakeClock()
     p = _plan(clock, ttl=2.0)
     p.start()
+    began = clock.now
     clock.now += 5.05
-    step = p.answered(Attempt(True, 7, None, held_back=5.0))
+    step = p.answered(Attempt(True, 7, None, valid_from=began + 5.0))
     assert isinstance(step, Grant)
     assert step.valid_until == validity_end(2.0, clock.now - 0.05)
     clock2 = FakeClock()
@@ -168,16 +169,16 @@ def test_a_round_granted_after_waiting_longer_than_the_ttl_is_still_a_grant() ->
 
 
 @given(st.floats(0.0, 50.0), st.floats(-5.0, 60.0))
-def test_validity_never_counts_from_after_now_nor_from_before_the_attempt(took: float, held_back: float) -> None:
-    """Whatever a backend reports, the validity counts from a moment between the attempt's start and now: never
-    overstated (later than the round's start cannot come from a clock in between), never negative held back."""
+def test_validity_never_counts_from_after_now(took: float, sent_after: float) -> None:
+    """Whatever a backend reports, the validity never counts from later than now (a start in the future is no
+    sending at all: the attempt's start is used); a start before the attempt's (a TTL started earlier) is kept."""
     clock = FakeClock()
     p = _plan(clock, ttl=100.0)
     p.start()
     began = clock.now
     clock.now += took
-    step = p.answered(Attempt(True, 7, None, held_back=held_back))
+    step = p.answered(Attempt(True, 7, None, valid_from=began + sent_after))
     assert isinstance(step, Grant)
-    start = min(began + max(held_back, 0.0), clock.now)
+    start = began if began + sent_after > clock.now else began + sent_after
     assert step.valid_until == validity_end(100.0, start)
-    assert validity_end(100.0, began) <= step.valid_until <= validity_end(100.0, clock.now)
+    assert step.valid_until <= validity_end(100.0, clock.now)

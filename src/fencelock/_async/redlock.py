@@ -20,6 +20,7 @@ from .._errors import BackendError, NotIndependent, QuorumUnavailable
 from .._logic.args import DEFAULT_TTL
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, majority_status, split_views
+from .._logic.timing import Clock, lease_clock
 from .._redis.keys import PREFIX, RedisKeys, fair_keys, redis_keys
 from .._redis.redlock import (
     DEFAULT_REPAIR_DELAY,
@@ -131,8 +132,10 @@ class AsyncRedlockBackend(RedlockNodes):
 
     def __init__(self, clients: list[Redis], *, owns_clients: bool, shown: list[str], prefix: str = PREFIX,
                  node_timeout: float | None = None, repair: bool = True,
-                 repair_delay: float = DEFAULT_REPAIR_DELAY, places: list[set[str]] | None = None) -> None:
+                 repair_delay: float = DEFAULT_REPAIR_DELAY, places: list[set[str]] | None = None,
+                 clock: Clock = lease_clock) -> None:
         self._nodes = clients
+        self._clock = clock  # the client's: a grant's validity counts from its round's start on it
         self._channels = [Channel(client) for client in clients]  # dedicated connections for the scripts
         self._owns_clients = owns_clients
         self._n = len(clients)
@@ -233,7 +236,6 @@ class AsyncRedlockBackend(RedlockNodes):
                           fair: bool = False) -> Attempt:
         """One attempt: propose t to every node at once; on a stale t, propose again above what was learnt."""
         check_ttl_within(ttl_ms, self._repair_delay_ms, name)
-        entered = now()  # the lease's validity counts from the granted round's start, not from here (`held_back`)
         timeout = self._timeout(ttl_ms / 1000.0)
         self._check_independent(name, timeout)
         keys = redis_keys(name, self._prefix)
@@ -259,7 +261,7 @@ class AsyncRedlockBackend(RedlockNodes):
             requests = [ScriptRequest(channel, REDLOCK_ACQUIRE, script_keys, args) for channel in self._channels]
             # Its clock starts once it has its turn (issue 14); a later round of an attempt under way goes first.
             async with self._turn("acquire", name, urgent=rounds > 1):
-                started = now()
+                started, round_sent = now(), self._clock()
                 done, handles = await run_scripts(requests, timeout, self._decided)
             answers = [node_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
             self._reconnecting(self._failures(done, started, timeout))
@@ -288,7 +290,7 @@ class AsyncRedlockBackend(RedlockNodes):
                     for i in range(n):
                         in_background(partial(self._check_eviction, i, name, keys.lock, self._channels[i].generation))
                 # Nothing this grant depends on was sent before this round started: its validity counts from then.
-                return Attempt(step.next is Next.GRANT, step.t, step.retry_in, held_back=started - entered)
+                return Attempt(step.next is Next.GRANT, step.t, step.retry_in, valid_from=round_sent)
             t = step.t
         raise AssertionError("next_step proposes no round past MAX_ROUNDS")
 

@@ -14,11 +14,9 @@ class Attempt(NamedTuple):
     holder_ttl: float | None    # when refused: seconds until the holder's key expires by itself (None: unknown)
     valid_from: float | None = None
     """When granted, where the backend knows it: the instant (on the client's clock) the request that last started
-    the lease's TTL on the server went out (etcd: the lease's grant or refresh). Later than the attempt's start
-    when the request first waited in the client for its turn; None: the validity counts from the attempt's start."""
-    held_back: float = 0.0      # when granted: seconds from the attempt's start until the request that was granted
-    #                             started, nothing of it sent before then (Redlock: a turn, a wake-up, earlier
-    #                             rounds); the lease's validity counts from then. Never more than that.
+    the lease's TTL on the server went out: etcd's lease grant or refresh, Redlock's granted round. Later than the
+    attempt's start when the request first waited in the client (its turn, a wake-up, earlier rounds); None: the
+    validity counts from the attempt's start."""
 
 
 class Released(enum.Enum):

@@ -66,17 +66,14 @@ def validity_end(ttl: float, sent_at: float) -> float:
 def granted_from(attempt_sent: float, attempt: Attempt, now: float) -> float:
     """The instant a granted lease's validity counts from (`validity_end`'s `sent_at`).
 
-    `attempt_sent`: when the attempt began (before it waited anywhere). A backend may name a later start, in one
-    of two forms: `attempt.valid_from`, when the request that last started the lease's TTL on the server went out
-    (etcd: the lease's grant or refresh, sent once its turn came in the client's queue; decision
-    2026-12-05-etcd-burst), earlier than the attempt's start if the TTL was started before it; or
-    `attempt.held_back`, seconds from the attempt's start until the granted request's round started, nothing of it
-    sent before (Redlock: a turn, a wake-up, earlier rounds; decision 2026-12-05-redlock-burst). Never past `now`:
-    a start in the future is no sending at all, and the attempt's start is used.
+    `attempt_sent`: when the attempt began. A backend may name when the request that last started the lease's TTL
+    went out, `attempt.valid_from` (decisions 2026-12-05-etcd-burst, 2026-12-05-redlock-burst): later than the
+    attempt's start if it waited in the client first, earlier if the TTL was started before. Never past `now`: a
+    start in the future is no sending at all, and the attempt's start is used.
     """
-    if attempt.valid_from is not None:
-        return attempt_sent if attempt.valid_from > now else attempt.valid_from
-    return min(attempt_sent + max(attempt.held_back, 0.0), now)
+    if attempt.valid_from is None or attempt.valid_from > now:
+        return attempt_sent
+    return attempt.valid_from
 
 
 OVERHANG_MAX = 4.0

@@ -6,7 +6,7 @@ those connections carry waited in the client for a connection, and its node time
 counted as failed, and acquires failed (issue 14). A round (an acquire's, a release's, an extend's) therefore starts
 only when it has a turn: at most `ROUNDS_AT_ONCE` of one client's rounds run at once, and the others wait for theirs
 in arrival order (a held lease's and an attempt's next round first), *before* their clock starts. A lease's validity
-counts from the start of the round that granted it (`Attempt.held_back`), so time spent waiting here is not taken
+counts from the start of the round that granted it (`Attempt.valid_from`), so time spent waiting here is not taken
 from it. Why: docs/decisions/2026-12-05-redlock-burst.md.
 
 No I/O and no threads here: the caller holds one lock around every call and wakes the waiter a call returns.

@@ -216,9 +216,10 @@ def _redlock(targets: list[str | Redis], *, prefix: str, node_timeout: float | N
         where_each.append(found)
         clients.append(client)
         shown.append(where)
+    clock = lease_clock  # one clock for the client and its backend's grants
     return Locks(RedlockBackend(clients, owns_clients=not all(given), shown=shown, prefix=prefix,
                                           node_timeout=node_timeout, repair=repair, repair_delay=repair_delay,
-                                          places=where_each))
+                                          places=where_each, clock=clock), clock=clock)
 
 
 def _places(client: Redis) -> set[str]:
