@@ -58,9 +58,11 @@ def test_fair_waiters_cancelled_or_timing_out_at_random_leave_the_queue_usable(s
             inside.append(i)
             if len(inside) > 1:
                 overlaps.append(tuple(inside))
-            await asyncio.sleep(rng.uniform(0.0, 0.03))
-            inside.remove(i)
-            await lease.release()
+            try:
+                await asyncio.sleep(rng.uniform(0.0, 0.03))
+            finally:  # (a holder cancelled here still gives the lock back: only the waiters are under test)
+                inside.remove(i)
+                await asyncio.shield(lease.release())
 
         try:
             holder = await one.acquire(name, ttl=5.0, wait=0)
@@ -109,6 +111,7 @@ def test_threads_of_one_client_keep_working_across_a_server_restart(server: Redi
     locks = fencelock.connect(_url(server))
     stop = threading.Event()
     restarted = threading.Event()
+    killing = threading.Event()
     errors: list[BaseException] = []
     before: list[int] = []
     after: dict[int, list[int]] = {i: [] for i in range(8)}
@@ -116,10 +119,13 @@ def test_threads_of_one_client_keep_working_across_a_server_restart(server: Redi
     def worker(i: int) -> None:
         name = "probe:threads:shared" if i % 2 else f"probe:threads:{i}"
         while not stop.is_set():
-            was_restarted = restarted.is_set()
+            started_after = restarted.is_set()  # (this acquire began once the server was back)
             try:
                 with locks.lock(name, ttl=1.0, wait=2.0) as lease:
-                    (after[i] if was_restarted else before).append(lease.fence)
+                    if started_after:
+                        after[i].append(lease.fence)
+                    elif not killing.is_set():  # (granted before the kill began)
+                        before.append(lease.fence)
                     time.sleep(0.01)
             except fencelock.LockError:
                 time.sleep(0.01)
@@ -131,6 +137,7 @@ def test_threads_of_one_client_keep_working_across_a_server_restart(server: Redi
     for thread in threads:
         thread.start()
     time.sleep(0.5)
+    killing.set()
     server.kill()
     time.sleep(0.3)
     server.restart()
@@ -442,4 +449,68 @@ def test_zookeeper_a_holders_expired_session_is_a_loss_told_once_and_the_client_
         again.release()
     finally:
         holder.close()
+        other.close()
+
+
+# -- a lease outlives its client's close() -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["cluster", "redlock", "etcd"])
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_a_lease_granted_before_close_can_still_be_extended_and_released(shared_deployments: Any, kind: str,
+                                                                         front: str) -> None:
+    """Decision 2026-12-03-client-lifetime: "Leases it granted before may still be extended and released" (the
+    README: leases still held expire by TTL; a release is then the holder's own choice). After close(), extend
+    and release work and the server holds no key of it: on every backend, not only on a single Redis."""
+    deployment = shared_deployments.get(kind)
+    name = f"probe:closed:{kind}:{front}"
+    if front == "sync":
+        locks = deployment.connect()
+        lease = locks.acquire(name, ttl=5.0, wait=0)
+        locks.close()
+        lease.extend()
+        assert deployment.holder(name) == lease.token
+        lease.release()
+    else:
+        async def main() -> None:
+            locks = deployment.aconnect()
+            lease = await locks.acquire(name, ttl=5.0, wait=0)
+            await locks.aclose()
+            await lease.extend()
+            assert deployment.holder(name) == lease.token
+            await lease.release()
+
+        asyncio.run(main())
+    assert deployment.holder(name) is None
+
+
+@pytest.mark.parametrize("front", ["sync", "asyncio"])
+def test_zookeeper_a_lease_whose_node_close_deleted_claims_no_validity(zk: Any, front: str) -> None:
+    """ZooKeeper's close() ends the sessions and "the server deletes every node they still hold at once"
+    (docs/design/zookeeper.md). The next holder can then be granted at once, so the old lease must no longer claim
+    validity: never two leases that both claim it (`held`, `ensure()`, `remaining()`)."""
+    name = f"probe:zk:closed:{front}"
+    calls: list[object] = []
+    other = zk.connect()
+    try:
+        if front == "sync":
+            locks = zk.connect()
+            lease = locks.acquire(name, ttl=10.0, wait=0, on_lost=calls.append)
+            locks.close()
+        else:
+            async def main() -> Any:
+                alocks = zk.aconnect()
+                alease = await alocks.acquire(name, ttl=10.0, wait=0, on_lost=calls.append)
+                await alocks.aclose()
+                return alease
+
+            lease = asyncio.run(main())
+        nxt = other.acquire(name, ttl=10.0, wait=2.0)
+        both = lease.held and nxt.held
+        assert not both, f"two leases claim validity: {lease!r} and {nxt!r}"
+        with pytest.raises(fencelock.LockLost):
+            lease.ensure()
+        assert lease.remaining() == 0.0
+        assert calls == [lease]
+        nxt.release()
+    finally:
         other.close()
