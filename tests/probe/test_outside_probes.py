@@ -560,3 +560,31 @@ def test_a_lease_extended_and_released_after_its_client_closed_leaves_no_connect
     assert deployment.holder(name) is None
     time.sleep(0.1)
     assert ours() == 0
+
+
+def test_zookeeper_asyncio_a_lock_body_is_cancelled_with_lock_lost_when_another_task_closes_its_client(
+        zk: Any) -> None:
+    """asyncio: "the body of `async with locks.lock(...)` is cancelled at once and the cancellation surfaces as
+    LockLost" when the lease is lost; a close() by another task (a shutdown) loses it on ZooKeeper. The body ends
+    promptly with LockLost, and the exit never hangs on the closed client."""
+    name = "probe:zk:closed:body"
+
+    async def main() -> None:
+        locks = zk.aconnect()
+        entered = asyncio.Event()
+
+        async def body() -> None:
+            async with locks.lock(name, ttl=10.0, wait=0):
+                entered.set()
+                await asyncio.sleep(30)
+
+        task = asyncio.ensure_future(body())
+        await entered.wait()
+        await locks.aclose()
+        started = time.monotonic()
+        with pytest.raises(fencelock.LockLost):
+            await asyncio.wait_for(task, 5.0)
+        assert time.monotonic() - started < 2.0
+
+    asyncio.run(main())
+    assert zk.holder(name) is None
