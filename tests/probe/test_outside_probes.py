@@ -588,3 +588,58 @@ def test_zookeeper_asyncio_a_lock_body_is_cancelled_with_lock_lost_when_another_
 
     asyncio.run(main())
     assert zk.holder(name) is None
+
+
+def test_fair_threads_timing_out_at_random_leave_the_queue_usable(server: RedisServer) -> None:
+    """The threaded twin of the fair churn: threads of two sync clients queue fairly with random waits while the
+    lock changes hands; none is granted twice or beside another, and afterwards a newcomer gets the free lock at
+    once."""
+    name = "probe:fair:threads"
+    rng = random.Random(7)
+    one, two = fencelock.connect(server.url), fencelock.connect(server.url)
+    guard = threading.Lock()
+    inside: list[int] = []
+    granted: list[int] = []
+    overlaps: list[tuple[int, ...]] = []
+    odd: list[BaseException] = []
+    waits = [rng.choice([0.05, 0.2, 0.6, 3.0]) for _ in range(20)]
+    holds = [rng.uniform(0.0, 0.03) for _ in range(20)]
+
+    def waiter(i: int) -> None:
+        try:
+            with (one if i % 2 else two).lock(name, ttl=5.0, wait=waits[i], fair=True):
+                with guard:
+                    granted.append(i)
+                    inside.append(i)
+                    if len(inside) > 1:
+                        overlaps.append(tuple(inside))
+                time.sleep(holds[i])
+                with guard:
+                    inside.remove(i)
+        except fencelock.NotAcquired:
+            pass
+        except BaseException as exc:
+            odd.append(exc)
+
+    try:
+        holder = one.acquire(name, ttl=5.0, wait=0)
+        threads = [threading.Thread(target=waiter, args=(i,), daemon=True) for i in range(20)]
+        for thread in threads:
+            thread.start()
+            time.sleep(rng.uniform(0.0, 0.02))
+        time.sleep(0.1)
+        holder.release()
+        for thread in threads:
+            thread.join(timeout=15.0)
+        assert not any(t.is_alive() for t in threads)
+        assert odd == []
+        assert overlaps == []
+        assert len(granted) == len(set(granted))
+        with fencelock.connect(server.url) as third:
+            started = time.monotonic()
+            third.acquire(name, ttl=5.0, wait=3.0, fair=True).release()
+            took = time.monotonic() - started
+        assert took < 0.5, f"a fair newcomer on a free lock waited {took:.2f} s"
+    finally:
+        one.close()
+        two.close()
