@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins
 import secrets
 import threading
+import weakref
 from functools import partial
 from types import TracebackType
 from typing import Protocol
@@ -114,6 +115,10 @@ class AsyncLocks:
         self._acquiring_lock = threading.Lock()
         self._drained = Signal()  # set once the client is closed and no acquire is in flight
         self._loop: object = _UNUSED  # the event loop this client belongs to, from its first use
+        # Where closing the client frees its locks on the server (ZooKeeper: a session's nodes go with it), the
+        # leases it granted, so that aclose can mark those still held lost before the next holder may be granted.
+        self._ends_leases = bool(getattr(backend, "close_ends_leases", False))
+        self._leases: weakref.WeakSet[AsyncLease] = weakref.WeakSet()
 
     @property
     def backend(self) -> AsyncBackend:
@@ -218,6 +223,9 @@ class AsyncLocks:
                                        watchdog=self._watchdog, renew_every=renew_every, on_lost=on_lost)
                     if renew_every is not None or on_lost is not None:
                         self._watchdog.watch(lease)
+                    if self._ends_leases:
+                        with self._acquiring_lock:
+                            self._leases.add(lease)
                     waited = clock() - plan.started
                     emit("grant", name, kind, "acquire", fence=step.fence, waited=waited, duration=waited)
                     return lease
@@ -380,8 +388,21 @@ class AsyncLocks:
         if self._loop is _UNUSED or self._loop is event_loop():
             await self._drained.wait(min(self._backend.block_cap + 1.0, DRAIN_LIMIT))
         await self._watchdog.aclose()
+        if self._ends_leases:
+            self._end_leases()
         await self._backend.aclose()
         self._finished = True
+
+    def _end_leases(self) -> None:
+        """The backend's close frees the locks of the leases still held (ZooKeeper deletes a session's nodes): they
+        are lost now, before it does, so that no lease of this client claims a lock the next holder may be granted
+        (their `on_lost` runs here; an asyncio `lock()` body is cancelled with `LockLost`)."""
+        with self._acquiring_lock:
+            held = [lease for lease in self._leases if lease._life.state is State.HELD]
+            self._leases.clear()
+        for lease in held:
+            lease._lose("its client was closed, and the server deleted its lock with the client's session", "close")
+            lease._told()
 
     async def __aenter__(self) -> AsyncLocks:
         return self

@@ -308,6 +308,16 @@ class AsyncRedlockBackend(RedlockNodes):
         return decide(map(node_answer, done.values()), self._n) is not None
 
     async def release(self, name: str, token: str, fence: int) -> Released:
+        """After `aclose` (a lease of the closed client released), the connections it made are closed again after
+        it, as on one Redis (`AsyncRedisBackend._run`)."""
+        if not self._closed:
+            return await self._release(name, token, fence)
+        try:
+            return await self._release(name, token, fence)
+        finally:
+            await self.aclose()
+
+    async def _release(self, name: str, token: str, fence: int) -> Released:
         keys = redis_keys(name, self._prefix)
         script_keys, args = [keys.lock, keys.fence, keys.waiters, keys.wake], [token, fence]
         requests = [ScriptRequest(channel, REDLOCK_RELEASE, script_keys, args) for channel in self._channels]
@@ -326,6 +336,16 @@ class AsyncRedlockBackend(RedlockNodes):
         return outcome
 
     async def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
+        """After `aclose` (a lease of the closed client extended), the connections it made are closed again after
+        it, as `release` does."""
+        if not self._closed:
+            return await self._extend(name, token, fence, ttl_ms)
+        try:
+            return await self._extend(name, token, fence, ttl_ms)
+        finally:
+            await self.aclose()
+
+    async def _extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         check_ttl_within(ttl_ms, self._repair_delay_ms, name)
         keys = redis_keys(name, self._prefix)
         script_keys, args = [keys.lock, keys.fence, self._ttls, self._marker, self._incarnation], [token, ttl_ms, fence]

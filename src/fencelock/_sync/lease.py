@@ -69,8 +69,25 @@ class _Release:
 class Lease:
     """One granted acquisition of a lock: its name, token and fence, and the right to extend or release it."""
 
-    __slots__ = ("_backend", "_clock", "_granted_at", "_life", "_loop", "_on_lost", "_pid", "_releasing", "_task",
-                 "_tell", "_watchdog", "_watched", "fence", "name", "token", "ttl")
+    __slots__ = (
+        "__weakref__",
+        "_backend",
+        "_clock",
+        "_granted_at",
+        "_life",
+        "_loop",
+        "_on_lost",
+        "_pid",
+        "_releasing",
+        "_task",
+        "_tell",
+        "_watchdog",
+        "_watched",
+        "fence",
+        "name",
+        "token",
+        "ttl",
+    )
 
     def __init__(self, backend: Backend, clock: Clock, name: str, token: str, fence: int, ttl: float,
                  valid_until: float, *, watchdog: Watchdog, renew_every: float | None = None,

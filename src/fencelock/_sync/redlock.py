@@ -309,6 +309,16 @@ class RedlockBackend(RedlockNodes):
         return decide(map(node_answer, done.values()), self._n) is not None
 
     def release(self, name: str, token: str, fence: int) -> Released:
+        """After `close` (a lease of the closed client released), the connections it made are closed again after
+        it, as on one Redis (`RedisBackend._run`)."""
+        if not self._closed:
+            return self._release(name, token, fence)
+        try:
+            return self._release(name, token, fence)
+        finally:
+            self.close()
+
+    def _release(self, name: str, token: str, fence: int) -> Released:
         keys = redis_keys(name, self._prefix)
         script_keys, args = [keys.lock, keys.fence, keys.waiters, keys.wake], [token, fence]
         requests = [ScriptRequest(channel, REDLOCK_RELEASE, script_keys, args) for channel in self._channels]
@@ -327,6 +337,16 @@ class RedlockBackend(RedlockNodes):
         return outcome
 
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
+        """After `close` (a lease of the closed client extended), the connections it made are closed again after
+        it, as `release` does."""
+        if not self._closed:
+            return self._extend(name, token, fence, ttl_ms)
+        try:
+            return self._extend(name, token, fence, ttl_ms)
+        finally:
+            self.close()
+
+    def _extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         check_ttl_within(ttl_ms, self._repair_delay_ms, name)
         keys = redis_keys(name, self._prefix)
         script_keys, args = [keys.lock, keys.fence, self._ttls, self._marker, self._incarnation], [token, ttl_ms, fence]

@@ -42,6 +42,7 @@ class ZooKeeperQueue(ZooKeeperRequests):
         self.block_cap = BLOCK_CAP
         self.supports_fair = True   # every waiter is served in arrival order, fair=True or not
         self.always_queues = True
+        self.close_ends_leases = True  # closing a session deletes its nodes: a held lease is lost at close()
         self._queued: dict[tuple[str, str], Node] = {}   # waiting, by (name, token)
         self._held: dict[tuple[str, str], Node] = {}     # granted, by (name, token)
         self._sent: set[tuple[str, str]] = set()          # a create went out, no answer yet: a retry looks first
