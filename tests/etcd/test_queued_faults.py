@@ -88,7 +88,7 @@ def test_a_fault_while_etcd_requests_are_queued(own_etcd_server: EtcdServer, fau
             proxy = stack.enter_context(FaultProxy("127.0.0.1", server.members[0].client_port, name="queued-etcd",
                                                    framing=HTTP))
             url = f"etcd://127.0.0.1:{proxy.port}?timeout={SOCKET_TIMEOUT}"
-            network = Network(fault, [proxy], "acquire", late=LATE_BY, spread=40)
+            network = Network(fault, [proxy], "acquire", late=LATE_BY, count=12, spread=12)
         _queued_fault(server, fault, url, network)
 
 

@@ -113,7 +113,7 @@ def test_a_fault_while_acquires_are_queued_in_the_client(server: RedisServer, fa
         if fault in NETWORK:
             proxy = stack.enter_context(proxied(server))
             url = f"redis://127.0.0.1:{proxy.port}/0?socket_timeout={SOCKET_TIMEOUT}"
-            network = Network(fault, [proxy], "acquire", late=LATE_BY, spread=150)
+            network = Network(fault, [proxy], "acquire", late=LATE_BY, count=20, spread=25)
         _queued_fault(server, fault, names, lost, url, network)
 
 

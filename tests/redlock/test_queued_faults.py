@@ -119,7 +119,7 @@ def test_a_fault_while_redlock_rounds_are_queued(nodes: RedisNodes, fault: str) 
         if fault in NETWORK:
             proxies = [stack.enter_context(proxied(node)) for node in nodes.nodes]
             urls = [f"redis://127.0.0.1:{proxy.port}/0?socket_timeout={SOCKET_TIMEOUT}" for proxy in proxies]
-            network = Network(fault, proxies, "redlock_acquire", late=LATE_BY, count=3, spread=150)
+            network = Network(fault, proxies, "redlock_acquire", late=LATE_BY, count=10, spread=40)
         _queued_fault(nodes, fault, names, lost, urls, network)
 
 
