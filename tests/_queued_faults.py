@@ -3,17 +3,27 @@ it (issue 14, decision 2026-12-05-queued-faults): shared by the Redis, Redlock a
 
 `burst` starts `ours` acquires through one client (`locks`) and, at once, a competing client's acquires of part of
 the same names; once requests wait in the client's queue (`queued() > 0`), it injects `fault`, and collects each
-call's outcome. The checks read the servers through the test's own clients (`kept`)."""
+call's outcome. The checks read the servers through the test's own clients (`kept`).
+
+`Network` does the network's faults instead (decision 2026-12-05-queued-network-faults): the client under test
+connects through `FaultProxy`s (the rival and the checks straight to the servers), and rules fault some of the
+burst's requests as they leave the client's queue: a reply lost, the connection then reset (`reset_after`); a reply
+lost, the client left to time out (`lose`); a reply held back past the client's socket timeout, then delivered
+(`late`); the connection reset before the request reaches the server (`reset_before`); the idle connections
+closed by the server, and the next requests meeting a connection the server closed as they came (`idle`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fencelock import LockError
+from fencelock import LockError, _scripts
+from fencelock.testing.faults import CLOSE, LATE, LOSE, RESET_AFTER, RESET_BEFORE, FaultProxy, Request, Rule
+from fencelock.testing.servers import RedisServer
 
 
 @dataclass
@@ -149,3 +159,70 @@ async def inject(fault: str, tasks: list[asyncio.Task[Outcome]], locks: Any, *, 
             task.cancel()
     else:
         await locks.aclose()
+
+
+NETWORK = ["reset_after", "lose", "late", "reset_before", "idle"]
+"""The network's faults (`Network`), as the single-request fault matrix has them (tests/matrix/cells.py)."""
+
+SOCKET_TIMEOUT = 1.0
+"""Redis clients under test behind a proxy: a lost reply costs one this long (etcd's: its URL's `timeout`)."""
+LATE_BY = 1.5
+"""A late reply comes this long after the server's: past `SOCKET_TIMEOUT`."""
+
+_KINDS = {"reset_after": RESET_AFTER, "lose": LOSE, "late": LATE, "reset_before": RESET_BEFORE, "idle": CLOSE}
+
+
+class Network:
+    """The network fault `fault` on the requests named `match` that pass `proxies` (every client connection of the
+    client under test): `count` of them per proxy, the first as the fault is injected, the others every `spread`
+    requests after it, so that they come while the client's queue drains; a late reply comes `late` seconds
+    after the server's (past the client's socket timeout). `idle` first closes every idle connection, as a
+    server's idle timeout does, then closes connections under the next requests as they come (FIN, not run)."""
+
+    def __init__(self, fault: str, proxies: list[FaultProxy], match: str, *, late: float, count: int = 4,
+                 spread: int = 25) -> None:
+        self.fault, self.proxies, self.match = fault, proxies, match
+        self.late, self.count, self.spread = late, count, spread
+        self.rules: list[Rule] = []
+        self.depths: list[int] = []  # the client's queue as each rule fired
+        self.closed = 0
+
+    async def inject(self, queued: Callable[[], int]) -> None:
+        """Arm the rules (and close the idle connections); return once every rule fired, or after 5 s."""
+        def hit(request: Request) -> None:  # (on the proxy's thread: a deque's length, read without its lock)
+            self.depths.append(queued())
+        kind = _KINDS[self.fault]
+        for proxy in self.proxies:
+            for i in range(self.count):
+                self.rules.append(proxy.arm(Rule(kind, self.match, nth=1 + i * self.spread, on_hit=hit,
+                                                 delay=self.late if kind == LATE else 0.0)))
+        if self.fault == "idle":
+            for proxy in self.proxies:
+                self.closed += await asyncio.to_thread(proxy.close_idle)
+        deadline = time.monotonic() + 5.0
+        for rule in self.rules:
+            await asyncio.to_thread(rule.hit.wait, max(0.0, deadline - time.monotonic()))
+
+    def end(self) -> str:
+        """Disarm what did not fire; what went wrong with the fault itself ("" if nothing): a rule that never
+        fired, or one that fired with nothing queued in the client."""
+        for proxy in self.proxies:
+            proxy.clear()
+        unfired = [rule for rule in self.rules if not rule.hit.is_set()]
+        if unfired:
+            return f"{len(unfired)} of {len(self.rules)} {self.fault} faults on {self.match!r} never fired"
+        if not self.rules or min(self.depths, default=0) == 0:
+            return f"a {self.fault} fault came with nothing queued in the client (queue at each: {self.depths})"
+        return ""
+
+
+@contextlib.contextmanager
+def proxied(server: RedisServer) -> Iterator[FaultProxy]:
+    """A proxy in front of a Redis `server`; every fencelock script is loaded first, so that a fault meets the
+    request that does the work, not a NOSCRIPT answer before it."""
+    client: Any = server.client()
+    for lua in vars(_scripts).values():
+        if isinstance(lua, _scripts.Lua):
+            client.script_load(lua.source)
+    with FaultProxy("127.0.0.1", server.port, name=f"queued-{server.port}") as proxy:
+        yield proxy

@@ -7,6 +7,11 @@ same names (its waiters share a watch per name), and while requests wait for the
 read by the test, shows: no two leases of a name claim validity, none claims more than its etcd lease keeps (whole
 seconds), errors are fencelock errors naming the lock within a bound, a held lease is kept or reported lost, no
 key of a call that failed or was cancelled outlives its TTL, and the admission slots drain.
+
+The network's faults (`NETWORK`: a reply lost or late, a connection reset before or after its request, idle
+connections closed) hit some of the burst's `acquire` transactions as they leave the admission queue: the client
+under test connects through a `FaultProxy` (HTTP), the rival and the checks straight to the server; the held
+lease is kept throughout.
 """
 
 from __future__ import annotations
@@ -24,8 +29,14 @@ import pytest
 import fencelock.aio
 from fencelock._etcd.rules import name_dir, range_end
 from fencelock.testing.etcd import EtcdServer
+from fencelock.testing.faults import FaultProxy
+from fencelock.testing.framing import HTTP
 from tests._queued_faults import (
+    LATE_BY,
+    NETWORK,
+    SOCKET_TIMEOUT,
     Burst,
+    Network,
     burst,
     check_claims,
     check_errors,
@@ -68,9 +79,20 @@ def _kept(server: EtcdServer, stem: str) -> Any:
     return kept
 
 
-@pytest.mark.parametrize("fault", ["pause_long", "pause_cancel", "pause_close", "cancel"])
+@pytest.mark.parametrize("fault", ["pause_long", "pause_cancel", "pause_close", "cancel", *NETWORK])
 def test_a_fault_while_etcd_requests_are_queued(own_etcd_server: EtcdServer, fault: str) -> None:
     server = own_etcd_server
+    with contextlib.ExitStack() as stack:
+        url, network = server.url, None
+        if fault in NETWORK:
+            proxy = stack.enter_context(FaultProxy("127.0.0.1", server.members[0].client_port, name="queued-etcd",
+                                                   framing=HTTP))
+            url = f"etcd://127.0.0.1:{proxy.port}?timeout={SOCKET_TIMEOUT}"
+            network = Network(fault, [proxy], "acquire", late=LATE_BY, count=12, spread=12)
+        _queued_fault(server, fault, url, network)
+
+
+def _queued_fault(server: EtcdServer, fault: str, url: str, network: Network | None) -> None:
     stem = f"eq:{fault}:"
     names = [f"{stem}{i}" for i in range(COUNT)]
     lost = threading.Event()
@@ -78,7 +100,7 @@ def test_a_fault_while_etcd_requests_are_queued(own_etcd_server: EtcdServer, fau
     fault_at = functools.partial(inject, fault, pause=server.pause, resume=server.resume)
 
     async def main() -> tuple[Burst, bool, float, str]:
-        async with fencelock.aio.connect(server.url) as locks, fencelock.aio.connect(server.url) as rival:
+        async with fencelock.aio.connect(url) as locks, fencelock.aio.connect(server.url) as rival:
             keeper = await locks.acquire(f"keeper:{fault}", ttl=3.0, wait=0, renew=True,
                                          on_lost=lambda lease: lost.set())
             gateway = locks.backend._gateway  # type: ignore[attr-defined]
@@ -87,7 +109,9 @@ def test_a_fault_while_etcd_requests_are_queued(own_etcd_server: EtcdServer, fau
                 return int(gateway._admission.waiting)
 
             result = await burst(locks, rival, names, CONTESTED, TTL, WAIT, queued,
-                                 lambda tasks: fault_at(tasks, locks), LIMIT)
+                                 lambda tasks: network.inject(queued) if network else fault_at(tasks, locks), LIMIT)
+            failed = network.end() if network else ""
+            assert not failed, failed
             check_errors(result, LIMIT)
             await asyncio.to_thread(check_claims, result, _kept(server, stem), 1.0)
             kept = keeper.held
@@ -109,7 +133,7 @@ def test_a_fault_while_etcd_requests_are_queued(own_etcd_server: EtcdServer, fau
     result, kept, after, state = asyncio.run(main())
     assert result.queued_at_fault > 0, "no request waited for its turn when the fault came"
     assert kept != lost.is_set(), f"the keeper: held={kept}, on_lost fired={lost.is_set()}"
-    if fault == "cancel":
+    if fault in ("cancel", *NETWORK):
         assert kept, "the held lease was lost through a fault that does not stop its server"
     if not fault.endswith("close"):
         assert len(result.granted()) > CONTESTED, "the burst was not served"

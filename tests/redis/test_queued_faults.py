@@ -7,6 +7,11 @@ killed (`CLIENT KILL TYPE normal`), half the queued callers are cancelled, or th
 then checks: no two valid leases of a name, no lease claims more than the key's PTTL, every error a fencelock error
 naming its lock and within a bound, a held lease's renewals kept (or its loss reported), no key left by a call that
 failed or was cancelled beyond its TTL, and the channel's queue and counters back to zero.
+
+The network's faults (`NETWORK`: a reply lost or late, a connection reset before or after its request, idle
+connections closed) hit some of the burst's acquires as they leave the queue: the client under test then connects
+through a `FaultProxy`, the rival and the checks straight to the server, and the same checks hold, the held lease
+kept throughout (the server never stops).
 """
 
 from __future__ import annotations
@@ -27,12 +32,17 @@ from fencelock._redis.channel import BLOCKING
 from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisServer
 from tests._queued_faults import (
+    LATE_BY,
+    NETWORK,
+    SOCKET_TIMEOUT,
     Burst,
+    Network,
     Outcome,
     burst,
     check_claims,
     check_errors,
     inject,
+    proxied,
     release_all,
     settle,
 )
@@ -93,16 +103,27 @@ def _state(channel: Any) -> str:
             f"placing={len(channel._placing)} blocking={BLOCKING.blocking(channel)}")
 
 
-@pytest.mark.parametrize("fault", ["pause", "pause_long", "pause_cancel", "pause_close", "kill", "cancel", "close"])
+@pytest.mark.parametrize("fault", ["pause", "pause_long", "pause_cancel", "pause_close", "kill", "cancel", "close",
+                                   *NETWORK])
 def test_a_fault_while_acquires_are_queued_in_the_client(server: RedisServer, fault: str) -> None:
     names = [f"q:{fault}:{i}" for i in range(COUNT)]
     lost = threading.Event()
+    with contextlib.ExitStack() as stack:
+        url, network = server.url, None
+        if fault in NETWORK:
+            proxy = stack.enter_context(proxied(server))
+            url = f"redis://127.0.0.1:{proxy.port}/0?socket_timeout={SOCKET_TIMEOUT}"
+            network = Network(fault, [proxy], "acquire", late=LATE_BY, count=20, spread=25)
+        _queued_fault(server, fault, names, lost, url, network)
 
+
+def _queued_fault(server: RedisServer, fault: str, names: list[str], lost: threading.Event, url: str,
+                  network: Network | None) -> None:
     fault_at = functools.partial(inject, fault, pause=server.pause, resume=server.resume,
                        kill=lambda: server.client().client_kill_filter(_type="normal"))
 
     async def main() -> tuple[Burst, bool, float, str]:
-        async with fencelock.aio.connect(server.url) as locks, fencelock.aio.connect(server.url) as rival:
+        async with fencelock.aio.connect(url) as locks, fencelock.aio.connect(server.url) as rival:
             keeper = await locks.acquire(f"keeper:{fault}", ttl=3.0, wait=0, renew=True,
                                          on_lost=lambda lease: lost.set())
             channel = locks.backend._channel  # type: ignore[attr-defined]
@@ -111,7 +132,9 @@ def test_a_fault_while_acquires_are_queued_in_the_client(server: RedisServer, fa
                 return len(channel._queues[0]) + len(channel._queues[1])
 
             result = await burst(locks, rival, names, CONTESTED, TTL, WAIT, queued,
-                                 lambda tasks: fault_at(tasks, locks), LIMIT)
+                                 lambda tasks: network.inject(queued) if network else fault_at(tasks, locks), LIMIT)
+            failed = network.end() if network else ""
+            assert not failed, failed
             check_errors(result, LIMIT)
             check_claims(result, _kept(server))
             kept = keeper.held
@@ -132,7 +155,7 @@ def test_a_fault_while_acquires_are_queued_in_the_client(server: RedisServer, fa
     result, kept, after, state = asyncio.run(main())
     assert result.queued_at_fault > 0, "nothing was queued in the client when the fault came"
     assert kept != lost.is_set(), f"the keeper: held={kept}, on_lost fired={lost.is_set()}"
-    if fault in ("kill", "cancel"):
+    if fault in ("kill", "cancel", *NETWORK):
         assert kept, "the held lease was lost through a fault that does not stop its server"
     assert not state, f"the channel did not drain: {state}"
     assert after < 2.0

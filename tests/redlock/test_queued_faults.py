@@ -7,6 +7,11 @@ every client connection of one node is killed, half the queued callers are cance
 test client reading every node checks: no two leases of a name claim validity, none claims more than every quorum
 node keeps (PTTL), errors are fencelock errors naming their lock and come within a bound, a held lease is kept or
 reported lost, no key (a minority's either) outlives its TTL, and the turns and channels drain.
+
+The network's faults (`NETWORK`: a reply lost or late, a connection reset before or after its request, idle
+connections closed) hit some of the rounds' requests to every node as they leave the turns' queue: the client under
+test connects through a `FaultProxy` per node, the rival and the checks straight to the nodes; the held lease is
+kept throughout.
 """
 
 from __future__ import annotations
@@ -26,11 +31,16 @@ from fencelock._redis.channel import BLOCKING
 from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisNodes
 from tests._queued_faults import (
+    LATE_BY,
+    NETWORK,
+    SOCKET_TIMEOUT,
     Burst,
+    Network,
     burst,
     check_claims,
     check_errors,
     inject,
+    proxied,
     release_all,
     settle,
 )
@@ -100,17 +110,27 @@ def _state(backend: Any) -> str:
                         f"placing={len(ch._placing)} blocking={BLOCKING.blocking(ch)}" for ch in backend._channels))
 
 
-@pytest.mark.parametrize("fault", ["stall", "stall_long", "stall_cancel", "kill", "close"])
+@pytest.mark.parametrize("fault", ["stall", "stall_long", "stall_cancel", "kill", "close", *NETWORK])
 def test_a_fault_while_redlock_rounds_are_queued(nodes: RedisNodes, fault: str) -> None:
     names = [f"rq:{fault}:{i}" for i in range(COUNT)]
     lost = threading.Event()
-    stalled = nodes.nodes[1]
+    with contextlib.ExitStack() as stack:
+        urls, network = nodes.urls, None
+        if fault in NETWORK:
+            proxies = [stack.enter_context(proxied(node)) for node in nodes.nodes]
+            urls = [f"redis://127.0.0.1:{proxy.port}/0?socket_timeout={SOCKET_TIMEOUT}" for proxy in proxies]
+            network = Network(fault, proxies, "redlock_acquire", late=LATE_BY, count=10, spread=40)
+        _queued_fault(nodes, fault, names, lost, urls, network)
 
+
+def _queued_fault(nodes: RedisNodes, fault: str, names: list[str], lost: threading.Event, urls: list[str],
+                  network: Network | None) -> None:
+    stalled = nodes.nodes[1]
     fault_at = functools.partial(inject, fault, pause=stalled.pause, resume=stalled.resume,
                        kill=lambda: stalled.client().client_kill_filter(_type="normal"))
 
     async def main() -> tuple[Burst, bool, float, str]:
-        async with fencelock.aio.connect(nodes.urls) as locks, fencelock.aio.connect(nodes.urls) as rival:
+        async with fencelock.aio.connect(urls) as locks, fencelock.aio.connect(nodes.urls) as rival:
             keeper = await locks.acquire(f"keeper:{fault}", ttl=3.0, wait=0, renew=True,
                                          on_lost=lambda lease: lost.set())
             backend = locks.backend
@@ -119,7 +139,9 @@ def test_a_fault_while_redlock_rounds_are_queued(nodes: RedisNodes, fault: str) 
                 return len(backend._turns)  # type: ignore[attr-defined]
 
             result = await burst(locks, rival, names, CONTESTED, TTL, WAIT, queued,
-                                 lambda tasks: fault_at(tasks, locks), LIMIT)
+                                 lambda tasks: network.inject(queued) if network else fault_at(tasks, locks), LIMIT)
+            failed = network.end() if network else ""
+            assert not failed, failed
             check_errors(result, LIMIT)
             check_claims(result, _kept(nodes))
             kept = keeper.held
