@@ -454,13 +454,7 @@ def test_zookeeper_a_holders_expired_session_is_a_loss_told_once_and_the_client_
 
 # -- a lease outlives its client's close() -----------------------------------------------------------------------
 
-ETCD_CLOSED = pytest.mark.xfail(strict=True, raises=fencelock.BackendError, reason=(
-    "etcd: close() closes the gateway for good, so a lease's extend and release after it raise BackendError "
-    "('keep-alive failed on etcd ...: this client is closed') and its key waits for the TTL, where Redis, Cluster "
-    "and Redlock extend and release it (decision 2026-12-03-client-lifetime)"))
-
-
-@pytest.mark.parametrize("kind", ["cluster", "redlock", pytest.param("etcd", marks=ETCD_CLOSED)])
+@pytest.mark.parametrize("kind", ["cluster", "redlock", "etcd"])
 @pytest.mark.parametrize("front", ["sync", "asyncio"])
 def test_a_lease_granted_before_close_can_still_be_extended_and_released(shared_deployments: Any, kind: str,
                                                                          front: str) -> None:

@@ -8,6 +8,7 @@ layout and what an answer means are in `fencelock._etcd.rules`. How and why: doc
 from __future__ import annotations
 
 import os
+import threading
 from fnmatch import fnmatchcase
 from functools import partial
 from typing import Any
@@ -41,7 +42,7 @@ from .._logic.admission import Urgency
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus
 from .._logic.timing import Clock, Deadline, lease_clock
-from ._concurrency import in_background, unless_given_up
+from ._concurrency import Call, T, in_background, unless_given_up
 from .etcd_gateway import Gateway
 from .etcd_waiting import SharedWatches, Held
 
@@ -70,7 +71,10 @@ class EtcdBackend:
 
     def __init__(self, target: EtcdTarget, *, prefix: str, clock: Clock = lease_clock) -> None:
         self._gateway = Gateway(target, clock)
+        self._target = target
         self._clock = clock  # the client's: every wait here is counted on it
+        self._late_calls = 0  # extends and releases under way after close (`_after_close`)
+        self._late_lock = threading.Lock()  # (never held across an await)
         self._prefix = prefix
         self.shown = self._gateway.shown
         self.block_cap = BLOCK_CAP
@@ -217,9 +221,31 @@ class EtcdBackend:
 
     # ------------------------------------------------------------------------------------------ release
 
+    def _after_close(self, call: Call[T]) -> T:
+        """A lease granted before close() may still be extended and released (decision 2026-12-03-client-lifetime):
+        such calls go through a gateway opened for them, closed again once the last of them is done."""
+        with self._late_lock:
+            if self._late_calls == 0:
+                self._gateway = Gateway(self._target, self._clock)
+            self._late_calls += 1
+            gateway = self._gateway
+        try:
+            return call()
+        finally:
+            with self._late_lock:
+                self._late_calls -= 1
+                last = self._late_calls == 0
+            if last:
+                gateway.close()
+
     def release(self, name: str, token: str, fence: int) -> Released:
         """Delete our key if it still holds our token (and fence), recording the fence, in one transaction; then
         keep the lease as a spare (it carries no key now) or revoke it."""
+        if self._closed:
+            return self._after_close(partial(self._release, name, token, fence))
+        return self._release(name, token, fence)
+
+    def _release(self, name: str, token: str, fence: int) -> Released:
         directory = name_dir(self._prefix, name)
         held = self._held.get(token)
         if held is None:  # nothing of ours is left on the server (released, or reported lost before)
@@ -254,6 +280,8 @@ class EtcdBackend:
 
     def _keep_spare(self, held: Held) -> bool:
         """Keep the lease of a released acquisition (its key is deleted) for a next one, if there is room."""
+        if self._closed:  # (released after close: nothing will take it)
+            return False
         spare = self._spare.setdefault(held.asked, [])
         if self._spare_pid != os.getpid() or len(spare) >= SPARE_LEASES:
             return False
@@ -265,6 +293,8 @@ class EtcdBackend:
     def extend(self, name: str, token: str, fence: int, ttl_ms: int) -> bool:
         """`lease.extend(ttl=)`: keep our key on its lease, or move it to a lease of the new TTL, longer, or far
         shorter (`lease_too_long`)."""
+        if self._closed:
+            return self._after_close(partial(self._extend, name, token, fence, ttl_ms, shrink=True))
         return self._extend(name, token, fence, ttl_ms, shrink=True)
 
     def _extend(self, name: str, token: str, fence: int, ttl_ms: int, *, shrink: bool) -> bool:
