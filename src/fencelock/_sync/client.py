@@ -118,7 +118,7 @@ class Locks:
         self._loop: object = _UNUSED  # the event loop this client belongs to, from its first use
         # Where closing the client frees its locks on the server (ZooKeeper: a session's nodes go with it), the
         # leases it granted, so that close can mark those still held lost before the next holder may be granted.
-        self._ends_leases = bool(getattr(backend, "close_ends_leases", False))
+        self._ends_leases = False  # (read from the backend at the first grant: nothing is asked of it before)
         self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
 
     @property
@@ -224,7 +224,8 @@ class Locks:
                                        watchdog=self._watchdog, renew_every=renew_every, on_lost=on_lost)
                     if renew_every is not None or on_lost is not None:
                         self._watchdog.watch(lease)
-                    if self._ends_leases:
+                    if getattr(backend, "close_ends_leases", False):
+                        self._ends_leases = True
                         with self._acquiring_lock:
                             self._leases.add(lease)
                     waited = clock() - plan.started
