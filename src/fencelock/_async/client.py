@@ -117,7 +117,6 @@ class AsyncLocks:
         self._loop: object = _UNUSED  # the event loop this client belongs to, from its first use
         # Where closing the client frees its locks on the server (ZooKeeper: a session's nodes go with it), the
         # leases it granted, so that aclose can mark those still held lost before the next holder may be granted.
-        self._ends_leases = False  # (read from the backend at the first grant: nothing is asked of it before)
         self._leases: weakref.WeakSet[AsyncLease] = weakref.WeakSet()
 
     @property
@@ -223,8 +222,7 @@ class AsyncLocks:
                                        watchdog=self._watchdog, renew_every=renew_every, on_lost=on_lost)
                     if renew_every is not None or on_lost is not None:
                         self._watchdog.watch(lease)
-                    if getattr(backend, "close_ends_leases", False):
-                        self._ends_leases = True
+                    if getattr(backend, "close_ends_leases", False):  # (asked only now: after the arguments' checks)
                         with self._acquiring_lock:
                             self._leases.add(lease)
                     waited = clock() - plan.started
@@ -389,8 +387,7 @@ class AsyncLocks:
         if self._loop is _UNUSED or self._loop is event_loop():
             await self._drained.wait(min(self._backend.block_cap + 1.0, DRAIN_LIMIT))
         await self._watchdog.aclose()
-        if self._ends_leases:
-            self._end_leases()
+        self._end_leases()  # (none kept unless the backend's close frees their locks)
         await self._backend.aclose()
         self._finished = True
 

@@ -118,7 +118,6 @@ class Locks:
         self._loop: object = _UNUSED  # the event loop this client belongs to, from its first use
         # Where closing the client frees its locks on the server (ZooKeeper: a session's nodes go with it), the
         # leases it granted, so that close can mark those still held lost before the next holder may be granted.
-        self._ends_leases = False  # (read from the backend at the first grant: nothing is asked of it before)
         self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
 
     @property
@@ -224,8 +223,7 @@ class Locks:
                                        watchdog=self._watchdog, renew_every=renew_every, on_lost=on_lost)
                     if renew_every is not None or on_lost is not None:
                         self._watchdog.watch(lease)
-                    if getattr(backend, "close_ends_leases", False):
-                        self._ends_leases = True
+                    if getattr(backend, "close_ends_leases", False):  # (asked only now: after the arguments' checks)
                         with self._acquiring_lock:
                             self._leases.add(lease)
                     waited = clock() - plan.started
@@ -390,8 +388,7 @@ class Locks:
         if self._loop is _UNUSED or self._loop is event_loop():
             self._drained.wait(min(self._backend.block_cap + 1.0, DRAIN_LIMIT))
         self._watchdog.close()
-        if self._ends_leases:
-            self._end_leases()
+        self._end_leases()  # (none kept unless the backend's close frees their locks)
         self._backend.close()
         self._finished = True
 
