@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import fencelock
+from fencelock._logic.admission import Urgency
 from fencelock.testing.etcd import EtcdServer
 from fencelock.testing.proxy import Proxy
 from tests.conftest import until
@@ -140,6 +141,98 @@ def test_asyncio_an_extend_cancelled_during_its_move_is_settled_by_the_next_rene
             await locks.aclose()
 
     asyncio.run(main())
+
+
+class _LateMove:
+    """The next move of our key (`txn.move` to another lease) is sent, and reaches the server late: the client is
+    told its answer was lost, and the move lands just before the `lands_before`-th request the client sends after
+    it (1: before the settle's read), or at `land()` if the client sent fewer."""
+
+    def __init__(self, locks: Any, lands_before: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        gateway = locks.backend._gateway
+        self._txn, self._revoke = gateway.txn, gateway.revoke
+        self._lands_before = lands_before
+        self._sent_after = 0
+        self.stashed: dict[str, Any] | None = None
+        self.landed: bool | None = None  # whether the late move was applied, once it landed
+
+        def txn(body: dict[str, Any], what: str, name: str | None, urgency: Any, again: bool = True) -> Any:
+            self._count()
+            if self.stashed is None and self.landed is None and _moves_to_another_lease(body, locks, name):
+                self.stashed = body
+                raise fencelock.BackendError("the move's answer was lost (injected)", name=name)
+            return self._txn(body, what, name, urgency, again)
+
+        def revoke(*args: Any, **kwargs: Any) -> Any:
+            self._count()
+            return self._revoke(*args, **kwargs)
+
+        monkeypatch.setattr(gateway, "txn", txn)
+        monkeypatch.setattr(gateway, "revoke", revoke)
+
+    def _count(self) -> None:
+        if self.stashed is not None:
+            self._sent_after += 1
+            if self._sent_after == self._lands_before:
+                self.land()
+
+    def land(self) -> None:
+        if self.stashed is not None:
+            body, self.stashed = self.stashed, None
+            try:
+                self.landed = bool(self._txn(body, "extend", None, Urgency.RENEWAL).get("succeeded"))
+            except fencelock.BackendError:
+                self.landed = False  # its lease was revoked: the server refused it
+
+
+def _moves_to_another_lease(body: dict[str, Any], locks: Any, name: str | None) -> bool:
+    puts = [op["request_put"] for op in body.get("success", ()) if "request_put" in op]
+    helds = list(locks.backend._held.values())
+    return bool(puts) and len(helds) == 1 and int(puts[0].get("lease", 0)) not in (0, helds[0].lease)
+
+
+@pytest.mark.parametrize("lands_before", [1, 2, 3, 4])
+def test_a_move_that_lands_at_any_point_of_its_settling_never_leaves_a_lease_claiming_a_key_the_server_dropped(
+        etcd_server: EtcdServer, name: str, lands_before: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two-worker matrix run (pause, extend to a longer TTL): the move's answer was lost, the settle read our key
+    still on the old lease and revoked the new one, and the move, still on its way, landed in between: the revoke
+    took our key, while the lease claimed 20 s. Here the move lands before each request of the settle in turn, and
+    after all of them. Whatever the order, the lease claims no more than the server keeps, the client knows which
+    lease its key is on, and the lock goes on working: extended, released, and taken next by a waiter."""
+    locks = fencelock.connect(etcd_server.url)
+    other = fencelock.connect(etcd_server.url)
+    granted: list[fencelock.Lease] = []
+    try:
+        lease = locks.acquire(name, ttl=5.0, wait=0, renew=False)
+        waiter = threading.Thread(target=lambda: granted.append(other.acquire(name, ttl=5.0, wait=30.0)))
+        waiter.start()
+        until(lambda: len(keys_of(etcd_server, name)) == 2, 5.0, "the waiter queued")
+        late = _LateMove(locks, lands_before, monkeypatch)
+        try:
+            lease.extend(ttl=20.0)
+        except fencelock.BackendError:
+            pass  # the move's outcome was still unknown to the client, or it was voided: both keep the old lease
+        monkeypatch.undo()
+        late.land()  # (a move still on its way lands now, after the whole settle)
+        assert late.landed is not None, "the test never held a move back"
+        assert lease.held
+        assert not lease.lost
+        ours = [kv for kv in keys_of(etcd_server, name) if kv["value"] == _b64(lease.token)]
+        assert ours, f"the lease claims {lease.remaining():.1f} s, but the server dropped our key"
+        on = int(ours[0]["lease"])
+        assert locks.backend._held[lease.token].lease == on, "the client lost track of the lease our key is on"
+        assert lease.remaining() <= lease_ttl(etcd_server, on) + 1.0  # (the server's TTL is whole seconds)
+        assert not granted
+        lease.extend()  # the lock goes on working, without a rebuilt client (it raises if lost)
+        assert lease.held
+        lease.release()
+        waiter.join(10.0)
+        assert granted
+        assert granted[0].fence > lease.fence
+        granted[0].release()
+    finally:
+        other.close()
+        locks.close()
 
 
 # -- a release sent again -----------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ class _Entry:
     value: bytes
     create_revision: int
     lease: int
+    version: int = 1
 
 
 @dataclass
@@ -56,7 +57,8 @@ class Store:
                     wrote = True
                 old = self.keys.get(key)
                 created = old.create_revision if old else self.revision
-                self.keys[key] = _Entry(_unb64(request.get("value", "")), created, int(request.get("lease", 0)))
+                self.keys[key] = _Entry(_unb64(request.get("value", "")), created, int(request.get("lease", 0)),
+                                        old.version + 1 if old else 1)
                 responses.append({"response_put": {}})
             elif kind == "request_delete_range":
                 key = _unb64(request["key"])
@@ -78,6 +80,8 @@ class Store:
         assert compare["result"] == "EQUAL"
         if compare["target"] == "CREATE":
             return (entry.create_revision if entry else 0) == int(compare.get("create_revision", 0))
+        if compare["target"] == "VERSION":
+            return (entry.version if entry else 0) == int(compare.get("version", 0))
         assert compare["target"] == "VALUE"
         return entry is not None and entry.value == _unb64(compare.get("value", ""))
 
@@ -97,7 +101,8 @@ class Store:
         limit = int(request.get("limit", 0))
         kvs = []
         for key, entry in found[:limit] if limit else found:
-            kv = {"key": base64.b64encode(key).decode(), "create_revision": str(entry.create_revision)}
+            kv = {"key": base64.b64encode(key).decode(), "create_revision": str(entry.create_revision),
+                  "version": str(entry.version)}
             if entry.lease:
                 kv["lease"] = str(entry.lease)
             if entry.value and not request.get("keys_only"):
@@ -209,12 +214,26 @@ def test_move_puts_the_key_on_a_new_lease_and_keeps_its_fence() -> None:
     store = Store()
     mine, _ = _join(store, "job", "a", 1)
     assert mine is not None
-    assert store.txn(txn.move(mine.key, "a", mine.create_revision, 7)).get("succeeded")
+    assert mine.version == 1
+    assert store.txn(txn.move(mine.key, "a", mine.create_revision, 7, 1)).get("succeeded")
     entry = store.keys[mine.key]
-    assert (entry.lease, entry.create_revision, entry.value) == (7, mine.create_revision, b"a")
-    assert not store.txn(txn.move(mine.key, "b", mine.create_revision, 8)).get("succeeded")
-    assert not store.txn(txn.move(mine.key, "a", mine.create_revision + 1, 8)).get("succeeded")
+    assert (entry.lease, entry.create_revision, entry.value, entry.version) == (7, mine.create_revision, b"a", 2)
+    assert not store.txn(txn.move(mine.key, "b", mine.create_revision, 8, 2)).get("succeeded")
+    assert not store.txn(txn.move(mine.key, "a", mine.create_revision + 1, 8, 2)).get("succeeded")
     assert store.keys[mine.key].lease == 7
+
+
+def test_of_two_moves_sent_at_one_version_only_the_first_to_arrive_applies() -> None:
+    """A move whose answer never came, and the put on the old lease that voids it (`_settle`): in either order of
+    arrival, exactly one applies, and a read tells which (the key's lease and version)."""
+    for first, second in ((7, 1), (1, 7)):
+        store = Store()
+        mine, _ = _join(store, "job", "a", 1)
+        assert mine is not None
+        assert store.txn(txn.move(mine.key, "a", mine.create_revision, first, 1)).get("succeeded")
+        assert not store.txn(txn.move(mine.key, "a", mine.create_revision, second, 1)).get("succeeded")
+        [[kv]] = txn.ranges(store.txn(txn.check([mine.key])))
+        assert (kv.lease, kv.version) == (first, 2)
 
 
 def test_force_release_removes_the_holder_it_read_and_no_later_one() -> None:

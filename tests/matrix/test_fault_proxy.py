@@ -160,7 +160,7 @@ def test_etcd_transactions_are_named_by_what_they_do() -> None:
     assert name(txn.join(b"d/1", "t", 7, b"d/")) == "acquire"
     assert name(txn.look(b"d/1", b"d/", 5)) == "look"
     assert name(txn.check([b"d/1"])) == "check"
-    assert name(txn.move(b"d/1", "t", 5, 8)) == "move"
+    assert name(txn.move(b"d/1", "t", 5, 8, 1)) == "move"
     assert name(txn.release(b"d/1", "t", 5, b"d/", b"d")) == "release"
     assert name(txn.count_newer(b"d/", 5)) == "release"
     assert name(txn.force_release(kv, b"d")) == "force_release"

@@ -118,11 +118,12 @@ class Kv(NamedTuple):
     create_revision: int
     lease: int
     value: bytes
+    version: int = 0  # puts since the key was created (1 after its first)
 
 
 def kvs(range_response: dict[str, Any]) -> list[Kv]:
     return [Kv(unb64(kv.get("key")), number(kv.get("create_revision")), number(kv.get("lease")),
-               unb64(kv.get("value"))) for kv in range_response.get("kvs", ())]
+               unb64(kv.get("value")), number(kv.get("version"))) for kv in range_response.get("kvs", ())]
 
 
 GRANT_TRIES = 3

@@ -52,6 +52,11 @@ def created_at(key: bytes, revision: int) -> Body:
     return {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": revision}
 
 
+def at_version(key: bytes, version: int) -> Body:
+    """Compare: `key` was put `version` times since its creation."""
+    return {"key": b64(key), "target": "VERSION", "result": "EQUAL", "version": version}
+
+
 def holds(key: bytes, value: bytes) -> Body:
     """Compare: `key` holds `value`."""
     return {"key": b64(key), "target": "VALUE", "result": "EQUAL", "value": b64(value)}
@@ -126,9 +131,11 @@ def still_ours(answer: Body, expected: list[tuple[str, int, int]]) -> list[bool]
             for kv, (token, fence, lease) in zip(found, expected, strict=True)]
 
 
-def move(key: bytes, token: str, fence: int, lease: int) -> Body:
-    """Put our key, if still ours, on another lease: its create revision (the fence) stays."""
-    return {"compare": [holds(key, token.encode()), created_at(key, fence)],
+def move(key: bytes, token: str, fence: int, lease: int, version: int) -> Body:
+    """Put our key, if still ours and still at `version`, on `lease` (another, or the one it is on): its create
+    revision (the fence) stays, its version goes up by one. Of two moves sent at one version, at most one is ever
+    applied, whatever order they arrive in: a move whose answer never came is made void by another (`_settle`)."""
+    return {"compare": [holds(key, token.encode()), created_at(key, fence), at_version(key, version)],
             "success": [put(key, token.encode(), lease)]}
 
 

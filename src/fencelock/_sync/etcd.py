@@ -56,6 +56,10 @@ CLOSE_TIMEOUT = 0.5
 unreachable server does not make `close()` wait for a request timeout: the leases it did not revoke end by their
 TTL. The leases of waiters still queued get up to the URL's timeout first: their keys block the lock for others."""
 
+SETTLE_READS = 3
+"""Reads of our key that settle a move whose answer never came: a second read follows a put that lost to the move,
+so a third means the key changed under us again (it is then left unsettled: the next extend reads again)."""
+
 RENEWAL_BATCH = 1000
 """Leases of one watchdog batch handled together: keep-alive requests, then transactions checking their keys."""
 
@@ -332,7 +336,7 @@ class EtcdBackend:
         lease, seconds, _ = self._gateway.grant(asked, name, Urgency.RENEWAL)
         held.moving = (lease, seconds, asked)  # from the move's sending on, our key may be on it
         try:
-            answer = self._gateway.txn(txn.move(held.key, token, fence, lease), "extend", name,
+            answer = self._gateway.txn(txn.move(held.key, token, fence, lease, held.version), "extend", name,
                                              Urgency.RENEWAL)
         except BackendError:
             try:
@@ -343,37 +347,56 @@ class EtcdBackend:
                 return False  # gone, or not ours: lost
             if settled:
                 return True  # the move was applied: our key is on the new lease
-            raise  # it was not: the lease is as it was, and the new one is ended
+            raise  # it was not, and never will be: the lease is as it was, and the new one is ended
         if not answer.get("succeeded"):
             held.moving = None
             self._revoke(lease, name)
             self._lost(name, token, held, True)
             return False
         old, held.lease, held.seconds, held.asked, held.moving = held.lease, lease, seconds, asked, None
+        held.version += 1
         self._revoke(old, name)
         return True
 
     def _settle(self, name: str, token: str, fence: int, held: Held) -> bool | None:
-        """After a move whose answer never came: read which lease our key is on, and keep that one. True: the new
+        """After a move whose answer never came: learn which lease our key is on, and keep that one. True: the new
         one (adopted; the old one is ended); False: the old one (the new one is ended); None: our key is gone or is
-        not ours (the acquisition is forgotten, and both leases are ended)."""
+        not ours (the acquisition is forgotten, and both leases are ended).
+
+        A key read on the old lease does not settle it: the move may still be on its way, and landing after the
+        new lease's revoke it would take our key with it. So the key is first put again on the old lease at the
+        version the move compares (`txn.move`): of the two, only the first to arrive applies. Unanswered, the
+        outcome stays unknown (BackendError), and the next extend settles again."""
         assert held.moving is not None
         lease, seconds, asked = held.moving
-        [mine] = txn.ranges(self._gateway.txn(txn.check([held.key]), "extend", name, Urgency.RENEWAL))
-        held.moving = None
-        kv = mine[0] if mine else None
-        if kv is None or kv.value != token.encode() or kv.create_revision != fence or \
-                kv.lease not in (lease, held.lease):
-            self._held.pop(token, None)
+        for _ in range(SETTLE_READS):
+            [mine] = txn.ranges(self._gateway.txn(txn.check([held.key]), "extend", name, Urgency.RENEWAL))
+            kv = mine[0] if mine else None
+            if kv is None or kv.value != token.encode() or kv.create_revision != fence or \
+                    kv.lease not in (lease, held.lease):
+                held.moving = None
+                self._held.pop(token, None)
+                self._revoke(lease, name)
+                self._revoke(held.lease, name)
+                return None
+            if kv.lease == lease:
+                old, held.lease, held.seconds, held.asked, held.moving = held.lease, lease, seconds, asked, None
+                held.version = kv.version
+                self._revoke(old, name)
+                return True
+            if kv.version == held.version:  # the move may yet land: void it, by taking its version first
+                stay = self._gateway.txn(txn.move(held.key, token, fence, held.lease, held.version), "extend",
+                                               name, Urgency.RENEWAL)
+                if not stay.get("succeeded"):
+                    continue  # the move landed just before, or our key went: read again
+                held.version += 1
+            else:
+                held.version = kv.version  # an earlier such put landed, its answer lost: the move never will
+            held.moving = None
             self._revoke(lease, name)
-            self._revoke(held.lease, name)
-            return None
-        if kv.lease == lease:
-            old, held.lease, held.seconds, held.asked = held.lease, lease, seconds, asked
-            self._revoke(old, name)
-            return True
-        self._revoke(lease, name)
-        return False
+            return False
+        raise BackendError(f"the extend's move on {self.shown} could not be settled: our key changed under every "
+                           f"read; extend again", name=name)
 
     def extend_many(self, leases: list[tuple[str, str, int, int]]) -> list[bool | None]:
         """The watchdog's batch: one keep-alive request per `KEEPALIVE_BATCH` leases, then one transaction per

@@ -48,6 +48,7 @@ class Held:
     seconds: int      # the lease's TTL as the server granted it
     asked: int        # the lease's TTL as we asked for it
     rev: int = 0      # our key's create revision, once known
+    version: int = 1  # our key's version as last known: 1 once put, one more per move applied
     moving: tuple[int, int, int] | None = None  # a move to this (lease, seconds, asked) went out, outcome unknown
     releasing: bool = False  # a release went out (its answer may never have come)
     granted: bool = False    # a lease was granted on it (not a waiter any more)
