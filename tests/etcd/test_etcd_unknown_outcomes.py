@@ -220,7 +220,8 @@ def test_a_move_that_lands_at_any_point_of_its_settling_never_leaves_a_lease_cla
         ours = [kv for kv in keys_of(etcd_server, name) if kv["value"] == _b64(lease.token)]
         assert ours, f"the lease claims {lease.remaining():.1f} s, but the server dropped our key"
         on = int(ours[0]["lease"])
-        assert locks.backend._held[lease.token].lease == on, "the client lost track of the lease our key is on"
+        backend: Any = locks.backend
+        assert backend._held[lease.token].lease == on, "the client lost track of the lease our key is on"
         assert lease.remaining() <= lease_ttl(etcd_server, on) + 1.0  # (the server's TTL is whole seconds)
         assert not granted
         lease.extend()  # the lock goes on working, without a rebuilt client (it raises if lost)
