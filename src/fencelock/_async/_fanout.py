@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from .._logic.timing import overslept
-from ._concurrency import Call, Handle, T, now, start, wait_first
+from ._concurrency import Call, Handle, T, catch_up, now, start, wait_first
 from ._transport import Channel
 
 
@@ -33,11 +33,19 @@ async def _gather(handles: list[Handle[T]], timeout: float,
     while pending:
         remaining = deadline - now()
         if remaining <= 0:
-            # Woken this late by a client too busy to run (not by the servers): the replies get that long again.
-            grace = 0.0 if extended else overslept(deadline, now(), timeout)
-            if grace <= 0:
+            if extended:
                 break
-            extended, deadline = True, now() + grace
+            # Replies received in time may still wait to be read behind the client's other work: read them first.
+            # A client that was too busy to run (not the servers) gives the replies that long again.
+            extended = True
+            await catch_up()
+            done = {handle for handle in pending if handle.done()}
+            pending -= done
+            for handle in done:
+                results[index[handle]] = handle.result()
+            if enough(results):
+                break
+            deadline = now() + overslept(deadline, now(), timeout)
             continue
         done, pending = await wait_first(pending, remaining)
         for handle in done:
