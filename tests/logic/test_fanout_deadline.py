@@ -33,8 +33,12 @@ def test_a_reply_that_arrived_before_the_deadline_counts_though_the_client_read_
             order.append("client busy")
             time.sleep(TIMEOUT - 0.25 + 0.01)  # until 10 ms past the deadline
 
+        def arrive() -> None:
+            order.append("reply arrived")
+            arrived.set()
+
         loop.call_later(0.25, busy)
-        loop.call_later(0.30, lambda: (order.append("reply arrived"), arrived.set()))
+        loop.call_later(0.30, arrive)
         done, _ = await fan_out([call], TIMEOUT, lambda so_far: len(so_far) == 1)
         order.append("fan-out returned")
         return done
