@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import fencelock
+from fencelock._async import _concurrency
 from fencelock._logic.admission import Urgency
 from fencelock.testing.etcd import EtcdServer
 from fencelock.testing.proxy import Proxy
@@ -293,3 +294,34 @@ def test_a_release_sent_again_after_one_whose_answer_was_lost_is_released_not_lo
         proxy.delay = 0.0
         other.close()
         locks.close()
+
+
+# -- close right after cancelled acquires -------------------------------------------------------------------------
+
+def test_asyncio_close_right_after_acquires_cancelled_in_flight_gives_their_keys_back_and_leaves_nothing_running(
+        etcd_server: EtcdServer, proxy: Proxy, name: str) -> None:
+    """The acquires' requests are on the wire when their callers cancel them, and `aclose()` follows at once. It
+    waits for those requests and for the give-back that follows each: when it returns, no task of fencelock's is
+    left running (one left would connect after the close, and its socket be left open when the loop ends), and no
+    key of theirs is left on the server."""
+    names = [f"{name}:{i}" for i in range(5)]
+
+    async def main() -> list[asyncio.Future[Any]]:
+        locks = fencelock.aio.connect(f"etcd://127.0.0.1:{proxy.port}?timeout=5")
+        await (await locks.acquire(f"{name}:warm", ttl=5.0, wait=0)).release()  # (connections open, version asked)
+        proxy.delay = 0.5
+        tasks = [asyncio.ensure_future(locks.acquire(each, ttl=10.0, wait=0)) for each in names]
+        await asyncio.to_thread(until, lambda: proxy.held_back > 0, 5.0, "the acquires' requests are on the wire")
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await locks.aclose()
+        await asyncio.sleep(0)
+        return [task for task in _concurrency._background if not task.done()]
+
+    try:
+        running = asyncio.run(main())
+    finally:
+        proxy.delay = 0.0
+    assert running == [], f"{len(running)} tasks still running after aclose(): {running[:3]}"
+    assert [each for each in names if keys_of(etcd_server, each)] == []

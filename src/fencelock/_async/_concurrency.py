@@ -116,8 +116,10 @@ async def unless_given_up(wait: Awaitable[T]) -> T | None:
     return task.result()
 
 
-async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callable[[], Awaitable[object]]) -> T:
-    """Send `request`; if the caller is cancelled before the answer, let the request finish, then run `undo`.
+async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callable[[], Awaitable[object]],
+                              interrupted: Callable[[], object]) -> T:
+    """Send `request`; if the caller is cancelled before the answer, call `interrupted()` at once, let the request
+    finish, then run `undo`.
 
     A cancelled acquire may already be on the wire: dropping it and deleting "our key" at once could run the
     delete before the server runs the acquire. So the request runs to its end in the background, and `undo`
@@ -134,6 +136,7 @@ async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callabl
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         caller.cancel()
+        interrupted()
         _keep(_on_behalf(asyncio.ensure_future(_undo_after(task, undo))))  # after the request's own requests
         raise
 

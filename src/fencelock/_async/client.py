@@ -165,11 +165,7 @@ class AsyncLocks:
                 if seat is not None:
                     seat.leave()
         finally:
-            with self._acquiring_lock:
-                self._acquiring -= 1
-                drained = self._closed and not self._acquiring
-            if drained:
-                self._drained.set()
+            self._unhold()
 
     async def _acquire(self, args: AcquireArgs, seat: AsyncSeat | None) -> AsyncLease:
         """The acquire loop; `seat`: its place among this client's waiters on the name. Every decision is
@@ -183,7 +179,7 @@ class AsyncLocks:
         plan = Acquiring(name, ttl, args.wait, fair=fair, always_queues=backend.always_queues,
                          block_cap=backend.block_cap, retry_after=backend.retry_after,
                          behind=lambda: seat is not None and not seat.is_head(), clock=clock)
-        forget_later = partial(self._forget_later, name, token, plan.queued)
+        forget_later = partial(self._forget_later, name, token, plan.queued)  # (counted from `_hold` on)
         emit("acquire", name, kind, "acquire")
         step: Step = plan.start()
         # An interruption (a cancellation) once a request went out forgets the attempt in the background,
@@ -197,7 +193,7 @@ class AsyncLocks:
                     emit("wait", name, kind, "acquire", waited=step.waited)
                 if isinstance(step, Try):
                     request = partial(undo_if_interrupted, partial(backend.try_acquire, name, token, ms, step.block,
-                                                                   fair), forget_later)
+                                                                   fair), forget_later, self._hold)
                     try:
                         if seat is None or step.block > 0.0:
                             sent = asking = True
@@ -242,6 +238,7 @@ class AsyncLocks:
                         if self._closed:
                             raise await self._closed_while(name, token, plan.queued, sent) from None
                         if step.forget_if_interrupted:
+                            self._hold()
                             in_background(forget_later, ours=True)
                         raise
                     step = plan.turned()
@@ -249,6 +246,7 @@ class AsyncLocks:
                     if step.leave:
                         await shielded(self._leave(name, token))
                     if step.forget:
+                        self._hold()
                         in_background(forget_later, ours=True)
                         if seat is not None and isinstance(step.error, BackendError):
                             seat.fail(step.error)  # the waiters behind this one would meet the same fault, in turn
@@ -261,6 +259,7 @@ class AsyncLocks:
                 waited = clock() - plan.started
                 emit("cancelled", name, kind, "acquire", waited=waited, duration=waited, error=type(exc).__name__)
                 if sent and not asking and not isinstance(step, (Block, GiveBack)):
+                    self._hold()
                     in_background(forget_later, ours=True)
             raise
 
@@ -286,17 +285,31 @@ class AsyncLocks:
         except BackendError:
             return False
 
+    def _hold(self) -> None:
+        """A forget goes on in the background after its acquire returned: `aclose` waits for it as for an acquire
+        (`_forget_later` ends the hold)."""
+        with self._acquiring_lock:
+            self._acquiring += 1
+
+    def _unhold(self) -> None:
+        with self._acquiring_lock:
+            self._acquiring -= 1
+            drained = self._closed and not self._acquiring
+        if drained:
+            self._drained.set()
+
     async def _forget_later(self, name: str, token: str, queued: bool) -> bool:
-        """`_forget` in the background, after the caller has moved on, so it may outlive `aclose`: skipped once
-        the client is closed (the TTL frees the key), and if the client was closed while it ran, the backend is
-        closed again after it. The client library may have connected anew for it (a Redis Cluster client reads
-        the cluster's layout again after a timeout), and nobody else would close that connection."""
-        if self._closed:
-            return False
+        """`_forget` in the background, after the caller has moved on (and after its request in flight, if one
+        was). `aclose` waits for it (`_hold`), so the key it may have been granted is given back before the
+        connections close; if it outlived that wait, the backend is closed again after it (a Redis Cluster client
+        may have connected anew for it, and nobody else would close that connection)."""
         try:
+            if self._finished:
+                return False  # (its key, if any, goes by its TTL)
             return await self._forget(name, token, queued)
         finally:
-            if self._closed:
+            self._unhold()
+            if self._finished:
                 await self._backend.aclose()
 
     async def _leave(self, name: str, token: str) -> bool:

@@ -60,8 +60,9 @@ def unless_given_up(result: T) -> T | None:
     return result
 
 
-def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object]) -> T:
-    """Send `request`; if it is interrupted (KeyboardInterrupt, SystemExit), run `undo` before re-raising.
+def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object], interrupted: Callable[[], object]) -> T:
+    """Send `request`; if it is interrupted (KeyboardInterrupt, SystemExit), call `interrupted()`, then run `undo`
+    before re-raising.
 
     Unlike asyncio, a thread cannot let the interrupted request finish first, so `undo` may reach the server
     before the request does; then the key (if any) lives until its TTL ends.
@@ -71,6 +72,7 @@ def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object]) ->
     except Exception:
         raise
     except BaseException:
+        interrupted()
         undo()
         raise
 
