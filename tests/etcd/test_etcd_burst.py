@@ -20,6 +20,8 @@ from fencelock.testing.etcd import EtcdServer
 from fencelock.testing.timing import slack
 from tests.etcd.helpers import b64, lease_ttl
 
+pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other test runs beside it)
+
 BURST = 2000
 """Acquires at once through one asyncio client. Before the cap and the grant's own clock, every one failed here
 (leases ran out between their grant and their key's put, connections timed out) and the held lease was lost."""

@@ -9,10 +9,14 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 import fencelock
 from fencelock._async import etcd_gateway
 from fencelock.testing.etcd import EtcdServer
 from tests.etcd.helpers import queued
+
+pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other test runs beside it)
 
 WAITERS = 300
 """Waiters on one name through one asyncio client. Before the shared watch each held a connection of its own, and

@@ -46,6 +46,8 @@ from tests._queued_faults import (
 )
 from tests.etcd.helpers import b64, lease_ttl
 
+pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other test runs beside it)
+
 TTL = 2.0
 COUNT = 240
 CONTESTED = 60

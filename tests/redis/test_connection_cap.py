@@ -20,6 +20,8 @@ from fencelock._async._transport import MAX_OPEN
 from fencelock._redis.channel import MAX_BLOCKING
 from fencelock.testing.servers import RedisServer
 
+pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other test runs beside it)
+
 MAXCLIENTS = MAX_OPEN + 36
 """The server's own limit: the capped channel, plus the client's pool and this test's watchers, fit; a connection
 per caller would not."""

@@ -32,6 +32,8 @@ from tests.conftest import RedisFamily, SharedDeployments, until
 
 from ._support import eviction_checks
 
+pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other test runs beside it)
+
 TASKS = 10_000
 THREADS = 200
 CONNECTIONS = 16

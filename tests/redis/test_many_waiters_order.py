@@ -31,6 +31,8 @@ from .test_many_waiters import (
     Grants,
 )
 
+pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other test runs beside it)
+
 server = _base.server   # the same fixture, for this module's tests
 
 # -- fair order ------------------------------------------------------------------------------------------------

@@ -47,6 +47,8 @@ from tests._queued_faults import (
     settle,
 )
 
+pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other test runs beside it)
+
 TTL = 1.0
 """The burst's leases (not renewed): short, so that a key left behind must be gone by the end of the test."""
 COUNT = 800

@@ -46,6 +46,8 @@ from tests._queued_faults import (
 )
 from tests.conftest import initialise_redlock
 
+pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other test runs beside it)
+
 TTL = 1.0
 COUNT = 600
 CONTESTED = 150

@@ -20,9 +20,13 @@ import fencelock
 import fencelock.aio
 from fencelock._logic.timing import drift
 from fencelock._redis.keys import redis_keys
+from fencelock._redis.redlock_acquire import default_node_timeout
+from fencelock._redis.redlock_turns import Turns
 from fencelock.testing.servers import RedisNodes, RedisServer
 from fencelock.testing.timing import slack
 from tests.conftest import initialise_redlock
+
+pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other test runs beside it)
 
 TTL = 30.0
 BURST = 2000
@@ -252,3 +256,43 @@ def test_a_burst_past_what_the_client_carries_fails_at_once_with_a_clear_error(n
         client: Any = server.client()
         assert not [name for name in failed if client.exists(redis_keys(str(name), "fencelock").lock)]
     assert outs == [], f"a node was reported out: {outs[0].describe()}"
+
+
+def test_an_overloaded_client_keeps_each_acquires_wait_as_one_deadline(nodes: RedisNodes) -> None:
+    """One round at a time (a client far past what it carries): an acquire whose round gets no turn within its
+    `wait` (at least a node timeout: its one try) fails then, saying the client is overloaded and nothing was sent,
+    instead of waiting up to `TURN_LIMIT`; the others are granted, and background give-backs are not cut short."""
+    count, wait = 4000, 0.2
+    floor = default_node_timeout(TTL)
+
+    async def main() -> tuple[list[float], list[BaseException], list[Any]]:
+        took: list[float] = []
+        errors: list[BaseException] = []
+        leases: list[Any] = []
+        async with fencelock.aio.connect(nodes.urls) as locks:
+            await (await locks.acquire("deadline:first", ttl=TTL, wait=10.0)).release()  # (it learns the nodes)
+            backend: Any = locks.backend
+            backend._turns = Turns(1)
+
+            async def one(i: int) -> None:
+                began = time.monotonic()
+                try:
+                    leases.append(await locks.acquire(f"deadline:{i}", ttl=TTL, wait=wait))
+                except Exception as exc:
+                    errors.append(exc)
+                took.append(time.monotonic() - began)
+
+            await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(count))), 60.0)
+            backend._turns = Turns()
+            await asyncio.gather(*(lease.release() for lease in leases))
+        return took, errors, leases
+
+    took, errors, leases = asyncio.run(main())
+    assert leases, "no acquire was granted"
+    assert errors, f"all {count} acquires were granted, the slowest after {max(took):.2f} s: past their wait={wait}"
+    assert all(type(exc) is fencelock.BackendError and "overloaded" in str(exc) and "nothing was sent" in str(exc)
+               for exc in errors), repr(errors[0])
+    assert max(took) < slack(wait + floor + 0.5), f"an acquire took {max(took):.2f} s with wait={wait}"
+    for server in nodes.nodes:
+        client: Any = server.client()
+        assert not [i for i in range(count) if client.exists(redis_keys(f"deadline:{i}", "fencelock").lock)]

@@ -9,7 +9,11 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from fencelock.testing.zookeeper import ZooKeeperDeployment
+
+pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other test runs beside it)
 
 
 def test_asyncio_a_thousand_waiters_on_one_name_are_all_granted_in_turn(zk: ZooKeeperDeployment,

@@ -11,6 +11,8 @@ import weakref
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar
 
+from .._logic.admission import no_caller_deadline
+
 T = TypeVar("T")
 
 log = logging.getLogger("fencelock")
@@ -63,6 +65,7 @@ def in_background(work: Callable[[], Awaitable[object]], *, ours: bool = False) 
 
     async def run() -> None:
         _given_up.set(None)  # a cleanup always goes, whoever gave up on the request that started it
+        no_caller_deadline()  # (and is not bound by the wait of the acquire that started it)
         try:
             await work()
         except Exception:

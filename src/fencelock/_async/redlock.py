@@ -17,6 +17,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from .._errors import BackendError, NotIndependent, QuorumUnavailable
+from .._logic.admission import turn_wait
 from .._logic.args import DEFAULT_TTL
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, majority_status, split_views
@@ -96,10 +97,10 @@ class _Turn:
     """`async with`: one round's turn among its client's (`Turns`), waited for before its clock starts, given up
     after `TURN_LIMIT` (`BackendError`), handed on when the round is over (decision 2026-12-05-redlock-burst)."""
 
-    __slots__ = ("_backend", "_name", "_urgent", "_what")
+    __slots__ = ("_backend", "_floor", "_name", "_urgent", "_what")
 
-    def __init__(self, backend: AsyncRedlockBackend, what: str, name: str, urgent: bool) -> None:
-        self._backend, self._what, self._name, self._urgent = backend, what, name, urgent
+    def __init__(self, backend: AsyncRedlockBackend, what: str, name: str, urgent: bool, floor: float) -> None:
+        self._backend, self._what, self._name, self._urgent, self._floor = backend, what, name, urgent, floor
 
     async def __aenter__(self) -> None:
         backend = self._backend
@@ -107,8 +108,9 @@ class _Turn:
         with backend._turns_lock:
             if backend._turns.ask(waiter, self._urgent):
                 return
+        limit = turn_wait(TURN_LIMIT, self._floor, now())
         try:
-            handed = await waiter.signal.wait(TURN_LIMIT)
+            handed = await waiter.signal.wait(limit)
         except BaseException:
             backend._withdraw(waiter)
             raise
@@ -117,7 +119,7 @@ class _Turn:
                 withdrawn = backend._turns.withdraw(waiter)
                 waiting = len(backend._turns)
             if withdrawn:
-                raise BackendError(turn_error(self._what, TURN_LIMIT, waiting), name=self._name)
+                raise BackendError(turn_error(self._what, limit, waiting), name=self._name)
             # (handed a turn just as the wait ended: the round goes)
 
     async def __aexit__(self, *exc: object) -> None:
@@ -180,10 +182,10 @@ class AsyncRedlockBackend(RedlockNodes):
     def _timeout(self, ttl: float) -> float:
         return self._node_timeout if self._node_timeout is not None else default_node_timeout(ttl)
 
-    def _turn(self, what: str, name: str, urgent: bool = False) -> _Turn:
+    def _turn(self, what: str, name: str, urgent: bool = False, floor: float = 0.0) -> _Turn:
         """A round's turn (`_Turn`): `urgent` for a held lease's (a release, an extend) and an attempt's next round,
-        served before new acquires."""
-        return _Turn(self, what, name, urgent)
+        served before new acquires; `floor`: the least it waits, whatever its caller's deadline (`turn_wait`)."""
+        return _Turn(self, what, name, urgent, floor)
 
     def _hand_on(self) -> None:
         """A round is over: its turn goes to the next one waiting."""
@@ -260,7 +262,7 @@ class AsyncRedlockBackend(RedlockNodes):
             args = [token, ttl_ms, t]
             requests = [ScriptRequest(channel, REDLOCK_ACQUIRE, script_keys, args) for channel in self._channels]
             # Its clock starts once it has its turn (issue 14); a later round of an attempt under way goes first.
-            async with self._turn("acquire", name, urgent=rounds > 1):
+            async with self._turn("acquire", name, urgent=rounds > 1, floor=timeout):
                 started, round_sent = now(), self._clock()
                 done, handles = await run_scripts(requests, timeout, self._decided)
             answers = [node_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure

@@ -93,6 +93,11 @@ class Acquiring:
         self._waiting = False  # the first refusal was reported ("wait")
         self._sent_at = self.started
 
+    def wait_left(self) -> float | None:
+        """Seconds left of the caller's `wait` (None: it waits for ever): what a request may spend queued in the
+        client (`caller_deadline`)."""
+        return None if self._wait is None else self._deadline.remaining(self._clock())
+
     def start(self) -> Try:
         """The first attempt: a short request."""
         return self._try(0.0)

@@ -7,8 +7,11 @@ is done (`done`), and wakes the request that it names as the next one.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -86,3 +89,32 @@ class Admission(Generic[T]):
             queue.clear()
         self._waiting.clear()
         return tickets
+
+
+_caller_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("fencelock_caller_deadline",
+                                                                               default=None)
+
+
+@contextmanager
+def caller_deadline(at: float | None) -> Iterator[None]:
+    """While in it, a request waiting for its turn in the client gives up by `at` (on the client's `now()` clock;
+    None: no deadline of the caller's): an acquire's `wait` is one deadline, also when the client is overloaded."""
+    token = _caller_deadline.set(at)
+    try:
+        yield
+    finally:
+        _caller_deadline.reset(token)
+
+
+def no_caller_deadline() -> None:
+    """In a background task started by a caller (a cleanup): its requests are not bound by the caller's deadline."""
+    _caller_deadline.set(None)
+
+
+def turn_wait(limit: float, floor: float, now: float) -> float:
+    """How long a request may wait for its turn: `limit`, or less where its caller's deadline (`caller_deadline`)
+    comes first, but at least `floor` (one request's timeout: an acquire with no wait left still gets its one try)."""
+    at = _caller_deadline.get()
+    if at is None:
+        return limit
+    return min(limit, max(at - now, floor))

@@ -17,6 +17,7 @@ from typing import Protocol
 from .._errors import BackendError, LockError, LockLost
 from .._events import backend_kind, emit
 from .._logic.acquiring import Acquiring, Block, GiveBack, Grant, Sleep, Step, Try
+from .._logic.admission import caller_deadline
 from .._logic.args import (
     DEFAULT_TTL,
     DEFAULT_WAIT,
@@ -36,6 +37,7 @@ from ._concurrency import (
     event_loop,
     in_background,
     is_cancellation,
+    now,
     shielded,
     sleep,
     uncancel,
@@ -195,14 +197,16 @@ class Locks:
                 if isinstance(step, Try):
                     request = partial(undo_if_interrupted, partial(backend.try_acquire, name, token, ms, step.block,
                                                                    fair), forget_later, self._hold)
+                    left = plan.wait_left()  # (the most it may wait for a turn among this client's requests)
                     try:
-                        if seat is None or step.block > 0.0:
-                            sent = asking = True
-                            attempt = request()
-                        else:
-                            with seat.gate():  # a short request: at most the room's slots at once
+                        with caller_deadline(None if left is None else now() + left):
+                            if seat is None or step.block > 0.0:
                                 sent = asking = True
                                 attempt = request()
+                            else:
+                                with seat.gate():  # a short request: at most the room's slots at once
+                                    sent = asking = True
+                                    attempt = request()
                     except BackendError as exc:
                         asking = False
                         if not self._closed:  # (else: the connection was closed under it, see the loop's top)

@@ -26,9 +26,9 @@ from .._errors import BackendError
 from .._etcd.rules import GRANT_TRIES, b64, granted, number, range_end, unb64
 from .._etcd.txn import Body
 from .._etcd.url import EtcdTarget
-from .._logic.admission import Admission, Urgency
+from .._logic.admission import Admission, Urgency, turn_wait
 from .._logic.timing import Clock, lease_clock
-from ._concurrency import Signal
+from ._concurrency import Signal, now
 
 KEEPALIVE_BATCH = 32
 """Leases refreshed by one keep-alive request. The gateway may answer only the first part of a longer request
@@ -151,8 +151,9 @@ class Gateway:
             if self._admission.enter(turn, urgency):
                 return
             others = self._admission.waiting - 1
+        limit = turn_wait(QUEUE_TIMEOUT, self.timeout, now())
         try:
-            turn.signal.wait(QUEUE_TIMEOUT)
+            turn.signal.wait(limit)
         except BaseException:
             if self._stop_waiting(turn):
                 self._leave()  # (its turn came as its caller gave up: it passes on)
@@ -164,8 +165,8 @@ class Gateway:
         if self._closed:
             raise BackendError(f"{what} failed on {self.shown}: this client is closed", name=name)
         raise BackendError(f"{what} failed on {self.shown}: its turn among this client's {MAX_IN_FLIGHT} requests "
-                           f"at once did not come within {QUEUE_TIMEOUT:g} s ({others} others were waiting when it "
-                           "came): too many requests at once through one client", name=name)
+                           f"at once did not come within {limit:.3g} s ({others} others were waiting when it "
+                           "came); nothing was sent: too many requests at once through one client", name=name)
 
     def _stop_waiting(self, turn: _Turn) -> bool:
         """True if `turn` was handed its turn; else it is taken out of line (it will not go)."""
