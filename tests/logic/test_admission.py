@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fencelock._logic.admission import Admission, Urgency
+from fencelock._logic.admission import Admission, Urgency, caller_deadline, no_caller_deadline, turn_wait
 
 
 def test_requests_go_at_once_up_to_the_limit_then_wait() -> None:
@@ -95,3 +95,28 @@ def test_never_more_than_the_limit_out_and_nobody_waits_while_a_slot_is_free(
         assert gate.out == len(out) <= limit
         assert gate.waiting == len(waiting)
         assert not waiting or gate.out == limit
+
+
+def test_a_turn_waits_until_the_callers_deadline_and_at_least_one_request_timeout() -> None:
+    assert turn_wait(30.0, 2.0, now=100.0) == 30.0  # no caller's deadline: the limit
+    with caller_deadline(105.0):
+        assert turn_wait(30.0, 2.0, now=100.0) == 5.0  # the caller's wait comes first
+        assert turn_wait(30.0, 2.0, now=104.5) == 2.0  # little left: one request's timeout, its one try
+        assert turn_wait(30.0, 2.0, now=110.0) == 2.0  # (past it: the same)
+        assert turn_wait(3.0, 2.0, now=100.0) == 3.0  # the limit, if it comes first
+        with caller_deadline(None):
+            assert turn_wait(30.0, 2.0, now=100.0) == 30.0  # a caller that waits for ever
+        assert turn_wait(30.0, 2.0, now=100.0) == 5.0  # (restored on the way out)
+    assert turn_wait(30.0, 2.0, now=100.0) == 30.0
+
+
+def test_a_background_clean_up_is_not_bound_by_its_callers_deadline() -> None:
+    import contextvars
+
+    def clean_up() -> float:
+        no_caller_deadline()
+        return turn_wait(30.0, 2.0, now=100.0)
+
+    with caller_deadline(101.0):
+        assert contextvars.copy_context().run(clean_up) == 30.0  # (a task's own copy of the caller's context)
+        assert turn_wait(30.0, 2.0, now=100.0) == 2.0  # the caller's own is untouched
