@@ -51,7 +51,7 @@ pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other t
 TTL = 2.0
 COUNT = 240
 CONTESTED = 60
-WAIT = 1.0
+WAIT = 5.0  # (queued requests give up by their caller's wait: long enough to stay queued while the faults fire)
 LIMIT = 20.0
 """A bound on every call: well below the 30 s queue bound, above a request's timeouts after a pause."""
 

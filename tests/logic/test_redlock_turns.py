@@ -1,4 +1,4 @@
-"""A burst of rounds through one Redlock client (issue 14), decided without I/O: which rounds may start (`Turns`), a
+"""A burst of rounds through one Redlock client (issue 14), decided without I/O: which rounds may start (`Admission`), a
 wait for replies that the client overslept (`overslept`), and a lease's validity counted from the start of the round
 that was granted, not from the time it waited before it (`Attempt.valid_from`), on a fake clock."""
 
@@ -9,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fencelock._logic.acquiring import Acquiring, GiveBack, Grant, Try
+from fencelock._logic.admission import Admission, Urgency
 from fencelock._logic.outcomes import Attempt
 from fencelock._logic.timing import OVERSLEPT_SHARE, overslept, validity_end
-from fencelock._redis.redlock_turns import ROUNDS_AT_ONCE, TURN_LIMIT, Turns, turn_error
+from fencelock._redis.redlock_turns import ROUNDS_AT_ONCE, TURN_LIMIT, turn_error
 
 
 class FakeClock:
@@ -27,56 +28,58 @@ def _plan(clock: FakeClock, ttl: float = 10.0) -> Acquiring:
                      retry_after=lambda exc, failures: None, behind=lambda: False, clock=clock)
 
 
-# -- Turns ------------------------------------------------------------------------------------------------------
+# -- turns: Redlock's rounds in `Admission` ------------------------------------------------------------------------
 
 
 def test_rounds_start_at_once_up_to_the_limit_and_the_others_wait_in_arrival_order() -> None:
-    turns: Turns[str] = Turns(2)
-    assert turns.ask("a")
-    assert turns.ask("b")
-    assert not turns.ask("c")
-    assert not turns.ask("d")
-    assert len(turns) == 2
+    turns: Admission[str] = Admission(2)
+    assert turns.enter("a", Urgency.NEW)
+    assert turns.enter("b", Urgency.NEW)
+    assert not turns.enter("c", Urgency.NEW)
+    assert not turns.enter("d", Urgency.NEW)
+    assert turns.waiting == 2
     assert turns.done() == "c"  # a's turn goes to c: still two running
-    assert turns.running == 2
+    assert turns.out == 2
     assert turns.done() == "d"
     assert turns.done() is None
     assert turns.done() is None
-    assert turns.running == 0
-    assert turns.ask("e")
+    assert turns.out == 0
+    assert turns.enter("e", Urgency.NEW)
 
 
 def test_a_held_leases_round_goes_before_every_acquire_waiting() -> None:
-    """A release or an extend (`urgent`) is handed the next turn, before acquires that asked earlier: a burst of
-    acquires never starves the leases already held."""
-    turns: Turns[str] = Turns(1)
-    assert turns.ask("running")
-    assert not turns.ask("acquire-1")
-    assert not turns.ask("release", urgent=True)
-    assert not turns.ask("acquire-2")
-    assert not turns.ask("extend", urgent=True)
-    assert [turns.done() for _ in range(5)] == ["release", "extend", "acquire-1", "acquire-2", None]
+    """An extend, an attempt's next round and a release are handed the next turn, before acquires that asked
+    earlier: a burst of acquires never starves the leases already held, nor an acquire under way."""
+    turns: Admission[str] = Admission(1)
+    assert turns.enter("running", Urgency.NEW)
+    assert not turns.enter("acquire-1", Urgency.NEW)
+    assert not turns.enter("release", Urgency.RELEASE)
+    assert not turns.enter("acquire-2", Urgency.NEW)
+    assert not turns.enter("next round", Urgency.ONGOING)
+    assert not turns.enter("extend", Urgency.RENEWAL)
+    assert [turns.done() for _ in range(6)] == ["extend", "next round", "release", "acquire-1", "acquire-2", None]
 
 
 def test_a_new_round_never_overtakes_those_waiting() -> None:
     """While rounds wait, a new one waits behind them even if a turn is free at that instant (it goes to them)."""
-    turns: Turns[str] = Turns(1)
-    turns.ask("a")
-    turns.ask("b")
+    turns: Admission[str] = Admission(1)
+    turns.enter("a", Urgency.NEW)
+    turns.enter("b", Urgency.NEW)
     assert turns.done() == "b"
-    assert not turns.ask("c")
+    assert not turns.enter("c", Urgency.NEW)
 
 
 def test_a_round_that_stops_waiting_leaves_the_queue_and_one_handed_a_turn_must_pass_it_on() -> None:
-    turns: Turns[str] = Turns(1)
-    turns.ask("a")
-    turns.ask("b")
-    turns.ask("c")
-    assert turns.withdraw("b")  # (cancelled, or its turn did not come within TURN_LIMIT)
+    turns: Admission[str] = Admission(1)
+    turns.enter("a", Urgency.NEW)
+    turns.enter("b", Urgency.NEW)
+    turns.enter("c", Urgency.NEW)
+    assert turns.queued("b")
+    turns.withdraw("b")  # (cancelled, or its turn did not come within TURN_LIMIT)
     assert turns.done() == "c"
-    assert not turns.withdraw("c")  # it was handed a turn: it runs, or hands it on with `done`
+    assert not turns.queued("c")  # it was handed a turn: it runs, or hands it on with `done`
     assert turns.done() is None
-    assert turns.running == 0
+    assert turns.out == 0
 
 
 @given(st.lists(st.tuples(st.sampled_from(["ask", "urgent", "done", "withdraw"]), st.integers(0, 20)),
@@ -84,12 +87,13 @@ def test_a_round_that_stops_waiting_leaves_the_queue_and_one_handed_a_turn_must_
 def test_never_more_rounds_run_than_the_limit_and_no_turn_is_lost(ops: list[tuple[str, int]], limit: int) -> None:
     """Whatever the order of asks, ends and withdrawals: at most `limit` rounds run, a round waits only while
     `limit` run, and every turn ends up with someone or back in the count."""
-    turns: Turns[int] = Turns(limit)
+    turns: Admission[int] = Admission(limit)
     running: set[int] = set()
     waiting: set[int] = set()
     for op, k in ops:
         if op in ("ask", "urgent") and k not in running and k not in waiting:
-            (running if turns.ask(k, urgent=op == "urgent") else waiting).add(k)
+            urgency = Urgency.RELEASE if op == "urgent" else Urgency.NEW
+            (running if turns.enter(k, urgency) else waiting).add(k)
         elif op == "done" and running:
             running.pop()
             handed = turns.done()
@@ -97,10 +101,11 @@ def test_never_more_rounds_run_than_the_limit_and_no_turn_is_lost(ops: list[tupl
                 waiting.remove(handed)
                 running.add(handed)
         elif op == "withdraw" and k in waiting:
-            assert turns.withdraw(k)
+            assert turns.queued(k)
+            turns.withdraw(k)
             waiting.remove(k)
-        assert turns.running == len(running) <= limit
-        assert len(turns) == len(waiting)
+        assert turns.out == len(running) <= limit
+        assert turns.waiting == len(waiting)
         assert not waiting or len(running) == limit
 
 
@@ -108,8 +113,8 @@ def test_at_most_half_a_nodes_connections_carry_rounds_and_an_overloaded_client_
     from fencelock._async._transport import MAX_OPEN
 
     assert ROUNDS_AT_ONCE * 2 <= MAX_OPEN
-    with pytest.raises(ValueError, match="at least one"):
-        Turns(0)
+    with pytest.raises(ValueError, match="at least 1"):
+        Admission(0)
     text = turn_error("acquire", TURN_LIMIT, 4321)
     assert "overloaded" in text
     assert "4321 more were waiting" in text

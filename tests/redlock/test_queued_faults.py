@@ -51,7 +51,7 @@ pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other t
 TTL = 1.0
 COUNT = 600
 CONTESTED = 150
-WAIT = 1.0
+WAIT = 5.0  # (queued rounds give up by their caller's wait: long enough to stay queued while the faults fire)
 LIMIT = 15.0
 
 
@@ -101,13 +101,13 @@ def _left_keys(nodes: RedisNodes, names: list[str]) -> list[tuple[int, str, int]
 
 
 def _idle(backend: Any) -> bool:
-    return (backend._turns.running == 0 and len(backend._turns) == 0
+    return (backend._turns.out == 0 and backend._turns.waiting == 0
             and all(ch._reserved == 0 and not ch._queues[0] and not ch._queues[1] and not ch._placing
                     and BLOCKING.blocking(ch) == 0 for ch in backend._channels))
 
 
 def _state(backend: Any) -> str:
-    return (f"turns running={backend._turns.running} waiting={len(backend._turns)}; channels "
+    return (f"turns running={backend._turns.out} waiting={backend._turns.waiting}; channels "
             + ", ".join(f"reserved={ch._reserved} queued={len(ch._queues[0])}+{len(ch._queues[1])} "
                         f"placing={len(ch._placing)} blocking={BLOCKING.blocking(ch)}" for ch in backend._channels))
 
@@ -138,7 +138,7 @@ def _queued_fault(nodes: RedisNodes, fault: str, names: list[str], lost: threadi
             backend = locks.backend
 
             def queued() -> int:
-                return len(backend._turns)  # type: ignore[attr-defined]
+                return int(backend._turns.waiting)  # type: ignore[attr-defined]
 
             result = await burst(locks, rival, names, CONTESTED, TTL, WAIT, queued,
                                  lambda tasks: network.inject(queued) if network else fault_at(tasks, locks), LIMIT)

@@ -18,10 +18,11 @@ import pytest
 
 import fencelock
 import fencelock.aio
+from fencelock._logic.admission import Admission
 from fencelock._logic.timing import drift
 from fencelock._redis.keys import redis_keys
 from fencelock._redis.redlock_acquire import default_node_timeout
-from fencelock._redis.redlock_turns import Turns
+from fencelock._redis.redlock_turns import ROUNDS_AT_ONCE
 from fencelock.testing.servers import RedisNodes, RedisServer
 from fencelock.testing.timing import slack
 from tests.conftest import initialise_redlock
@@ -272,7 +273,7 @@ def test_an_overloaded_client_keeps_each_acquires_wait_as_one_deadline(nodes: Re
         async with fencelock.aio.connect(nodes.urls) as locks:
             await (await locks.acquire("deadline:first", ttl=TTL, wait=10.0)).release()  # (it learns the nodes)
             backend: Any = locks.backend
-            backend._turns = Turns(1)
+            backend._turns = Admission(1)
 
             async def one(i: int) -> None:
                 began = time.monotonic()
@@ -283,7 +284,7 @@ def test_an_overloaded_client_keeps_each_acquires_wait_as_one_deadline(nodes: Re
                 took.append(time.monotonic() - began)
 
             await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(count))), 60.0)
-            backend._turns = Turns()
+            backend._turns = Admission(ROUNDS_AT_ONCE)
             await asyncio.gather(*(lease.release() for lease in leases))
         return took, errors, leases
 

@@ -17,7 +17,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from .._errors import BackendError, NotIndependent, QuorumUnavailable
-from .._logic.admission import turn_wait
+from .._logic.admission import Admission, Urgency, turn_wait
 from .._logic.args import DEFAULT_TTL
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, majority_status, split_views
@@ -54,7 +54,7 @@ from .._redis.redlock import (
     tally,
     unavailable_pause,
 )
-from .._redis.redlock_turns import TURN_LIMIT, Turns, turn_error
+from .._redis.redlock_turns import ROUNDS_AT_ONCE, TURN_LIMIT, turn_error
 from .._redis.request import ScriptRequest, Unwritten
 from .._scripts import (
     EVICTION,
@@ -85,7 +85,7 @@ SCAN_TIMEOUT = 10.0  # seconds: the longest one node's SCAN for `list` is given
 
 
 class _Waiter:
-    """A round waiting for its turn (`Turns`): woken when it is handed one."""
+    """A round waiting for its turn (`Admission`): woken when it is handed one."""
 
     __slots__ = ("signal",)
 
@@ -94,19 +94,20 @@ class _Waiter:
 
 
 class _Turn:
-    """`async with`: one round's turn among its client's (`Turns`), waited for before its clock starts, given up
-    after `TURN_LIMIT` (`BackendError`), handed on when the round is over (decision 2026-12-05-redlock-burst)."""
+    """`async with`: one round's turn among its client's (`Admission`, `ROUNDS_AT_ONCE`), waited for before its clock
+    starts, given up after `TURN_LIMIT` or its caller's deadline (`BackendError`), handed on when the round is over
+    (decision 2026-12-05-redlock-burst)."""
 
-    __slots__ = ("_backend", "_floor", "_name", "_urgent", "_what")
+    __slots__ = ("_backend", "_floor", "_name", "_urgency", "_what")
 
-    def __init__(self, backend: AsyncRedlockBackend, what: str, name: str, urgent: bool, floor: float) -> None:
-        self._backend, self._what, self._name, self._urgent, self._floor = backend, what, name, urgent, floor
+    def __init__(self, backend: AsyncRedlockBackend, what: str, name: str, urgency: Urgency, floor: float) -> None:
+        self._backend, self._what, self._name, self._urgency, self._floor = backend, what, name, urgency, floor
 
     async def __aenter__(self) -> None:
         backend = self._backend
         waiter = _Waiter()
         with backend._turns_lock:
-            if backend._turns.ask(waiter, self._urgent):
+            if backend._turns.enter(waiter, self._urgency):
                 return
         limit = turn_wait(TURN_LIMIT, self._floor, now())
         try:
@@ -116,8 +117,9 @@ class _Turn:
             raise
         if not handed:
             with backend._turns_lock:
-                withdrawn = backend._turns.withdraw(waiter)
-                waiting = len(backend._turns)
+                withdrawn = backend._turns.queued(waiter)
+                backend._turns.withdraw(waiter)
+                waiting = backend._turns.waiting
             if withdrawn:
                 raise BackendError(turn_error(self._what, limit, waiting), name=self._name)
             # (handed a turn just as the wait ended: the round goes)
@@ -164,7 +166,7 @@ class AsyncRedlockBackend(RedlockNodes):
         self.renewal_requests = 0  # script calls the watchdog made (for benchmarks)
         self._rng = random.Random()
         # At most `ROUNDS_AT_ONCE` rounds at once, the others waiting for a turn before their clock starts (`_Turn`).
-        self._turns: Turns[_Waiter] = Turns()
+        self._turns: Admission[_Waiter] = Admission(ROUNDS_AT_ONCE)
         self._turns_lock = threading.Lock()  # (never held across an await)
         # A waiter blocks on its home node's wake list; one wait must end before that socket's timeout does.
         timeouts = [socket_timeout(client) for client in clients]
@@ -182,10 +184,10 @@ class AsyncRedlockBackend(RedlockNodes):
     def _timeout(self, ttl: float) -> float:
         return self._node_timeout if self._node_timeout is not None else default_node_timeout(ttl)
 
-    def _turn(self, what: str, name: str, urgent: bool = False, floor: float = 0.0) -> _Turn:
-        """A round's turn (`_Turn`): `urgent` for a held lease's (a release, an extend) and an attempt's next round,
-        served before new acquires; `floor`: the least it waits, whatever its caller's deadline (`turn_wait`)."""
-        return _Turn(self, what, name, urgent, floor)
+    def _turn(self, what: str, name: str, urgency: Urgency, floor: float = 0.0) -> _Turn:
+        """A round's turn (`_Turn`), in `urgency`'s order: a held lease's extend, an attempt's next round, a release,
+        then new acquires; `floor`: the least it waits, whatever its caller's deadline (`turn_wait`)."""
+        return _Turn(self, what, name, urgency, floor)
 
     def _hand_on(self) -> None:
         """A round is over: its turn goes to the next one waiting."""
@@ -197,7 +199,8 @@ class AsyncRedlockBackend(RedlockNodes):
     def _withdraw(self, waiter: _Waiter) -> None:
         """A round stopped waiting for its turn (cancelled): one it was handed meanwhile goes on."""
         with self._turns_lock:
-            withdrawn = self._turns.withdraw(waiter)
+            withdrawn = self._turns.queued(waiter)
+            self._turns.withdraw(waiter)
         if not withdrawn:
             self._hand_on()
 
@@ -262,7 +265,7 @@ class AsyncRedlockBackend(RedlockNodes):
             args = [token, ttl_ms, t]
             requests = [ScriptRequest(channel, REDLOCK_ACQUIRE, script_keys, args) for channel in self._channels]
             # Its clock starts once it has its turn (issue 14); a later round of an attempt under way goes first.
-            async with self._turn("acquire", name, urgent=rounds > 1, floor=timeout):
+            async with self._turn("acquire", name, Urgency.ONGOING if rounds > 1 else Urgency.NEW, floor=timeout):
                 started, round_sent = now(), self._clock()
                 done, handles = await run_scripts(requests, timeout, self._decided)
             answers = [node_answer(done.get(i)) for i in range(n)]  # no answer in time counts as a failure
@@ -324,7 +327,7 @@ class AsyncRedlockBackend(RedlockNodes):
         script_keys, args = [keys.lock, keys.fence, keys.waiters, keys.wake], [token, fence]
         requests = [ScriptRequest(channel, REDLOCK_RELEASE, script_keys, args) for channel in self._channels]
         self._ask_unknown(self._timeout(DEFAULT_TTL))
-        async with self._turn("release", name, urgent=True):
+        async with self._turn("release", name, Urgency.RELEASE):
             started = now()
             done, _ = await run_scripts(requests, self._timeout(DEFAULT_TTL), self._settled)
         self._reconnecting(self._failures(done, started, self._timeout(DEFAULT_TTL)))
@@ -353,7 +356,7 @@ class AsyncRedlockBackend(RedlockNodes):
         script_keys, args = [keys.lock, keys.fence, self._ttls, self._marker, self._incarnation], [token, ttl_ms, fence]
         requests = [ScriptRequest(channel, REDLOCK_EXTEND, script_keys, args) for channel in self._channels]
         self._ask_unknown(self._timeout(ttl_ms / 1000.0))
-        async with self._turn("extend", name, urgent=True):
+        async with self._turn("extend", name, Urgency.RENEWAL):
             started = now()
             done, handles = await run_scripts(requests, self._timeout(ttl_ms / 1000.0), self._settled)
         self._reconnecting(self._failures(done, started, self._timeout(ttl_ms / 1000.0)))
