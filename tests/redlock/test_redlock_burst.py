@@ -293,7 +293,8 @@ def test_an_overloaded_client_keeps_each_acquires_wait_as_one_deadline(nodes: Re
     assert errors, f"all {count} acquires were granted, the slowest after {max(took):.2f} s: past their wait={wait}"
     assert all(type(exc) is fencelock.BackendError and "overloaded" in str(exc) and "nothing was sent" in str(exc)
                for exc in errors), repr(errors[0])
-    assert max(took) < slack(wait + floor + 0.5), f"an acquire took {max(took):.2f} s with wait={wait}"
+    # (an event loop running 4,000 tasks wakes a wait up to a second late; the turn limit it keeps is 30 s)
+    assert max(took) < slack(wait + floor + 2.0), f"an acquire took {max(took):.2f} s with wait={wait}"
     for server in nodes.nodes:
         client: Any = server.client()
         assert not [i for i in range(count) if client.exists(redis_keys(f"deadline:{i}", "fencelock").lock)]
