@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from fencelock._etcd.rules import (
     Kv,
+    Settle,
     Verdict,
     fence_key,
     granted,
@@ -20,6 +21,7 @@ from fencelock._etcd.rules import (
     range_end,
     released,
     retry_after,
+    settle,
     verdict,
     version_risk,
 )
@@ -206,3 +208,19 @@ def test_which_etcd_versions_may_revoke_live_leases_after_a_leader_pause(version
         assert "etcd-io/etcd#15247" in risk
         assert "3.4.31" in risk
         assert "3.5.13" in risk
+
+
+def test_a_move_is_settled_only_by_a_key_on_the_new_lease_or_past_the_moves_version() -> None:
+    """A move from lease 1 to lease 2, sent at version 3, whose answer never came: the key on lease 2 says it landed;
+    on lease 1 at version 3 it may yet land (UNDECIDED: void it first); on lease 1 at version 4 a put again won and
+    it never can; anything else is a key lost."""
+    def kv(lease: int, version: int, value: bytes = b"t", rev: int = 5) -> Kv:
+        return Kv(b"k", rev, lease, value, version)
+
+    assert settle(kv(2, 4), b"t", 5, old=1, new=2, version=3) is Settle.MOVED
+    assert settle(kv(1, 3), b"t", 5, old=1, new=2, version=3) is Settle.UNDECIDED
+    assert settle(kv(1, 4), b"t", 5, old=1, new=2, version=3) is Settle.STAYED
+    assert settle(None, b"t", 5, old=1, new=2, version=3) is Settle.GONE
+    assert settle(kv(1, 3, value=b"x"), b"t", 5, old=1, new=2, version=3) is Settle.GONE
+    assert settle(kv(1, 3, rev=6), b"t", 5, old=1, new=2, version=3) is Settle.GONE
+    assert settle(kv(9, 4), b"t", 5, old=1, new=2, version=3) is Settle.GONE

@@ -8,30 +8,26 @@ from __future__ import annotations
 
 import os
 import threading
-from fnmatch import fnmatchcase
 from functools import partial
-from typing import Any
 
 from .._errors import BackendError
 from .._etcd import txn
 from .._etcd.rules import (
     BLOCK_CAP,
     MAX_TXN_OPS,
-    SCAN_PAGE,
+    SETTLE_READS,
     Kv,
+    Settle,
     Verdict,
     fence_key,
     keepalive_suffices,
-    kvs,
     lease_seconds,
     lease_too_long,
     lock_key,
     name_dir,
-    name_of,
-    number,
-    range_end,
     released,
     retry_after,
+    settle,
     verdict,
     version_risk,
 )
@@ -39,10 +35,10 @@ from .._etcd.url import EtcdTarget
 from .._events import emit
 from .._logic.admission import Urgency
 from .._logic.outcomes import Attempt, Released
-from .._logic.status import LockStatus
 from .._logic.timing import Clock, Deadline, lease_clock
 from ._concurrency import Call, T, in_background, unless_given_up
 from .etcd_gateway import AsyncGateway
+from .etcd_operators import AsyncEtcdOperators
 from .etcd_waiting import AsyncSharedWatches, Held
 
 SPARE_LEASES = 16
@@ -55,10 +51,6 @@ CLOSE_TIMEOUT = 0.5
 unreachable server does not make `close()` wait for a request timeout: the leases it did not revoke end by their
 TTL. The leases of waiters still queued get up to the URL's timeout first: their keys block the lock for others."""
 
-SETTLE_READS = 3
-"""Reads of our key that settle a move whose answer never came: a second read follows a put that lost to the move,
-so a third means the key changed under us again (it is then left unsettled: the next extend reads again)."""
-
 RENEWAL_BATCH = 1000
 """Leases of one watchdog batch handled together: keep-alive requests, then transactions checking their keys."""
 
@@ -69,7 +61,7 @@ it is older than `BLOCK_CAP`, so its validity counts from no earlier than before
 2026-12-05-etcd-many-waiters)."""
 
 
-class AsyncEtcdBackend:
+class AsyncEtcdBackend(AsyncEtcdOperators):
     """Locks in etcd, one lease and one key per acquisition (see `fencelock._etcd.rules` for the layout)."""
 
     def __init__(self, target: EtcdTarget, *, prefix: str, clock: Clock = lease_clock) -> None:
@@ -93,13 +85,6 @@ class AsyncEtcdBackend:
 
     def retry_after(self, exc: BackendError, failures: int) -> float | None:
         return retry_after(failures, self._gateway.transient(exc), self._gateway.endpoints)
-
-    async def _revoke(self, lease: int, name: str) -> None:
-        """Best effort: end a lease (and delete the key on it). Unreachable: it ends with its TTL."""
-        try:
-            await self._gateway.revoke(lease, name)
-        except BackendError:
-            pass
 
     async def _alive(self, lease: int, name: str, urgency: Urgency = Urgency.RENEWAL) -> float | None:
         """Refresh one lease: when the refresh went out (its TTL restarted no earlier); None if the server no longer
@@ -358,39 +343,37 @@ class AsyncEtcdBackend:
         return True
 
     async def _settle(self, name: str, token: str, fence: int, held: Held) -> bool | None:
-        """After a move whose answer never came: learn which lease our key is on, and keep that one. True: the new
-        one (adopted; the old one is ended); False: the old one (the new one is ended); None: our key is gone or is
-        not ours (the acquisition is forgotten, and both leases are ended).
-
-        A key read on the old lease does not settle it: the move may still be on its way, and landing after the
-        new lease's revoke it would take our key with it. So the key is first put again on the old lease at the
-        version the move compares (`txn.move`): of the two, only the first to arrive applies. Unanswered, the
-        outcome stays unknown (BackendError), and the next extend settles again."""
+        """After a move whose answer never came: learn which lease our key is on (`settle`), and keep that one.
+        True: the new one (adopted; the old one is ended); False: the old one (the new one is ended); None: our key
+        is gone or is not ours (the acquisition is forgotten, and both leases are ended). A move that may yet land
+        is first made void. Unanswered, the outcome stays unknown (BackendError); the next extend settles again."""
         assert held.moving is not None
         lease, seconds, asked = held.moving
         for _ in range(SETTLE_READS):
             [mine] = txn.ranges(await self._gateway.txn(txn.check([held.key]), "extend", name, Urgency.RENEWAL))
             kv = mine[0] if mine else None
-            if kv is None or kv.value != token.encode() or kv.create_revision != fence or \
-                    kv.lease not in (lease, held.lease):
+            found = settle(kv, token.encode(), fence, held.lease, lease, held.version)
+            if found is Settle.GONE:
                 held.moving = None
                 self._held.pop(token, None)
                 await self._revoke(lease, name)
                 await self._revoke(held.lease, name)
                 return None
-            if kv.lease == lease:
+            if found is Settle.MOVED:
+                assert kv is not None
                 old, held.lease, held.seconds, held.asked, held.moving = held.lease, lease, seconds, asked, None
                 held.version = kv.version
                 await self._revoke(old, name)
                 return True
-            if kv.version == held.version:  # the move may yet land: void it, by taking its version first
-                stay = await self._gateway.txn(txn.move(held.key, token, fence, held.lease, held.version), "extend",
-                                               name, Urgency.RENEWAL)
-                if not stay.get("succeeded"):
+            if found is Settle.UNDECIDED:  # void the move: take its version first (only one of the two applies)
+                again = await self._gateway.txn(txn.move(held.key, token, fence, held.lease, held.version),
+                                                "extend", name, Urgency.RENEWAL)
+                if not again.get("succeeded"):
                     continue  # the move landed just before, or our key went: read again
                 held.version += 1
             else:
-                held.version = kv.version  # an earlier such put landed, its answer lost: the move never will
+                assert kv is not None
+                held.version = kv.version  # an earlier put again landed, its answer lost
             held.moving = None
             await self._revoke(lease, name)
             return False
@@ -443,69 +426,6 @@ class AsyncEtcdBackend:
                     if not ours:
                         await self._lost(leases[i][0], leases[i][1], helds[i], True)
         return results
-
-    # ------------------------------------------------------------------------------------------ operators
-
-    async def _head(self, name: str) -> tuple[Kv | None, int]:
-        return txn.headed(await self._gateway.read(txn.head(name_dir(self._prefix, name)), "status", name))
-
-    async def status(self, name: str) -> LockStatus:
-        """The holder (the oldest key), its fence, its lease's TTL left (whole seconds) and the waiters.
-
-        A free lock shows the fence of the last lease released through fencelock (`release()` or `force_release`
-        record it in their transaction); None if none was: etcd keeps nothing of a lease that expired.
-        """
-        owner, count = await self._head(name)
-        if owner is None:
-            last = txn.fence_of(await self._gateway.read(txn.last_fence(fence_key(self._prefix, name)), "status",
-                                                         name))
-            return LockStatus(name, False, last, None, 0)
-        return LockStatus(name, True, owner.create_revision, await self._gateway.time_to_live(owner.lease, name),
-                          count - 1)
-
-    async def scan(self, pattern: str) -> list[LockStatus]:
-        """Every held lock whose name matches `pattern`, read in pages of `SCAN_PAGE` keys at one revision."""
-        head = f"{self._prefix}/".encode()
-        end = range_end(head)
-        start, revision = head, 0
-        found: dict[str, list[Any]] = {}  # name: [oldest key, keys]
-        while True:
-            data = await self._gateway.read(txn.scan_page(start, end, revision, SCAN_PAGE), "list", None)
-            revision = revision or number(data.get("header", {}).get("revision"))
-            page = kvs(data)
-            for kv in page:
-                name = name_of(self._prefix, kv.key)
-                if name is None or not fnmatchcase(name, pattern):
-                    continue
-                entry = found.setdefault(name, [kv, 0])
-                entry[1] += 1
-                if kv.create_revision < entry[0].create_revision:
-                    entry[0] = kv
-            if not data.get("more") or not page:
-                break
-            start = page[-1].key + b"\x00"
-        statuses = []
-        for name in sorted(found):
-            owner, count = found[name]
-            statuses.append(LockStatus(name, True, owner.create_revision,
-                                       await self._gateway.time_to_live(owner.lease, name), count - 1))
-        return statuses
-
-    async def force_release(self, name: str) -> LockStatus:
-        """Delete the holder's key and revoke its lease (the next waiter gets the lock); returns what was removed."""
-        for _ in range(3):
-            owner, count = await self._head(name)
-            if owner is None:
-                return LockStatus(name, False, None, None, 0)
-            remaining = await self._gateway.time_to_live(owner.lease, name)
-            # Not sent again by the gateway: a first sending that was applied would make the second report nothing
-            # removed. (A failed compare reads the holder again, once the loop comes round.)
-            answer = await self._gateway.txn(txn.force_release(owner, fence_key(self._prefix, name)),
-                                             "force-release", name, Urgency.NEW, again=False)
-            if answer.get("succeeded"):
-                await self._revoke(owner.lease, name)
-                return LockStatus(name, True, owner.create_revision, remaining, count - 1)
-        raise BackendError("the holder kept changing while it was being removed", name=name)
 
     async def aclose(self) -> None:
         """End the leases of this client's waiters still queued (their keys go with them), within the URL's

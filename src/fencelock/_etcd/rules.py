@@ -164,6 +164,32 @@ def verdict(mine: Kv | None, token: bytes, owner: Kv | None) -> Verdict:
     return Verdict.WAITING
 
 
+class Settle(enum.Enum):
+    """What a read of our key says of a move to another lease whose answer never came (`settle`)."""
+
+    GONE = "gone"          # our key is gone, or not ours: both leases end, the acquisition is lost
+    MOVED = "moved"        # on the new lease: adopt it, end the old one
+    STAYED = "stayed"      # on the old lease, past the move's version: the move can never land; end the new lease
+    UNDECIDED = "undecided"  # on the old lease at the move's version: it may yet land (put the key again first)
+
+
+SETTLE_READS = 3
+"""Reads of our key that settle a move: a second follows a put again that lost to the move, so a third means the
+key changed under us again (then it is left unsettled, and the next extend reads again)."""
+
+
+def settle(kv: Kv | None, token: bytes, fence: int, old: int, new: int, version: int) -> Settle:
+    """A read of our key (`kv`) after a move from lease `old` to `new`, sent when the key was at `version`, whose
+    answer never came. Every move compares the key's version (`txn.move`), so of the move and a put again on the
+    old lease at that version, only the first to arrive applies: only a key on the old lease *past* that version
+    says the move will never land. Revoking the new lease earlier would take our key with it if it then did."""
+    if kv is None or kv.value != token or kv.create_revision != fence or kv.lease not in (old, new):
+        return Settle.GONE
+    if kv.lease == new:
+        return Settle.MOVED
+    return Settle.STAYED if kv.version > version else Settle.UNDECIDED
+
+
 def released(deleted: bool, newer_keys: int, sent_before: bool = False) -> Released:
     """A compare-and-delete's answer: our key deleted; else gone, and maybe someone queued (or held) after us
     (`fencelock._logic.outcomes.gone`: after an earlier sending of this release whose answer never came, maybe by
