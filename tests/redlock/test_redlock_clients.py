@@ -367,3 +367,37 @@ def test_an_extend_refused_by_servers_names_their_error(name: str) -> None:
             assert f"{five.urls[2]}: server error: WRONGTYPE" in str(caught.value), str(caught.value)
     finally:
         five.close()
+
+
+def test_sync_a_round_whose_thread_woke_late_reads_the_replies_received_in_time(
+        nodes: RedisNodes, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sync client's one thread reading a round's replies is kept from running past the node timeout (the
+    interpreter busy with other threads): the replies that came in meanwhile are read, the lock is granted in that
+    round, and no node is reported out. Before, the round ended at the deadline with its replies unread: every node
+    was reported slow, and their identities asked again."""
+    from fencelock._redis.channel import readable
+    from fencelock._sync import _multiplex
+
+    initialise_redlock(nodes.urls)
+    told: list[fencelock.LockEvent] = []
+    locks = fencelock.connect(nodes.urls, node_timeout=0.1)
+    locks.acquire(f"{name}:warm", ttl=5.0, wait=2.0).release()  # (connections open, nodes known)
+    starved: list[float] = []
+
+    def late_once(socks: list[Any], timeout: float) -> list[Any]:
+        if not starved:
+            starved.append(timeout)
+            time.sleep(timeout + 0.15)  # woke 0.15 s past the node timeout: every reply is in by now
+            return []
+        return readable(socks, timeout)
+
+    monkeypatch.setattr(_multiplex, "readable", late_once)
+    unsubscribe = fencelock.subscribe(told.append)
+    try:
+        lease = locks.acquire(name, ttl=5.0, wait=0)
+        lease.release()
+    finally:
+        unsubscribe()
+        locks.close()
+    assert starved, "the round never waited for its replies"
+    assert [event.describe() for event in told if event.kind == "node_out"] == []

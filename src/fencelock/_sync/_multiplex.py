@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .._logic.timing import overslept
 from .._redis.channel import readable
 from .._redis.order import KILL, SEND, WAIT, orphaned, turn
 from .._redis.request import (
@@ -163,7 +164,7 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                 continue
             send(i, request, channel.generation)
         deadline = time.monotonic() + timeout
-        decided = False
+        decided = last_look = False
         while waiting or threads or deferred:
             if not decided and enough(results):
                 # Decided. Replies due any moment still get a short grace: a connection read now is free for the
@@ -172,7 +173,12 @@ def run_scripts(requests: Sequence[ScriptRequest], timeout: float,
                 deadline = min(deadline, time.monotonic() + _GRACE)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                break
+                if last_look:
+                    break
+                # One look that does not wait, at what was received in time but not read yet; a thread kept from
+                # running (the interpreter busy elsewhere) gives the replies as long again as it overslept.
+                last_look, remaining = True, 0.0
+                deadline = time.monotonic() + (0.0 if decided else overslept(deadline, time.monotonic(), timeout))
             if deferred:
                 for i in [i for i, (_, _, before) in deferred.items() if before[0].done()]:
                     request, generation, before = deferred.pop(i)
