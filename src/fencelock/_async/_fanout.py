@@ -35,18 +35,14 @@ async def _gather(handles: list[Handle[T]], timeout: float,
         if remaining <= 0:
             if extended:
                 break
-            # Replies received in time may still wait to be read behind the client's other work: read them first.
-            # A client that was too busy to run (not the servers) gives the replies that long again.
+            # Replies received in time may still wait to be read behind the client's other work: read them first
+            # (one look that does not wait). A client that was too busy to run (not the servers) gives the replies
+            # that long again.
             extended = True
             await catch_up()
-            done = {handle for handle in pending if handle.done()}
-            pending -= done
-            for handle in done:
-                results[index[handle]] = handle.result()
-            if enough(results):
-                break
-            deadline = now() + overslept(deadline, now(), timeout)
-            continue
+            woke = now()
+            deadline = woke + overslept(deadline, woke, timeout)
+            remaining = deadline - woke
         done, pending = await wait_first(pending, remaining)
         for handle in done:
             results[index[handle]] = handle.result()
