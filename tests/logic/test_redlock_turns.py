@@ -74,10 +74,9 @@ def test_a_round_that_stops_waiting_leaves_the_queue_and_one_handed_a_turn_must_
     turns.enter("a", Urgency.NEW)
     turns.enter("b", Urgency.NEW)
     turns.enter("c", Urgency.NEW)
-    assert turns.queued("b")
-    turns.withdraw("b")  # (cancelled, or its turn did not come within TURN_LIMIT)
+    assert turns.withdraw("b")  # (cancelled, or its turn did not come within TURN_LIMIT)
     assert turns.done() == "c"
-    assert not turns.queued("c")  # it was handed a turn: it runs, or hands it on with `done`
+    assert not turns.withdraw("c")  # it was handed a turn: it runs, or hands it on with `done`
     assert turns.done() is None
     assert turns.out == 0
 
@@ -101,8 +100,7 @@ def test_never_more_rounds_run_than_the_limit_and_no_turn_is_lost(ops: list[tupl
                 waiting.remove(handed)
                 running.add(handed)
         elif op == "withdraw" and k in waiting:
-            assert turns.queued(k)
-            turns.withdraw(k)
+            assert turns.withdraw(k)
             waiting.remove(k)
         assert turns.out == len(running) <= limit
         assert turns.waiting == len(waiting)

@@ -66,9 +66,13 @@ class Admission(Generic[T]):
         """Still waiting (not handed a slot yet)."""
         return ticket in self._waiting
 
-    def withdraw(self, ticket: T) -> None:
-        """A waiting request stops waiting (its caller gave up, or its wait timed out): it will not go."""
+    def withdraw(self, ticket: T) -> bool:
+        """A waiting request stops waiting (its caller gave up, or its wait timed out): it will not go. False if it
+        was not waiting: it was handed a slot meanwhile, which it must use or pass on (`done`)."""
+        if ticket not in self._waiting:
+            return False
         self._waiting.discard(ticket)
+        return True
 
     def done(self) -> T | None:
         """A request holding a slot is done: the ticket that has its slot now (wake it), or None (the slot is free)."""

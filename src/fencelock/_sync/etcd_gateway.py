@@ -171,8 +171,7 @@ class Gateway:
     def _stop_waiting(self, turn: _Turn) -> bool:
         """True if `turn` was handed its turn; else it is taken out of line (it will not go)."""
         with self._admission_lock:
-            if self._admission.queued(turn):
-                self._admission.withdraw(turn)
+            self._admission.withdraw(turn)
             return turn.handed
 
     def _leave(self) -> None:

@@ -118,8 +118,7 @@ class _Turn:
             raise
         if not handed:
             with backend._turns_lock:
-                withdrawn = backend._turns.queued(waiter)
-                backend._turns.withdraw(waiter)
+                withdrawn = backend._turns.withdraw(waiter)
                 waiting = backend._turns.waiting
             if withdrawn:
                 raise BackendError(turn_error(self._what, limit, waiting), name=self._name)
@@ -200,8 +199,7 @@ class RedlockBackend(RedlockNodes):
     def _withdraw(self, waiter: _Waiter) -> None:
         """A round stopped waiting for its turn (cancelled): one it was handed meanwhile goes on."""
         with self._turns_lock:
-            withdrawn = self._turns.queued(waiter)
-            self._turns.withdraw(waiter)
+            withdrawn = self._turns.withdraw(waiter)
         if not withdrawn:
             self._hand_on()
 
