@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +19,10 @@ import fencelock
 import fencelock.aio
 from fencelock._async._transport import MAX_OPEN
 from fencelock._redis.channel import MAX_BLOCKING
+from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisServer
+from fencelock.testing.timing import slack
+from tests.conftest import until
 
 pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other test runs beside it)
 
@@ -155,3 +159,104 @@ def test_waiters_on_a_thousand_held_names_block_on_a_capped_number_of_connection
     assert errors == []
     assert granted == count
 
+
+
+# -- a crowd on a stalled server: each acquire's `wait` stays one deadline -----------------------------------------
+
+STALL_TIMEOUT = 1.0
+"""The socket timeout of the clients on the stalled server: one request's bound."""
+
+STALL_WAIT = 0.3
+
+
+def _stall_bound() -> float:
+    """An acquire's longest stay on a stalled server: its wait, or else one socket timeout waiting for a connection,
+    then one request's timeout (it used to grow with the callers queued: 400 took up to 16 s)."""
+    return slack(STALL_WAIT + 2 * STALL_TIMEOUT + 1.0)
+
+
+def _check_stalled(server: RedisServer, took: list[float], errors: list[BaseException], count: int) -> None:
+    assert len(errors) == count, "an acquire was granted by a server that was stopped"
+    assert max(took) < _stall_bound(), f"an acquire took {max(took):.2f} s with wait={STALL_WAIT}"
+    assert all(type(exc) is fencelock.BackendError for exc in errors), repr(errors[0])
+    assert sorted(getattr(exc, "name", None) or "" for exc in errors) == sorted(f"stall:{i}" for i in range(count))
+    assert any("overloaded" in str(exc) and "nothing was sent" in str(exc) for exc in errors), \
+        "no acquire waited for a connection: the test did not queue any"
+    watcher = server.client()
+    until(lambda: not any(watcher.exists(redis_keys(f"stall:{i}").lock) for i in range(count)),
+          slack(2 * STALL_TTL + 2.0), "the key of an acquire that failed outlived its TTL")
+
+
+STALL_TTL = 2.0
+
+
+def test_tasks_queued_for_a_connection_to_a_stalled_server_fail_within_their_wait() -> None:
+    """400 asyncio acquires of one client on a stopped server (SIGSTOP), with `wait`=0.3: the ones queued for one
+    of the capped connections give up by their deadline (at least a socket timeout) with a clear error, instead
+    of waiting behind every request before them; the client works again once the server is back."""
+    count = 400
+    server = RedisServer().start()
+    try:
+        async def main() -> tuple[list[float], list[BaseException]]:
+            took: list[float] = []
+            errors: list[BaseException] = []
+            async with fencelock.aio.connect(f"{server.url}?socket_timeout={STALL_TIMEOUT}") as locks:
+                await (await locks.acquire("warm", ttl=STALL_TTL, wait=1.0)).release()
+                server.pause()
+
+                async def one(i: int) -> None:
+                    began = time.monotonic()
+                    try:
+                        await locks.acquire(f"stall:{i}", ttl=STALL_TTL, wait=STALL_WAIT)
+                    except Exception as exc:
+                        errors.append(exc)
+                    took.append(time.monotonic() - began)
+
+                try:
+                    await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(count))), 120.0)
+                finally:
+                    server.resume()
+                lease = await locks.acquire("after", ttl=STALL_TTL, wait=5.0)  # (the same client, not rebuilt)
+                await lease.release()
+            return took, errors
+
+        took, errors = asyncio.run(main())
+        _check_stalled(server, took, errors, count)
+    finally:
+        server.close()
+
+
+def test_threads_queued_for_a_connection_to_a_stalled_server_fail_within_their_wait() -> None:
+    """The same under threads: 160 threads of one sync client on a stopped server."""
+    count = 160
+    server = RedisServer().start()
+    took: list[float] = []
+    errors: list[BaseException] = []
+    locks = fencelock.connect(f"{server.url}?socket_timeout={STALL_TIMEOUT}")
+    try:
+        locks.acquire("warm", ttl=STALL_TTL, wait=1.0).release()
+        server.pause()
+        barrier = threading.Barrier(count)
+
+        def one(i: int) -> None:
+            barrier.wait()
+            began = time.monotonic()
+            try:
+                locks.acquire(f"stall:{i}", ttl=STALL_TTL, wait=STALL_WAIT)
+            except Exception as exc:
+                errors.append(exc)
+            took.append(time.monotonic() - began)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(120.0)
+        finally:
+            server.resume()
+        locks.acquire("after", ttl=STALL_TTL, wait=5.0).release()
+        _check_stalled(server, took, errors, count)
+    finally:
+        locks.close()
+        server.close()

@@ -10,6 +10,7 @@ from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from .._logic.admission import turn_wait
 from .._redis.channel import BLOCKING, CROWDED_PAUSE, maintains
 from .._redis.order import (
     KILL,
@@ -44,6 +45,9 @@ server's connections or the client's file descriptors."""
 
 GAVE_UP: Any = object()
 """`Channel.place`'s answer to a request whose caller stopped waiting for it before a connection was free."""
+
+QUEUE_LIMIT = 30.0
+"""Seconds a request waits at most for a connection (less by its caller's deadline); then it fails, not sent."""
 
 RECHECK = 1.0
 """Seconds a request waiting for a connection sleeps before it looks whether one is free after all."""
@@ -116,12 +120,16 @@ class Channel(Connections):
         """An idle connection for a request, or None: it makes a new one (`connect`). While `MAX_OPEN` are open
         for requests that do not block, it waits its turn: renewals and releases (`maintenance`) before the others,
         each oldest first. `fresh`: it needs a new connection (an idle one it was given is closed). A request
-        whose caller gave up on it (`abandoned`) while it waited gets `GAVE_UP`, and is not sent."""
+        whose caller gave up on it (`abandoned`) while it waited gets `GAVE_UP`; one still waiting after
+        `QUEUE_LIMIT` or its caller's deadline (`caller_deadline`; at least a socket timeout) gets a `Held`.
+        Neither is sent."""
         conn, queued = self._look(generation, maintenance, abandoned)
         if queued is not None:
+            limit = turn_wait(QUEUE_LIMIT, self._patience, now())
+            until = now() + limit
             try:
-                while not await queued.signal.wait(RECHECK):
-                    if queued.given_up():
+                while not await queued.signal.wait(min(RECHECK, max(0.0, until - now()))):
+                    if queued.given_up() or now() >= until:
                         break
                     self._serve()  # (a connection freed in a way that served nobody: never wait for ever)
             except BaseException:
@@ -129,10 +137,13 @@ class Channel(Connections):
                 raise
             with self._queue_lock:  # (at once with `holding`: one it saw here is never sent after its round)
                 self._placing.discard(queued)
-                gave_up = queued.given_up()
-            if gave_up:
+                gave_up, overdue = queued.given_up(), not queued.served
+                waiting = len(self._queues[0]) + len(self._queues[1])
+            if gave_up or overdue:
                 self._withdraw(queued)
-                return GAVE_UP
+                return GAVE_UP if gave_up else Held(
+                    f"not sent to {self.where}: this client is overloaded: no connection there was free within "
+                    f"{limit:.3g} s ({MAX_OPEN} in use, {waiting} other requests waiting); nothing was sent")
             conn = queued.conn
         if conn is not None and fresh:
             with self._queue_lock:
@@ -303,6 +314,8 @@ async def _send_script(request: ScriptRequest, cache: Packed, generation: int,
     conn = await channel.place(generation, fresh, maintains(request.lua), late)
     if conn is GAVE_UP:
         return Held(f"not sent to {channel.where}: its round ended before a connection was free")
+    if isinstance(conn, Held):
+        return conn
     if conn is None:
         try:
             conn = await channel.connect(generation)
