@@ -8,6 +8,7 @@
     workload.py     the workloads: uncontended acquire+release, and contended hand-off between processes
     watchdog.py     the renewal watchdog section: 10,000 renewed leases in a process of their own (CPU, script
                     calls and round trips per 100 renewals, leases lost, how promptly the process exits)
+    front_ends.py   the sync client against the asyncio client run on a loop thread (`--only front_ends`)
     stats.py        medians, percentiles, overlap and hand-off-gap counting
     report.py       the machine, the tables, a check's verdict and the JSON file
     targets.py      the ratios judged against their targets (PASS/FAIL); latency_report.py,

@@ -14,6 +14,7 @@ from .burst import BurstRun, burst_checks, burst_section, burst_table
 from .contenders import ONE_REDIS, REGISTRY, Contender, Need, Target
 from .durability import DurabilityResult, durability_section, durability_table
 from .events import EventsResult, events_section
+from .front_ends import FrontEnd, front_ends_section, front_ends_table
 from .placement import placements
 from .services import Services, Unavailable
 from .watchdog import WatchdogSection, watchdog_section
@@ -64,7 +65,7 @@ def _progress(message: str) -> None:
 GROUPS = ("single", "redlock", "etcd", "zookeeper")
 """What `--only` accepts besides contender keys: every row of one group (`Contender.group`)."""
 
-SECTIONS = ("watchdog", "events", "durability", "burst")
+SECTIONS = ("watchdog", "events", "durability", "burst", "front_ends")
 """What `--only` also accepts: a section that is not a row of the contender tables (run only when named, or when
 `--only` is not given)."""
 
@@ -145,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         events: EventsResult | None = events_section() if "events" in sections else None
         durable: DurabilityResult | None = (durability_section(quick, _progress) if "durability" in sections
                                             else None)
+        fronts: list[FrontEnd] | None = (front_ends_section(quick, _progress) if "front_ends" in sections
+                                         else None)
         burst: list[BurstRun] | None = None
         if "burst" in sections:
             tasks, waiters, threads = args.burst or ((500, 200, 50) if quick else (2000, 1000, 200))
@@ -197,6 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
     if burst is not None:
         print(burst_table(burst))
+        print()
+    if fronts is not None:
+        print(front_ends_table(fronts))
         print()
     if durable is not None:
         print(durability_table(durable))

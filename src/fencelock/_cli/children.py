@@ -137,16 +137,6 @@ def _alone_in_group() -> bool:
     return True
 
 
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _send(group: int, signum: int | None) -> None:
     """Send `signum` to every process of the command's group (None: nothing)."""
     if signum is None or group <= 1:  # (killpg(1) would be kill(-1): every process we may signal)
@@ -193,7 +183,7 @@ class _CommandGroup:
         not: those fencelock inherited are reaped here). Without /proc, whether the group has a process."""
         found = procs.snapshot()
         if not found:
-            return _group_alive(self.group)
+            return procs.group_has_process(self.group)
         keep = {self.child.pid if self.child is not None else 0,
                 self.guardian.proc.pid if self.guardian is not None and self.guardian.proc else 0, *self.children}
         for orphan in found:  # zombies fencelock inherited as a subreaper: reaped, or they would count as live

@@ -97,13 +97,7 @@ def group_alive(group: int, run_id: str = "") -> bool:
     found = procs.snapshot()
     if found:
         return bool(ours(found, group, run_id) or strays(run_id))
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return procs.group_has_process(group)
 
 
 def send(group: int, signum: int, run_id: str = "") -> None:

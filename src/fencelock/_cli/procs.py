@@ -55,6 +55,17 @@ def snapshot() -> list[Proc]:
     return found
 
 
+def group_has_process(group: int) -> bool:
+    """Whether process group `group` has a process (a zombie counts), by signal 0: where /proc cannot tell."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def in_group(procs: list[Proc], pgid: int) -> list[Proc]:
     """The live processes of process group `pgid`."""
     return [p for p in procs if p.pgid == pgid and p.live]
