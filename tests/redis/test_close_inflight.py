@@ -18,11 +18,13 @@ import pytest
 
 import fencelock
 import fencelock.aio
+from fencelock._async import _concurrency
 from fencelock._scripts import ACQUIRE
 from fencelock.testing.faults import LATE, FaultProxy, Rule
-from fencelock.testing.servers import RedisClusterServers, RedisServer
+from fencelock.testing.proxy import Proxy
+from fencelock.testing.servers import RedisClusterServers, RedisNodes, RedisServer
 from fencelock.testing.timing import slack
-from tests.conftest import lock_value, until
+from tests.conftest import initialise_redlock, lock_value, until
 
 
 @pytest.fixture(params=["redis", "cluster"])
@@ -176,3 +178,45 @@ def test_a_lease_released_after_its_client_closed_leaves_no_connection_open(stan
     assert lock_value(raw, name) is None
     threading.Event().wait(0.1)
     assert ours() == []
+
+
+@pytest.mark.parametrize("nodes", [1, 3], ids=["redis", "redlock"])
+def test_asyncio_close_right_after_acquires_cancelled_in_flight_gives_their_keys_back_and_leaves_nothing_running(
+        nodes: int, name: str) -> None:
+    """Acquires whose requests are on the wire (each way delayed) are cancelled, and `aclose()` follows at
+    once. It waits for those requests and for the give-back after each: when it returns, no task of fencelock's
+    runs, and no key of theirs is on any server. (The same rule as etcd's, in the client every backend shares.)"""
+    names = [f"{name}:{i}" for i in range(5)]
+    group = RedisNodes(nodes).start()
+    proxies = [Proxy("127.0.0.1", server.port).start() for server in group.nodes]
+    try:
+        urls = [f"redis://127.0.0.1:{proxy.port}/0?socket_timeout=5" for proxy in proxies]
+        if nodes > 1:
+            initialise_redlock(urls)
+
+        async def main() -> list[asyncio.Future[Any]]:
+            locks = fencelock.aio.connect(urls if nodes > 1 else urls[0])
+            warm = [f"{name}:warm:{i}" for i in range(len(names))]  # (a connection open for each acquire)
+            for lease in await asyncio.gather(*(locks.acquire(each, ttl=5.0, wait=0) for each in warm)):
+                await lease.release()
+            for proxy in proxies:  # (Redlock: a round trip well inside its node timeout, 0.15 s at this TTL)
+                proxy.delay = 0.2 if nodes == 1 else 0.03
+            tasks = [asyncio.ensure_future(locks.acquire(each, ttl=10.0, wait=0)) for each in names]
+            await asyncio.to_thread(until, lambda: all(p.held_back > 0 for p in proxies), 5.0,
+                                    "the acquires' requests are on the wire")
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await locks.aclose()
+            await asyncio.sleep(0)
+            return [task for task in _concurrency._background if not task.done()]
+
+        running = asyncio.run(main())
+        assert running == [], f"{len(running)} tasks still running after aclose(): {running[:3]}"
+        left = [(i, each) for i, server in enumerate(group.nodes) for each in names
+                if lock_value(server.client(), each) is not None]
+        assert left == [], f"keys left after aclose() returned: {left}"
+    finally:
+        for proxy in proxies:
+            proxy.close()
+        group.close()
