@@ -120,3 +120,56 @@ def test_a_background_clean_up_is_not_bound_by_its_callers_deadline() -> None:
     with caller_deadline(101.0):
         assert contextvars.copy_context().run(clean_up) == 30.0  # (a task's own copy of the caller's context)
         assert turn_wait(30.0, 2.0, now=100.0) == 2.0  # the caller's own is untouched
+
+
+def test_the_undo_of_a_cancelled_asyncio_request_is_not_bound_by_its_callers_deadline() -> None:
+    """A cancelled acquire's give-back (`undo_if_interrupted`'s undo) runs in the background after its caller
+    left: it must not inherit the caller's deadline, or its wait for a connection would end at once."""
+    import asyncio
+
+    from fencelock._async import _concurrency
+
+    seen: list[float] = []
+
+    async def main() -> None:
+        undone = asyncio.Event()
+
+        async def request() -> None:
+            await asyncio.sleep(0.05)
+
+        async def undo() -> None:
+            seen.append(turn_wait(30.0, 2.0, now=100.0))
+            undone.set()
+
+        async def caller() -> None:
+            with caller_deadline(101.0):
+                await _concurrency.undo_if_interrupted(request, undo, lambda: None)
+
+        task = asyncio.ensure_future(caller())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.wait_for(undone.wait(), 5.0)
+
+    asyncio.run(main())
+    assert seen == [30.0]
+
+
+def test_the_undo_of_an_interrupted_sync_request_is_not_bound_by_its_callers_deadline() -> None:
+    from fencelock._sync import _concurrency
+
+    seen: list[float] = []
+
+    def request() -> None:
+        raise KeyboardInterrupt
+
+    def undo() -> None:
+        seen.append(turn_wait(30.0, 2.0, now=100.0))
+
+    with caller_deadline(101.0):
+        try:
+            _concurrency.undo_if_interrupted(request, undo, lambda: None)
+        except KeyboardInterrupt:
+            pass
+        assert turn_wait(30.0, 2.0, now=100.0) == 2.0  # the caller's own is untouched
+    assert seen == [30.0]

@@ -145,6 +145,7 @@ async def undo_if_interrupted(request: Callable[[], Awaitable[T]], undo: Callabl
 
 
 async def _undo_after(task: asyncio.Future[Any], undo: Callable[[], Awaitable[object]]) -> None:
+    no_caller_deadline()  # (a cleanup: not bound by the wait of the caller that left)
     try:
         await task
     except BaseException:
@@ -200,8 +201,15 @@ Runner = asyncio.Task[None]
 
 
 def spawn(work: Callable[[], Awaitable[None]], name: str) -> Runner:
-    """Start `work` on its own (a task of the running loop); it must stop by itself when asked to."""
-    task: Runner = asyncio.ensure_future(work())
+    """Start `work` on its own (a task of the running loop); it must stop by itself when asked to. It runs for no
+    caller: neither the cancellation nor the deadline of the one whose call started it applies to it."""
+
+    async def run() -> None:
+        _given_up.set(None)
+        no_caller_deadline()
+        await work()
+
+    task: Runner = asyncio.ensure_future(run())
     _keep(task)
     return task
 

@@ -3,6 +3,7 @@ Hand-written twin: `_async/_concurrency.py` (httpcore's `_synchronization.py` is
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
 import os
@@ -12,6 +13,8 @@ import time
 from collections.abc import Callable, Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
+
+from .._logic.admission import no_caller_deadline
 
 T = TypeVar("T")
 
@@ -41,7 +44,7 @@ def in_background(work: Callable[[], object], *, ours: bool = False) -> None:
     origin = caller() if ours else None
 
     def run() -> None:
-        _sender.origin = origin
+        _sender.origin = origin  # (a thread starts with a context of its own: no caller's deadline)
         try:
             work()
         except Exception:
@@ -73,8 +76,13 @@ def undo_if_interrupted(request: Callable[[], T], undo: Callable[[], object], in
         raise
     except BaseException:
         interrupted()
-        undo()
+        contextvars.copy_context().run(_cleanup, undo)  # (not bound by the wait of the caller it interrupts)
         raise
+
+
+def _cleanup(work: Callable[[], object]) -> None:
+    no_caller_deadline()
+    work()
 
 
 Handle = Future
