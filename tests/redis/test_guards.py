@@ -206,10 +206,10 @@ def test_sql_guard_accepts_the_same_holder_again_where_the_driver_counts_changed
 
 
 def test_sql_guard_mysql_statements() -> None:
-    """MySQL (no server here to run them on: read as SQL): names compared byte for byte (a VARBINARY key, never a
-    case- or accent-insensitive collation that would let two lock names share a fence), a key that fits InnoDB's
-    3072-byte limit, an insert that fails loudly (not INSERT IGNORE, which truncates a value silently), and the
-    recorded fence read with a locking read (MySQL's snapshot read could show an older one)."""
+    """MySQL's statements, read as SQL (they run on MariaDB in tests/guards): names compared byte for byte (a
+    VARBINARY key, never a case- or accent-insensitive collation that would let two lock names share a fence), a
+    key that fits InnoDB's 3072-byte limit, an insert that fails loudly (not INSERT IGNORE, which truncates a value
+    silently), and the recorded fence read with a locking read (a snapshot read could show an older one)."""
     guard = fencelock.SQLGuard(paramstyle="format", dialect="mysql")
     assert guard._create == ("CREATE TABLE IF NOT EXISTS fencelock_fences "
                              "(name VARBINARY(3072) PRIMARY KEY, fence BIGINT NOT NULL)")
