@@ -199,3 +199,40 @@ def test_close_under_waiting_acquires_ends_them_without_retries_and_leaves_no_no
         lease.release()
     finally:
         holder.close()
+
+
+# -- a waiter granted on a later attempt --------------------------------------------------------------------------
+
+def test_a_waiter_whose_listing_met_a_reset_claims_no_more_than_the_servers_view_of_its_node(
+        zookeeper_server: ZooKeeperServer, zk: ZooKeeperDeployment, name: str) -> None:
+    """The waiter's node is created, its listing meets a reset, and the holder leaves meanwhile; after the
+    reconnect the listing finds the node at the head. The node's TTL on the server (its write time, what `status`
+    and every other client see) must end no earlier than the lease's `remaining()` says."""
+    from fencelock.testing.faults import RESET_BEFORE, FaultProxy, Rule
+    from fencelock.testing.framing import ZOOKEEPER
+    from fencelock.testing.invariants import ZooKeeperReader
+
+    holder = fencelock.connect(zookeeper_server.url(zk.chroot))
+    held = holder.acquire(name, ttl=30.0, wait=0)
+    reader = ZooKeeperReader(zk.hosts, zk.chroot, timeout=2.0)
+    try:
+        with FaultProxy("127.0.0.1", zookeeper_server.port, framing=ZOOKEEPER, name="zk-later") as proxy:
+            waiter = fencelock.connect(f"zookeeper://127.0.0.1:{proxy.port}{zk.chroot}?timeout=2")
+            try:
+                waiter.acquire(f"{name}:warm", ttl=5.0, wait=0).release()  # (the session and the root exist)
+                rule = proxy.arm(Rule(RESET_BEFORE, "getChildren*", on_hit=lambda request: held.release()))
+                lease = waiter.acquire(name, ttl=30.0, wait=10.0)
+                assert rule.hit.is_set(), "the listing was never reset"
+                began = time.monotonic()
+                claimed = lease.remaining()
+                token, pttl = reader.read_lock(name)
+                read = time.monotonic()
+                assert token == lease.token
+                over = (began + claimed) - (read + pttl / 1000.0)
+                assert over <= 0.005, f"the server's TTL of the node ends {over:.3f} s before the lease's validity"
+                lease.release()
+            finally:
+                waiter.close()
+    finally:
+        reader.close()
+        holder.close()
