@@ -124,3 +124,15 @@ class NotDurable(BackendError):
 
 class MissingExtra(ImportError):
     """A URL's backend needs an optional extra that is not installed; the message is the `pip install` to run."""
+
+
+def unsent(error: BackendError) -> BackendError:
+    """Mark `error` as one whose request never left the client (refused a connection, not written): the server
+    did nothing. Private: the lease reads it (`never_sent`), users see the message."""
+    error._never_sent = True  # type: ignore[attr-defined]
+    return error
+
+
+def never_sent(error: BaseException) -> bool:
+    """Whether `error` is a `BackendError` whose request certainly never reached the server (`unsent`)."""
+    return bool(getattr(error, "_never_sent", False))

@@ -94,7 +94,9 @@ def test_loss_is_final_and_a_late_renewal_that_got_through_is_given_back() -> No
 
 def test_a_release_stops_renewal_at_once_and_a_released_lease_ignores_late_answers() -> None:
     life = renewed_lease()
-    life.stop_renewing()
+    assert life.remaining(T0) > 0.0
+    life.release_asked()
+    assert life.remaining(T0) == 0.0  # from the ask: the server may free the lock as soon as the release lands
     assert life.tick(T0 + EVERY) is Tick.WATCH
     assert life.early(0.1) == 0.0
     assert life.release_answered(Released.RELEASED, T0 + EVERY)
@@ -241,7 +243,7 @@ def test_remaining_never_exceeds_what_the_server_keeps_whatever_order_requests_l
             _, late_ttl = pending.pop(pick % len(pending))
             expiry = now + late_ttl  # an unanswered one lands now, after whatever was counted
         elif step == "gone" and flight is None:
-            life.stop_renewing()
+            life.release_asked()
         if life.remaining(now) > 0.0:
             assert now + life.remaining(now) <= expiry, (now + life.remaining(now), expiry)
             assert not life.is_lost(now)
@@ -370,3 +372,18 @@ def test_a_renewal_interval_follows_the_shorter_ttl_an_unanswered_request_may_st
     assert life.renewed(True, 30.0, T0 + 2.5, T0 + 2.6) is Renewal.EXTENDED
     assert life.valid_until <= validity_end(3.0, T0 + 2.5)
     assert life.due == pytest.approx(T0 + 2.5 + 1.0)  # renewed within the 3 s that is counted, not after 10 s
+
+
+def test_a_release_never_sent_leaves_no_doubt_and_a_later_gone_or_taken_is_a_loss() -> None:
+    """A release that failed before it left the client (no connection) changed nothing on the server: a later
+    release that finds the key gone or taken reports the loss, not a release (before, a connection refused made
+    it "unsure", and a retry after the server restarted empty reported released while another held the lock)."""
+    for answer in (Released.EXPIRED, Released.TAKEN):
+        life: LeaseState[str] = LeaseState(TTL, validity_end(TTL, T0), None)
+        life.release_asked()  # the first release: refused a connection, never sent (no `release_unknown`)
+        assert not life.release_answered(answer, T0 + 1.0)
+    life = LeaseState(TTL, validity_end(TTL, T0), None)
+    life.release_asked()
+    life.release_unknown(T0 + 0.5)  # sent, its answer never came: a later "taken" may be its own doing
+    assert life.release_answered(Released.TAKEN, T0 + 1.0)
+    assert life.state is State.RELEASED

@@ -322,6 +322,7 @@ async def _send_script(request: ScriptRequest, cache: Packed, generation: int,
         except Exception as exc:
             if reconnect(exc, fresh):  # closed by the server while we connected: the request was never sent
                 return await _send_script(request, cache, generation, None, fresh=True)
+            exc.fencelock_unsent = True  # type: ignore[attr-defined]  # (no connection: nothing was sent)
             return exc
     if step.action is KILL:
         try:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .._errors import BackendError, LockError, LockLost
+from .._errors import BackendError, LockError, LockLost, never_sent
 from .._events import backend_kind, emit
 from .._logic.args import check_ttl, ttl_ms
 from .._logic.lease import LeaseState
@@ -129,7 +129,7 @@ class AsyncLease:
     @property
     def held(self) -> bool:
         """True while the lease is neither released nor known to be lost, its validity has not run out, and no
-        release of it may have gone through (one whose answer never came)."""
+        release of it was asked for (the server may free the lock as soon as a release lands)."""
         return self.remaining() > 0.0
 
     @property
@@ -141,8 +141,8 @@ class AsyncLease:
         return self._life.is_lost(self._clock())
 
     def ensure(self) -> None:
-        """Raise `LockLost` if the lease is lost or released, or a release of it may have gone through. Call it before
-        each critical write, and send the fence along."""
+        """Raise `LockLost` if the lease is lost or released, or a release of it was asked for. Call it before each
+        critical write, and send the fence along."""
         if self.lost:
             raise LockLost(f"the lease was lost: {self._life.lost_reason or 'its validity ran out'}", name=self.name)
         if self._life.state is State.RELEASED:
@@ -150,6 +150,9 @@ class AsyncLease:
         if self._life.uncertain_at is not None:
             raise LockLost("a release of the lease was sent and its answer never came: it may be released (call "
                            "release() again to know)", name=self.name)
+        if self._life.releasing:
+            raise LockLost("a release of the lease was asked for: the lock may be released at any moment (if the "
+                           "release failed, call release() again)", name=self.name)
 
     def _lose(self, reason: str, op: str = "renew", *, later: bool = False) -> None:
         """Mark the lease lost (once): tell the `on_lost` callback, and cancel the task holding it (asyncio).
@@ -208,6 +211,9 @@ class AsyncLease:
             if self._life.uncertain_at is not None:
                 raise LockLost("cannot extend a lease whose release may have gone through (its answer never came): "
                                "call release() again", name=self.name)
+            if self._life.releasing:
+                raise LockLost("cannot extend a lease whose release was asked for (it failed before it was sent: "
+                               "call release() again)", name=self.name)
             with self._watchdog.lock:
                 before = self._life.take(mine)
             if before is None:
@@ -277,8 +283,8 @@ class AsyncLease:
         if self._life.state is State.RELEASED:
             return
         # Whatever happens next, the holder wants out: renewal ends now, so a release that fails (or is cancelled)
-        # leaves a key that its TTL frees, never one renewed for ever. Still held until then: release again.
-        self._life.stop_renewing()
+        # leaves a key that its TTL frees, never one renewed for ever; and the lease claims nothing from now on.
+        self._life.release_asked()
         while True:
             with self._watchdog.lock:
                 ongoing = self._releasing
@@ -321,8 +327,10 @@ class AsyncLease:
         try:
             answer = await self._backend.release(self.name, self.token, self.fence)
         except BaseException as exc:
-            # The server may or may not have deleted the key; only a confirmed answer changes the state.
-            self._life.release_unknown(sent_at)
+            # The server may or may not have deleted the key (unless the request never left): only a confirmed
+            # answer changes the state.
+            if not never_sent(exc):
+                self._life.release_unknown(sent_at)
             if isinstance(exc, BackendError):
                 emit("failed", self.name, backend_kind(self._backend), "release", fence=self.fence,
                      duration=self._clock() - sent_at, error=str(exc))

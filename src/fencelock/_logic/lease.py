@@ -54,8 +54,8 @@ class LeaseState(Generic[F]):
     expiry, a renewal or an extend (None: none is); `unsettled` the shortest TTL of such requests that got no
     answer (inf: none)."""
 
-    __slots__ = ("bound", "due", "lost_reason", "renew_every", "renewal", "state", "ttl", "uncertain_at",
-                 "unsettled", "valid_until")
+    __slots__ = ("bound", "due", "lost_reason", "releasing", "renew_every", "renewal", "state", "ttl",
+                 "uncertain_at", "unsettled", "valid_until")
 
     def __init__(self, ttl: float, valid_until: float, renew_every: float | None) -> None:
         self.state = _HELD
@@ -67,14 +67,16 @@ class LeaseState(Generic[F]):
         self.renewal: F | None = None
         self.lost_reason = ""
         self.uncertain_at: float | None = None  # a release was sent and never answered, at this time
+        self.releasing = False  # the holder asked for a release: it claims nothing from then on
         self.unsettled = math.inf
         self.bound = math.inf  # the validity end of the request in flight that may set a shorter TTL (inf: none)
 
     # -- reading ---------------------------------------------------------------------------------------------
 
     def remaining(self, now: float) -> float:
-        """Seconds of validity left (0 once released or lost, or while a release of it may have gone through)."""
-        if self.state is not _HELD or self.uncertain_at is not None:
+        """Seconds of validity left: 0 once released or lost, and from the moment a release is asked for (the server
+        may free the lock as soon as the request lands, before its answer comes)."""
+        if self.state is not _HELD or self.releasing or self.uncertain_at is not None:
             return 0.0
         return max(0.0, min(self.valid_until, self.bound) - now)
 
@@ -171,9 +173,11 @@ class LeaseState(Generic[F]):
         self.lost_reason = reason
         return True
 
-    def stop_renewing(self) -> None:
-        """The holder is releasing it: no renewal goes out from now on, whatever the release's outcome."""
+    def release_asked(self) -> None:
+        """The holder is releasing it: no renewal goes out from now on, and it claims no validity, whatever the
+        release's outcome (a release that was never sent leaves the key, which its TTL frees: release again)."""
         self.renew_every = None
+        self.releasing = True
 
     def extended(self, ttl: float, sent_at: float, now: float) -> bool:
         """The holder's extend to `ttl`, sent at `sent_at`, was confirmed at `now`; a renewed lease is next due one
@@ -205,8 +209,9 @@ class LeaseState(Generic[F]):
             self.due = min(self.due, self.valid_until)
 
     def release_unknown(self, sent_at: float) -> None:
-        """A release sent at `sent_at` got no answer: the server may or may not have deleted the key, so the lease
-        is in doubt (`remaining` 0) until a release's answer settles it."""
+        """A release sent at `sent_at` got no answer: the server may or may not have deleted the key, so a later
+        answer of "gone" or "taken" may be this one's doing (`after_release`). A release known never to have left
+        the client is not this: it changes nothing."""
         if self.uncertain_at is None:
             self.uncertain_at = sent_at
 

@@ -163,6 +163,12 @@ class Held(Unwritten):
     server: a node is never counted as failed for it (issue 14)."""
 
 
+def not_sent(error: BaseException) -> bool:
+    """A request's error that says it never reached the server: not written (`Unwritten`, `Held`), or its
+    connection never made (`fencelock_unsent`, set by the transport)."""
+    return isinstance(error, Unwritten) or bool(getattr(error, "fencelock_unsent", False))
+
+
 def may_resend(lua: Any, error: BaseException) -> bool:
     """A request that failed this way may go again once, on a new connection: it never reached the server, or
     its connection closed under it and it `goes_again`."""

@@ -15,13 +15,22 @@ from redis import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from .._errors import BackendError, NotDurable
+from .._errors import BackendError, NotDurable, unsent
 from .._logic.outcomes import Attempt, Released
 from .._logic.status import LockStatus, NodeView, single_status
 from .._redis.durability import Durability, Unsupported
 from .._redis.fences import DEFAULT_FENCE_RETENTION, fence_keep_ms
 from .._redis.keys import PREFIX, fair_keys, redis_keys
-from .._redis.request import Confirmed, WaitRefused, closed_under, goes_again, release_answer, resent, set_up_failed
+from .._redis.request import (
+    Confirmed,
+    WaitRefused,
+    closed_under,
+    goes_again,
+    not_sent,
+    release_answer,
+    resent,
+    set_up_failed,
+)
 from .._redis.resp import utf8
 from .._scripts import (
     ACQUIRE,
@@ -124,7 +133,8 @@ class RedisBackend(RedisRenewal):
             return resent(lua, run_script(self._client, lua, keys, args, name=name, where=self.shown))
         reply = call_script(self._channel, lua, keys, args, wake)
         if isinstance(reply, Exception) and not isinstance(reply, WaitRefused):  # (that one: `_unless_refused`)
-            raise backend_error(reply, f"{lua.name} failed on {self.shown}", name) from reply
+            error = backend_error(reply, f"{lua.name} failed on {self.shown}", name)
+            raise (unsent(error) if not_sent(reply) else error) from reply
         return reply
 
     def _run_confirmed(self, durability: Durability, lua: Lua, name: str, keys: list[str], args: list[Any],
