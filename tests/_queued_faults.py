@@ -217,6 +217,18 @@ class Network:
 
 
 @contextlib.contextmanager
+def own_redis() -> Iterator[RedisServer]:
+    """A Redis of the test's own, resumed before it is closed if a fault left it paused."""
+    started = RedisServer().start()
+    try:
+        yield started
+    finally:
+        if started.paused:
+            started.resume()
+        started.close()
+
+
+@contextlib.contextmanager
 def proxied(server: RedisServer) -> Iterator[FaultProxy]:
     """A proxy in front of a Redis `server`; every fencelock script is loaded first, so that a fault meets the
     request that does the work, not a NOSCRIPT answer before it."""

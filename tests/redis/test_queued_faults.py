@@ -42,6 +42,7 @@ from tests._queued_faults import (
     check_claims,
     check_errors,
     inject,
+    own_redis,
     proxied,
     release_all,
     settle,
@@ -60,13 +61,8 @@ LIMIT = 15.0
 
 @pytest.fixture
 def server() -> Iterator[RedisServer]:
-    started = RedisServer().start()
-    try:
+    with own_redis() as started:
         yield started
-    finally:
-        if started.paused:
-            started.resume()
-        started.close()
 
 
 def _kept(server: RedisServer) -> Any:

@@ -26,7 +26,7 @@ import fencelock
 import fencelock.aio
 from fencelock._redis.keys import redis_keys
 from fencelock.testing.servers import RedisServer
-from tests._queued_faults import LATE_BY, NETWORK, SOCKET_TIMEOUT, Network, proxied
+from tests._queued_faults import LATE_BY, NETWORK, SOCKET_TIMEOUT, Network, own_redis, proxied
 
 pytestmark = pytest.mark.alone  # (it loads one client to its limits: no other test runs beside it)
 
@@ -39,13 +39,8 @@ LIMIT = 15.0
 
 @pytest.fixture
 def server() -> Iterator[RedisServer]:
-    started = RedisServer().start()
-    try:
+    with own_redis() as started:
         yield started
-    finally:
-        if started.paused:
-            started.resume()
-        started.close()
 
 
 def _tokens(server: RedisServer, names: list[str]) -> list[str | None]:
