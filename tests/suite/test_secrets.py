@@ -33,7 +33,8 @@ from tests.conftest import _require_server_binary
 SECRET = "Zq7xSecretPw"
 """Distinctive enough that any appearance is a leak, and free of characters a URL would escape."""
 
-AWKWARD = [SECRET, f"{SECRET}/x", f"{SECRET}?x", f"{SECRET}#x", f"{SECRET}@x", f"a:{SECRET}", f"{SECRET}%"]
+AWKWARD = [SECRET, f"{SECRET}/x", f"{SECRET}?x", f"{SECRET}?w=x", f"{SECRET}#x", f"{SECRET}@x", f"a:{SECRET}",
+           f"{SECRET}%"]
 """The password as users really write it, unescaped: each of these breaks a naive parser in its own way."""
 
 CLOSED = free_port()  # nothing listens here: requests fail fast with a BackendError
@@ -71,6 +72,12 @@ def _forms(scheme: str, host: str) -> list[str]:
         f"{scheme}:/user:{SECRET}@{host}",
         f"{scheme}//user:{SECRET}@{host}",
         f"{scheme}://user:{SECRET}@{host},{host}{tail}",
+        # an option's value run into the password's: `?` typed for `&`, or the `&` left out
+        f"{scheme}://{host}{tail}?socket_timeout=5?password={SECRET}",
+        f"{scheme}://{host}{tail}?socket_timeout=5password={SECRET}",
+        f"{scheme}://{host}{tail}?timeout=5?password={SECRET}",
+        f"{scheme}://{host}{tail}?db=0?password={SECRET}",
+        f"{scheme}://{host}{tail}?protocol=3?password={SECRET}",
     ]
     return forms
 
@@ -206,6 +213,20 @@ def test_no_password_in_cli_output_with_debug_off_in_a_real_process() -> None:
         assert done.returncode == 69, done.stderr
         _clean(done.stdout + done.stderr, f"fencelock {' '.join(args)}")
         assert "127.0.0.1" in done.stderr  # the error still says where it tried
+
+
+def test_a_password_with_spaces_in_fencelock_url_is_never_split_into_shown_pieces() -> None:
+    """FENCELOCK_URL holds several URLs separated by spaces (Redlock): it is split only before a `scheme://`, so a
+    password with spaces in it stays in its URL, masked whole (it used to be split there, and its first piece
+    shown as a URL `redis://:<piece>`)."""
+    url = f"redis://:{SECRET} and  more@127.0.0.1:{CLOSED}/0"
+    done = subprocess.run([sys.executable, "-m", "fencelock", "status", "x"], capture_output=True, text=True,
+                          timeout=60, env={"FENCELOCK_URL": url, "PATH": "/usr/bin:/bin"})
+    _clean(done.stdout + done.stderr, "fencelock status")
+    for piece in ("and", "more"):
+        assert f" {piece}," not in done.stderr, done.stderr
+        assert f"'{piece}'" not in done.stderr, done.stderr
+    assert done.returncode == 69, done.stderr  # one URL, tried (nothing listens there)
 
 
 # -- a real server that refuses the password ------------------------------------------------------------------

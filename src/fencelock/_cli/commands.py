@@ -34,6 +34,7 @@ from .options import (
     _target,
     json_option,
     repair_delay_option,
+    split_urls,
     url_option,
 )
 from .show import OutputFailed, as_json, be_quiet, describe, error, out, say, status_line, table
@@ -437,6 +438,6 @@ def _shown_from(args: list[str]) -> str:
         elif arg.startswith("--url="):
             urls.append(arg.split("=", 1)[1])
     if not urls:
-        urls = os.environ.get("FENCELOCK_URL", "").split()
+        urls = list(split_urls(os.environ.get("FENCELOCK_URL", "")))
     return _shown(tuple(urls))
 from . import nodes as _nodes  # noqa: E402,F401  (`fencelock nodes`: registers itself on `cli`)

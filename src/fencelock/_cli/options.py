@@ -4,6 +4,7 @@ seconds, and lock names (a server URL given as a NAME or PATTERN is refused)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -18,9 +19,22 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def split_urls(value: str) -> list[str]:
+    """FENCELOCK_URL's URLs: one, or several separated by white space before each `scheme://` (never inside one:
+    a password with spaces stays whole, and is never shown in pieces)."""
+    return [part for part in re.split(r"\s+(?=[A-Za-z][A-Za-z0-9+.-]*://)", value.strip()) if part]
+
+
+class _Urls(click.types.StringParamType):
+    """--url, read from FENCELOCK_URL by `split_urls`."""
+
+    def split_envvar_value(self, rv: str) -> list[str]:
+        return split_urls(rv)
+
+
 def url_option(f: F) -> F:
     return click.option(
-        "--url", "urls", multiple=True, envvar="FENCELOCK_URL", metavar="URL",
+        "--url", "urls", multiple=True, envvar="FENCELOCK_URL", metavar="URL", type=_Urls(),
         help="The lock service: any URL fencelock.connect() takes (default: $FENCELOCK_URL, else "
              "redis://127.0.0.1:6379/0). Give it three or more times (or several URLs separated by spaces in "
              "FENCELOCK_URL) for Redlock over independent nodes. Put a URL with a password in FENCELOCK_URL: "

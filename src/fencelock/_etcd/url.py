@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from .._logic.urls import option_shown, redact, seconds_option, userinfo_end
+from .._logic.urls import option_shown, redact, seconds_option, shown_part, userinfo_end
 
 DEFAULT_TIMEOUT = 2.0
 """Seconds per request (connect, read). A stopped member gives a `BackendError` within about this."""
@@ -54,9 +54,7 @@ def parse_etcd_url(url: str) -> EtcdTarget:
     rest, _, query = rest.partition("?")
     rest, _, fragment = rest.partition("#")
     netloc, _, path = rest.partition("/")
-    # A user without a password may be a password put where the user goes: shown as `***` too.
-    shown_user = "" if at < 0 else (f"{username}:***@" if username is not None and password is not None else "***@")
-    shown = f"{scheme.lower()}://{shown_user}{netloc}"
+    shown = redact(url).partition("?")[0].rstrip("/")
 
     def bad(why: str) -> ValueError:
         return ValueError(f"url {shown!r} is not a valid etcd URL: {why}")
@@ -94,7 +92,7 @@ def parse_etcd_url(url: str) -> EtcdTarget:
 def _host_port(part: str, bad: Any) -> tuple[str, int]:
     match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::(\d*))?|([^:\[\]\s/]+)(?::(\d*))?", part)
     if not match:
-        raise bad(f"{part!r} is not host[:port]")
+        raise bad(f"{shown_part(part)} is not host[:port]")
     host = f"[{match[1]}]" if match[1] else match[3]
     digits = match[2] if match[1] else match[4]
     if digits == "":

@@ -45,6 +45,14 @@ _SHOWN_VALUES = {"db", "socket_timeout", "socket_connect_timeout", "timeout", "p
 _OPTION_NAME = re.compile(r"[a-z_][a-z0-9_]{0,31}")
 """What an option's name looks like; anything else in a name's place (a password pasted there) is masked."""
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.]{1,32}")
+_HOST = r"(?:\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9_.-]{0,253})(?::\d{0,5})?"
+_AUTHORITY = re.compile(rf"{_HOST}(?:,{_HOST})*")
+"""What a URL's hosts look like (one, or several separated by commas): anything else is not shown."""
+
+
+def shown_part(part: str) -> str:
+    """A piece of a URL quoted in a message, if it looks like a host[:port] (else it may be a password's piece)."""
+    return repr(part) if re.fullmatch(_HOST, part) else "a part not shown"
 
 
 def redact(url: object) -> str:
@@ -67,7 +75,12 @@ def redact(url: object) -> str:
         rest = rest[at + 1:]
     rest = rest.partition("#")[0]
     base, question, query = rest.partition("?")
-    shown = f"{scheme}://{shown_user}{base}"
+    authority, slash, path = base.partition("/")
+    if not _AUTHORITY.fullmatch(authority) or (at < 0 and "@" in rest):
+        # Not host[:port], or an `@` was left in the query: the authority may be a password's first piece, whose
+        # `?`, `/` or `#` hid the `@` after it. Shown as `***` (a query value with an `@` costs the host's name).
+        authority = "***"
+    shown = f"{scheme}://{shown_user}{authority}{slash}{path}"
     if question:
         pairs = [pair.partition("=") for pair in query.split("&") if pair]
         shown += "?" + "&".join(
@@ -204,10 +217,10 @@ def seconds_option(key: str, value: str, bad: Callable[[str], ValueError]) -> fl
     try:
         number = float(value)
     except ValueError:
-        raise bad(f"{key} must be a number of seconds, got {value!r}") from None
+        raise bad(f"{key} must be a number of seconds, got {_value_shown(value)}") from None
     if not math.isfinite(number) or not MIN_TIMEOUT <= number <= MAX_SECONDS:
         raise bad(f"{key} must be a number of seconds from {MIN_TIMEOUT} to {MAX_SECONDS:.0f} (ten years), "
-                  f"got {value!r}")
+                  f"got {_value_shown(value)}")
     return number
 
 

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
-from .._logic.urls import option_shown, redact, seconds_option, userinfo_end
+from .._logic.urls import option_shown, redact, seconds_option, shown_part, userinfo_end
 
 DEFAULT_PORT = 2181
 DEFAULT_TIMEOUT = 2.0
@@ -51,7 +51,7 @@ def parse_zookeeper_url(url: object) -> ZooKeeperTarget:
     for part in netloc.split(","):
         match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\](?::(\d+))?|([A-Za-z0-9._-]+)(?::(\d+))?", part)
         if match is None:
-            raise bad(f"{part!r} is not host[:port]")
+            raise bad(f"{shown_part(part)} is not host[:port]")
         host = match.group(1) or match.group(3)
         port_text = match.group(2) or match.group(4)
         port = DEFAULT_PORT if port_text is None else int(port_text)
