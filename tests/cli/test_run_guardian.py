@@ -165,6 +165,21 @@ def test_when_fencelock_dies_the_guardian_stops_what_left_the_group_too(
     assert gone_within(stray, slack(3.0)), "a daemon of the command ran on after fencelock died"
 
 
+def test_when_fencelock_dies_the_guardian_stops_a_daemon_with_an_emptied_environment(
+        standalone: RedisServer, name: str, reap: list[int], tmp_path: Path) -> None:
+    """A daemon started with `env -i` carries no mark: fencelock told the guardian its pid and start time, and the
+    guardian stops it when fencelock dies (it used to run on next to the next holder)."""
+    left = tmp_path / "left"
+    proc = start("run", "--ttl", "2", "--on-lost", "kill", name, "--", "sh", "-c",
+                 f"(setsid env -i sh -c 'sleep 1000 & echo $! > {left}' &) ; sleep 1000; :", url=standalone.url)
+    stray = int(wait_for(left).strip())
+    reap.append(stray)
+    time.sleep(1.2)  # (fencelock looks for unmarked processes every 0.5 s, and tells its guardian)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert gone_within(stray, slack(3.0)), "a daemon of the command with no mark ran on after fencelock died"
+
+
 @pytest.mark.parametrize("guardian", ["missing", "silent"])
 def test_no_command_runs_without_a_guardian_that_answered(standalone: RedisServer, name: str, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch,

@@ -327,6 +327,26 @@ def test_what_left_the_group_is_stopped_before_the_release(standalone: RedisServ
     assert not status_of(standalone.url, name).held
 
 
+UNMARKED = ("(setsid env -i sh -c 'sleep 1000 & echo $! > {left}' &); while [ ! -s {left} ]; do sleep 0.01; done;"
+            " sleep 0.6")
+"""A daemon whose environment was emptied (`env -i`, as sudo or a cleaned subprocess do): it carries no mark of
+the run. fencelock still finds it below itself, its subreaper; the sleep lets it tell its guardian."""
+
+
+def test_a_daemon_with_an_emptied_environment_is_stopped_before_the_release(standalone: RedisServer, name: str,
+                                                                            tmp_path: Path,
+                                                                            reap: list[int]) -> None:
+    """It used to run on after the release, while the next holder had the lock (found by an outside probe)."""
+    left = tmp_path / "left"
+    proc = start("run", "--grace", "0.5", name, "--", "sh", "-c", UNMARKED.format(left=left), url=standalone.url)
+    stray = int(wait_for(left).strip())
+    reap.append(stray)
+    err = wait_exit(proc)
+    assert not alive(stray), f"a daemon with no mark ran on after the release: {err}"
+    assert proc.returncode == 0, err
+    assert not status_of(standalone.url, name).held
+
+
 def test_sigterm_to_fencelock_stops_what_left_the_group(standalone: RedisServer, name: str, tmp_path: Path,
                                                         reap: list[int]) -> None:
     left = tmp_path / "left"

@@ -155,6 +155,7 @@ class _CommandGroup:
     run_id: str  # in the command's environment (`procs.MARKER`): how its processes that left the group are known
     child: _Child | None
     children: set[int]  # fencelock's children before the command started: never reaped here
+    started: int  # when the command's main process started (clock ticks since boot, as `procs.Proc.start`)
     guardian: _Guardian | None
     terminal: int | None  # our terminal's descriptor, while the command's group has it
 
@@ -165,11 +166,17 @@ class _CommandGroup:
 
     def _strays(self, found: list[procs.Proc]) -> list[procs.Proc]:
         """The live processes of the command that left its group (setsid, setpgid, a daemon's double fork): below
-        fencelock (a subreaper stays above them) and marked with this run's id (not another child of this process:
-        the guardian, or whatever else a program that calls `run` started)."""
-        skip = frozenset([self.guardian.proc.pid] if self.guardian is not None and self.guardian.proc else [])
+        fencelock (a subreaper stays above them), not below the guardian or a child fencelock had before the
+        command, and marked with this run's id, or started no earlier than the command (one started with an
+        emptied environment, `env -i`, `sudo`, carries no mark)."""
+        guardian = [self.guardian.proc.pid] if self.guardian is not None and self.guardian.proc else []
+        skip = frozenset([*guardian, *self.children])
         return [p for p in procs.descendants(found, os.getpid(), skip)
-                if p.live and p.pgid != self.group and procs.marked(p.pid, self.run_id)]
+                if p.live and p.pgid != self.group and (p.start >= self.started or procs.marked(p.pid, self.run_id))]
+
+    def _unmarked(self, found: list[procs.Proc]) -> list[procs.Proc]:
+        """The command's processes outside its group that the guardian cannot find by the mark (see `_strays`)."""
+        return [p for p in self._strays(found) if not procs.marked(p.pid, self.run_id)]
 
     def _send_all(self, signum: int) -> None:
         """Send `signum` to the command's group and to every process of the command that left it."""

@@ -11,6 +11,7 @@ keeps the write end (the command never holds it) and writes lines:
                    `ready` on stdout: fencelock starts no command before its guardian answered
     stop K         fencelock sent SIGTERM to the group; SIGKILL is due at K
     kill           fencelock sent SIGKILL to the group
+    also P:S ...   the command's processes outside its group that carry no mark (`env -i`): pid and start time
     done           nothing of the group runs; fencelock releases the lock next. The guardian exits.
 
 End of file without `done` means fencelock is gone (SIGKILL, OOM, a crash): the guardian stops the group at once as
@@ -77,10 +78,20 @@ def checked_group(group: int) -> int | None:
     return group if group > 1 and group != os.getpgrp() else None
 
 
+UNMARKED: dict[int, int] = {}
+"""The command's processes that carry no mark (`env -i`), as fencelock last told (`also PID:START ...`)."""
+
+
 def strays(run_id: str) -> list[procs.Proc]:
     """The command's live processes that left its group, found by the run's id in their environment (fencelock,
-    their subreaper, may be gone, and they with it moved to another parent)."""
-    return procs.with_marker(procs.snapshot(), run_id, skip=frozenset([os.getpid()])) if run_id else []
+    their subreaper, may be gone, and they with it moved to another parent), and those fencelock told of."""
+    found = procs.with_marker(procs.snapshot(), run_id, skip=frozenset([os.getpid()])) if run_id else []
+    known = {p.pid for p in found}
+    for pid, start in UNMARKED.items():
+        proc = procs.same(pid, start) if pid not in known else None
+        if proc is not None:
+            found.append(proc)
+    return found
 
 
 def ours(found: list[procs.Proc], group: int, run_id: str) -> list[procs.Proc]:
@@ -172,6 +183,9 @@ def main(argv: list[str]) -> int:
                         try:
                             if words[:1] == ["group"]:
                                 group = checked_group(int(words[1]))
+                            elif words[:1] == ["also"]:
+                                UNMARKED.clear()
+                                UNMARKED.update((int(p), int(t)) for p, _, t in (w.partition(":") for w in words[1:]))
                             elif words[:1] == ["valid"]:
                                 valid_until = float(words[1])
                                 margin = float(words[2]) if len(words) > 2 else margin

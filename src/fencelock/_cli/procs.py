@@ -13,12 +13,14 @@ STOPPED = frozenset("Tt")  # stopped by a signal (SIGSTOP, SIGTSTP, ...) or by a
 
 @dataclass(frozen=True)
 class Proc:
-    """One process as /proc/PID/stat shows it: its parent, its process group, its state (R, S, D, T, t, Z, ...)."""
+    """One process as /proc/PID/stat shows it: its parent, its process group, its state (R, S, D, T, t, Z, ...),
+    and when it started (clock ticks since boot: with the pid, it names one process, whatever reuses the pid)."""
 
     pid: int
     ppid: int
     pgid: int
     state: str
+    start: int = 0
 
     @property
     def live(self) -> bool:
@@ -35,7 +37,7 @@ def read(pid: int) -> Proc | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as file:
             fields = file.read().rsplit(b")", 1)[1].split()
-        return Proc(pid, int(fields[1]), int(fields[2]), fields[0].decode())
+        return Proc(pid, int(fields[1]), int(fields[2]), fields[0].decode(), int(fields[19]))
     except (OSError, IndexError, ValueError):
         return None
 
@@ -108,6 +110,12 @@ def marked(pid: int, run_id: str) -> bool:
         if entry.startswith(prefix):
             return run_id.encode() in entry[len(prefix):].split()
     return False
+
+
+def same(pid: int, start: int) -> Proc | None:
+    """Process `pid`, if it is still the one that started at `start` and is live (not a reused pid)."""
+    proc = read(pid)
+    return proc if proc is not None and proc.start == start and proc.live else None
 
 
 def with_marker(procs: list[Proc], run_id: str, skip: frozenset[int] = frozenset()) -> list[Proc]:

@@ -33,6 +33,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -127,6 +128,10 @@ def _holder(locks: Locks, name: str) -> str:
     return f" ({describe(status)})" if status.held else ""
 
 
+UNMARKED_EVERY = 0.5
+"""Seconds between looks for the command's processes that carry no mark, for the guardian (a /proc scan each)."""
+
+
 class _Supervisor(_CommandGroup):
     """One run of the command: start it, watch it, stop it as `exits` says, and release the lock after it. Its
     processes (its group, what left it) and the terminal's hand-over are `children._CommandGroup`'s."""
@@ -150,6 +155,9 @@ class _Supervisor(_CommandGroup):
         self.next_at: float | None = None  # when `stop_step` wants the next look at the latest
         self.run_id = secrets.token_hex(8)  # in the command's environment (`procs.MARKER`): how its guardian knows it
         self.children: set[int] = set()  # this process's children before the command started: never reaped here
+        self.started = sys.maxsize  # when the command started (`procs.Proc.start`): none of it runs before
+        self.unmarked: tuple[str, ...] = ()  # what the guardian was last told of the command's unmarked processes
+        self.looked_at = 0.0  # when they were last looked for
 
     def close_guardian(self, done: bool = True) -> None:
         if self.guardian is not None:
@@ -215,6 +223,8 @@ class _Supervisor(_CommandGroup):
             _release(lease, name)
             return Ending(status)
         self.group = child.pid  # the command's process group: it and everything it starts, unless they leave it
+        started = procs.read(child.pid)
+        self.started = started.start if started is not None else 0
         self.guardian.tell(f"group {self.group}")
         try:
             if _terminal() is not None and _alone_in_group():
@@ -330,6 +340,17 @@ class _Supervisor(_CommandGroup):
         self._step(step, trouble, now, frozen)
         if self.guardian is not None:
             self.guardian.tell(f"valid {self.valid_until!r} {KILL_MARGIN!r}")
+            if now >= self.looked_at + UNMARKED_EVERY:
+                self._tell_unmarked(now)
+
+    def _tell_unmarked(self, now: float) -> None:
+        """Tell the guardian the command's processes that carry no mark (it finds the others itself), when they
+        change: if fencelock dies, they may no longer be below anything that knows them."""
+        self.looked_at = now
+        found = tuple(sorted(f"{p.pid}:{p.start}" for p in self._unmarked(procs.snapshot())))
+        if found != self.unmarked and self.guardian is not None:
+            self.unmarked = found
+            self.guardian.tell(" ".join(("also", *found)))
 
     def _step(self, step: exits.Stop, trouble: Trouble, now: float, frozen: bool = False) -> None:
         before, self.stopping, self.next_at = self.stopping, step.state, step.next_at
