@@ -325,3 +325,26 @@ def test_asyncio_close_right_after_acquires_cancelled_in_flight_gives_their_keys
         proxy.delay = 0.0
     assert running == [], f"{len(running)} tasks still running after aclose(): {running[:3]}"
     assert [each for each in names if keys_of(etcd_server, each)] == []
+
+
+def test_a_release_refused_a_connection_leaves_no_doubt_and_is_released_once_the_server_is_back(name: str) -> None:
+    """The member is down: the release is refused a connection, so nothing was sent. The error says so to the
+    lease (it is not "unsure": a later "taken" would be a loss, not this release's doing), and the release, called
+    again once the member is back, deletes our key (decision 2026-12-06-release-claims-nothing)."""
+    from fencelock._errors import never_sent
+
+    with EtcdServer() as server:
+        locks = fencelock.connect(f"{server.url}?timeout=1")
+        try:
+            lease = locks.acquire(name, ttl=30.0, wait=0)
+            server.kill(0)
+            with pytest.raises(fencelock.BackendError) as failed:
+                lease.release()
+            assert never_sent(failed.value), repr(failed.value)
+            assert lease._life.uncertain_at is None  # (no doubt: the server did nothing)
+            assert not lease.held  # (the holder asked to be let go: it claims nothing)
+            server.restart(0)
+            lease.release()
+            assert keys_of(server, name) == []
+        finally:
+            locks.close()

@@ -10,7 +10,7 @@ import os
 import threading
 from functools import partial
 
-from .._errors import BackendError
+from .._errors import BackendError, never_sent
 from .._etcd import txn
 from .._etcd.rules import (
     BLOCK_CAP,
@@ -244,6 +244,8 @@ class AsyncEtcdBackend(AsyncEtcdOperators):
         try:
             answer = await self._gateway.txn(body, "release", name, Urgency.RELEASE, again=False)
         except BackendError as exc:
+            if never_sent(exc):
+                held.releasing = sent_before  # it never left the client: nothing changed on the server
             if not self._gateway.unanswered(exc):
                 raise
             # The connection closed before an answer: send it again, as a release whose first sending may have

@@ -22,7 +22,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise MissingExtra("etcd:// URLs need httpx, which the etcd extra installs: pip install 'fencelock[etcd]'") \
         from exc
 
-from .._errors import BackendError
+from .._errors import BackendError, unsent
 from .._etcd.rules import GRANT_TRIES, b64, granted, number, range_end, unb64
 from .._etcd.txn import Body
 from .._etcd.url import EtcdTarget
@@ -147,7 +147,7 @@ class Gateway:
         turn = _Turn()
         with self._admission_lock:
             if self._closed:
-                raise BackendError(f"{what} failed on {self.shown}: this client is closed", name=name)
+                raise unsent(BackendError(f"{what} failed on {self.shown}: this client is closed", name=name))
             if self._admission.enter(turn, urgency):
                 return
             others = self._admission.waiting - 1
@@ -163,10 +163,11 @@ class Gateway:
                 return  # (its turn may have come just as its wait timed out: it goes)
             self._leave()  # (handed a turn as the client closed: it passes on)
         if self._closed:
-            raise BackendError(f"{what} failed on {self.shown}: this client is closed", name=name)
-        raise BackendError(f"{what} failed on {self.shown}: its turn among this client's {MAX_IN_FLIGHT} requests "
-                           f"at once did not come within {limit:.3g} s ({others} others were waiting when it "
-                           "came); nothing was sent: too many requests at once through one client", name=name)
+            raise unsent(BackendError(f"{what} failed on {self.shown}: this client is closed", name=name))
+        raise unsent(BackendError(
+            f"{what} failed on {self.shown}: its turn among this client's {MAX_IN_FLIGHT} requests at once did not "
+            f"come within {limit:.3g} s ({others} others were waiting when it came); nothing was sent: too many "
+            "requests at once through one client", name=name))
 
     def _stop_waiting(self, turn: _Turn) -> bool:
         """True if `turn` was handed its turn; else it is taken out of line (it will not go)."""
@@ -228,8 +229,8 @@ class Gateway:
                 raise self._failed(exc, what, name) from exc
             except httpx.ConnectError as exc:
                 self._current = (self._current + 1) % len(self._endpoints)
-                if tried == len(self._endpoints) - 1:
-                    raise self._failed(exc, what, name) from exc
+                if tried == len(self._endpoints) - 1:  # refused everywhere: nothing was sent
+                    raise unsent(self._failed(exc, what, name)) from exc
             except (httpx.HTTPError, httpx.StreamError) as exc:
                 # It may have been sent: the caller decides whether to try again (on the next member).
                 self._current = (self._current + 1) % len(self._endpoints)
