@@ -317,7 +317,8 @@ def test_asyncio_close_right_after_acquires_cancelled_in_flight_gives_their_keys
         await asyncio.gather(*tasks, return_exceptions=True)
         await locks.aclose()
         await asyncio.sleep(0)
-        return [task for task in _concurrency._background if not task.done()]
+        loop = asyncio.get_running_loop()  # (not a task an earlier test's loop left behind in this process)
+        return [task for task in _concurrency._background if not task.done() and task.get_loop() is loop]
 
     try:
         running = asyncio.run(main())
