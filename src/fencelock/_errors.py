@@ -24,7 +24,7 @@ second, so `type(err)(*err.args)` rebuilds it; the `lease` attached to a failed 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "AcquireTimeout",
@@ -126,13 +126,16 @@ class MissingExtra(ImportError):
     """A URL's backend needs an optional extra that is not installed; the message is the `pip install` to run."""
 
 
-def unsent(error: BackendError) -> BackendError:
+E = TypeVar("E", bound=BaseException)
+
+
+def unsent(error: E) -> E:
     """Mark `error` as one whose request never left the client (refused a connection, not written): the server
-    did nothing. Private: the lease reads it (`never_sent`), users see the message."""
+    did nothing. Private: the transports set it, the lease reads it (`never_sent`); users see the message."""
     error._never_sent = True  # type: ignore[attr-defined]
     return error
 
 
 def never_sent(error: BaseException) -> bool:
-    """Whether `error` is a `BackendError` whose request certainly never reached the server (`unsent`)."""
+    """Whether `error` is marked `unsent`: its request certainly never reached the server."""
     return bool(getattr(error, "_never_sent", False))

@@ -438,6 +438,6 @@ def _shown_from(args: list[str]) -> str:
         elif arg.startswith("--url="):
             urls.append(arg.split("=", 1)[1])
     if not urls:
-        urls = list(split_urls(os.environ.get("FENCELOCK_URL", "")))
+        urls = split_urls(os.environ.get("FENCELOCK_URL", ""))
     return _shown(tuple(urls))
 from . import nodes as _nodes  # noqa: E402,F401  (`fencelock nodes`: registers itself on `cli`)

@@ -19,6 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .._errors import never_sent
 from .._logic.outcomes import Released
 from . import resp
 
@@ -164,9 +165,9 @@ class Held(Unwritten):
 
 
 def not_sent(error: BaseException) -> bool:
-    """A request's error that says it never reached the server: not written (`Unwritten`, `Held`), or its
-    connection never made (`fencelock_unsent`, set by the transport)."""
-    return isinstance(error, Unwritten) or bool(getattr(error, "fencelock_unsent", False))
+    """A request's error that says it never reached the server: not written (`Unwritten`, `Held`), or marked
+    `unsent` by the transport (its connection was never made)."""
+    return isinstance(error, Unwritten) or never_sent(error)
 
 
 def may_resend(lua: Any, error: BaseException) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from .._errors import unsent
 from .._logic.admission import turn_wait
 from .._redis.channel import BLOCKING, CROWDED_PAUSE, maintains
 from .._redis.order import (
@@ -323,8 +324,7 @@ def _send_script(request: ScriptRequest, cache: Packed, generation: int,
         except Exception as exc:
             if reconnect(exc, fresh):  # closed by the server while we connected: the request was never sent
                 return _send_script(request, cache, generation, None, fresh=True)
-            exc.fencelock_unsent = True  # type: ignore[attr-defined]  # (no connection: nothing was sent)
-            return exc
+            return unsent(exc)  # (no connection: nothing was sent)
     if step.action is KILL:
         try:
             gone = kill(conn, step.orphan)
