@@ -167,6 +167,7 @@ STALL_TIMEOUT = 1.0
 """The socket timeout of the clients on the stalled server: one request's bound."""
 
 STALL_WAIT = 0.3
+STALL_TTL = 2.0
 
 
 def _stall_bound() -> float:
@@ -186,8 +187,6 @@ def _check_stalled(server: RedisServer, took: list[float], errors: list[BaseExce
     until(lambda: not any(watcher.exists(redis_keys(f"stall:{i}").lock) for i in range(count)),
           slack(2 * STALL_TTL + 2.0), "the key of an acquire that failed outlived its TTL")
 
-
-STALL_TTL = 2.0
 
 
 def test_tasks_queued_for_a_connection_to_a_stalled_server_fail_within_their_wait() -> None:
